@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The two commands of the quick start (and the benchmarks):
+#   npm start   -> prepare, then run the gateway
+#   npm test    -> prepare, then type check, lint and every test
+#   npm run bench
+# "prepare" makes a fresh Debian machine with Node and root ready: npm dependencies,
+# Docker with gVisor (scripts/setup-runtime.sh) and the sandbox image
+# (scripts/build-sandbox-image.sh). Every step skips what is already done.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+cd "$root"
+. "$here/lib.sh"
+
+prepare() {
+  require_root "npm $1"
+  # Host tools the gateway itself uses: loop-mounted workspaces need e2fsprogs and mount.
+  local need=()
+  command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
+  command -v losetup >/dev/null 2>&1 || need+=(mount)
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
+  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    log "installing npm dependencies (npm ci; better-sqlite3 may build from source for a minute)"
+    npm ci --no-audit --no-fund --loglevel=error
+  fi
+  bash "$here/setup-runtime.sh"
+  bash "$here/build-sandbox-image.sh"
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  start)
+    prepare start
+    exec node --import tsx src/main.ts "$@"
+    ;;
+  test)
+    prepare test
+    t0=$(date +%s)
+    log "type check"
+    npx tsc --noEmit
+    log "lint"
+    npx eslint --max-warnings=0 .
+    log "runner unit tests (python)"
+    SANDGATE_DENO="$root/node_modules/@deno/linux-x64-glibc/deno" python3 -m unittest discover -s sandbox/runner -p 'test_*.py'
+    log "tests (vitest)"
+    npx vitest run "$@"
+    log "all tests passed in $(( $(date +%s) - t0 ))s"
+    ;;
+  bench)
+    prepare bench
+    for b in bench/*.ts; do
+      log "bench: $b"
+      node --import tsx "$b"
+    done
+    ;;
+  *)
+    echo "usage: scripts/sandgate.sh start|test|bench" >&2
+    exit 2
+    ;;
+esac

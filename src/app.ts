@@ -1,0 +1,38 @@
+/**
+ * createApp(deps) composes the gateway from its parts and returns the Express app.
+ * It never listens (main.ts does), so tests drive it with supertest and no port.
+ */
+import express, { type ErrorRequestHandler } from 'express';
+import type { Config } from './config.js';
+import type { Logger } from './logger.js';
+import type { Store } from './store/store.js';
+import { healthRoutes, type ReadinessCheck } from './http/health.js';
+
+export interface AppDeps {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  /** Extra /readyz checks (Docker, runsc preflight, image); keyed by name. */
+  readiness?: Record<string, ReadinessCheck>;
+  /** Mounts more routes (MCP endpoint, pages) onto the app before the error handler. */
+  mount?: (app: express.Express) => void;
+}
+
+export function createApp(deps: AppDeps): express.Express {
+  const app = express();
+  app.disable('x-powered-by');
+  app.set('trust proxy', false);
+  app.use(healthRoutes(deps.store, deps.readiness ?? {}));
+  deps.mount?.(app);
+  app.use((_req, res) => {
+    res.status(404).json({ error: 'not found' });
+  });
+  const onError: ErrorRequestHandler = (err: unknown, req, res, _next) => {
+    const status = typeof (err as { status?: unknown }).status === 'number' ? (err as { status: number }).status : 500;
+    if (status >= 500) deps.logger.error({ err, path: req.path }, 'request failed');
+    if (res.headersSent) return;
+    res.status(status).json({ error: status >= 500 ? 'internal error' : (err as Error).message });
+  };
+  app.use(onError);
+  return app;
+}

@@ -1,0 +1,142 @@
+/**
+ * Every setting sandgate reads, in one table: its environment variable, default,
+ * validation and documentation. README.md's settings table mirrors SETTINGS (a test
+ * keeps the two equal). Values come from the environment, then from an optional `.env`
+ * file in the working directory; the environment wins.
+ *
+ * Defaults are the safe choice. Anything weaker needs an explicit setting, and
+ * `loadConfig` returns a warning for it that main.ts logs loudly at start.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { parse as parseDotenv } from 'dotenv';
+import { z } from 'zod';
+
+const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => ['true', '1', 'yes'].includes(v));
+const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+
+export interface Setting {
+  env: string;
+  default: string;
+  doc: string;
+  schema: z.ZodTypeAny;
+}
+
+function setting<K extends string, S extends z.ZodTypeAny>(key: K, env: string, def: string, schema: S, doc: string) {
+  return { key, env, default: def, schema, doc } as const;
+}
+
+export const SETTINGS = [
+  setting('host', 'SANDGATE_HOST', '127.0.0.1', z.string().min(1), 'Address to listen on. Binding beyond loopback needs SANDGATE_PUBLIC_URL.'),
+  setting('port', 'SANDGATE_PORT', '8787', int(0, 65535), 'TCP port to listen on (0 picks a free one).'),
+  setting('publicUrl', 'SANDGATE_PUBLIC_URL', '', z.union([z.literal(''), z.string().url()]), 'URL users reach the gateway at (https in production). Defaults to http://HOST:PORT.'),
+  setting('dataDir', 'SANDGATE_DATA_DIR', './data', z.string().min(1), 'Directory for the SQLite database, workspaces and keys.'),
+  setting('logLevel', 'SANDGATE_LOG_LEVEL', 'info', z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']), 'pino log level.'),
+  setting('sandboxImage', 'SANDGATE_SANDBOX_IMAGE', 'sandgate/sandbox:latest', z.string().min(1), 'Docker image of the sandbox (built by scripts/build-sandbox-image.sh).'),
+  setting('sandboxRuntime', 'SANDGATE_SANDBOX_RUNTIME', 'runsc', z.string().min(1), 'OCI runtime for sandboxes. Anything but runsc needs SANDGATE_UNSAFE_ALLOW_NON_GVISOR=true.'),
+  setting('unsafeAllowNonGvisor', 'SANDGATE_UNSAFE_ALLOW_NON_GVISOR', 'false', bool, 'Allow a runtime other than runsc (e.g. runc). UNSAFE: without gVisor, model-written code talks to the host kernel directly.'),
+  setting('dockerSocket', 'SANDGATE_DOCKER_SOCKET', '/var/run/docker.sock', z.string().min(1), 'Path of the Docker Engine socket.'),
+  setting('sandboxMemoryMb', 'SANDGATE_SANDBOX_MEMORY_MB', '1024', int(128, 65536), 'Memory limit per sandbox (MiB); the OOM killer ends code above it.'),
+  setting('sandboxCpus', 'SANDGATE_SANDBOX_CPUS', '1', z.coerce.number().min(0.1).max(64), 'CPU limit per sandbox (cores).'),
+  setting('sandboxPidsLimit', 'SANDGATE_SANDBOX_PIDS_LIMIT', '1024', int(64, 65536), 'Host-side pids limit per sandbox (gVisor counts its own threads: keep it >= 1024).'),
+  setting('sandboxNproc', 'SANDGATE_SANDBOX_NPROC', '64', int(16, 4096), 'Processes per sandbox, enforced inside gVisor (ulimit nproc): fork bombs get EAGAIN.'),
+  setting('sandboxTmpMb', 'SANDGATE_SANDBOX_TMP_MB', '256', int(16, 65536), 'Size of the tmpfs at /tmp in each sandbox (MiB).'),
+  setting('workspaceMb', 'SANDGATE_WORKSPACE_MB', '1024', int(1, 1048576), 'Size limit of each user workspace (MiB), enforced by a per-user loop-mounted filesystem when possible.'),
+  setting('workspaceBackend', 'SANDGATE_WORKSPACE_BACKEND', 'loop', z.enum(['loop', 'directory']), 'loop: each workspace is a loop-mounted ext4 image of SANDGATE_WORKSPACE_MB (the kernel enforces the size; needs root). directory: plain directories WITHOUT a size limit (warned at start).'),
+  setting('execTimeoutSec', 'SANDGATE_EXEC_TIMEOUT_SEC', '60', int(1, 3600), 'Default time limit for one execution; the process is killed when it is reached.'),
+  setting('execMaxTimeoutSec', 'SANDGATE_EXEC_MAX_TIMEOUT_SEC', '600', int(1, 86400), 'Largest time limit a request may ask for.'),
+  setting('outputLimitKb', 'SANDGATE_OUTPUT_LIMIT_KB', '64', int(1, 16384), 'Output kept per stream per execution (KiB); the rest is cut with a notice.'),
+  setting('idleTimeoutSec', 'SANDGATE_IDLE_TIMEOUT_SEC', '900', int(10, 604800), 'Stop a sandbox after this long without an execution (never while one runs).'),
+  setting('maxLifetimeSec', 'SANDGATE_MAX_LIFETIME_SEC', '43200', int(60, 2592000), 'Replace a sandbox older than this at its next idle moment.'),
+  setting('warmPoolSize', 'SANDGATE_WARM_POOL_SIZE', '1', int(0, 64), 'Pre-started sandboxes waiting for new users.'),
+  setting('warmPoolPreload', 'SANDGATE_WARM_POOL_PRELOAD', 'numpy,pandas', z.string(), 'Python modules pooled sandboxes import before they are handed out (comma-separated; empty for none).'),
+  setting('defaultPermissions', 'SANDGATE_DEFAULT_PERMISSIONS', '{"read":["/workspace","/skills","/tools"],"write":["/workspace"]}', z.string(), 'Permission ceiling for every user, as Deno-style grants in JSON: read, write, net, env, run, sys, ffi, each true or a list.'),
+  setting('mcpServersFile', 'SANDGATE_MCP_SERVERS_FILE', '', z.string(), 'Upstream MCP servers, in the mcpServers JSON format MCP clients use plus a "sandgate" block per server (who may use it, shared or per-user). Empty means DATA_DIR/mcp-servers.json; a missing file means no upstream servers.'),
+  setting('rateLimitPerMin', 'SANDGATE_RATE_LIMIT_PER_MIN', '300', int(1, 1000000), 'MCP requests each personal token may make per minute (steady rate); beyond it the endpoint answers 429 with Retry-After.'),
+  setting('rateLimitBurst', 'SANDGATE_RATE_LIMIT_BURST', '60', int(1, 1000000), 'MCP requests a personal token may make at once before SANDGATE_RATE_LIMIT_PER_MIN paces it.'),
+  setting('mcpAllowedHosts', 'SANDGATE_MCP_ALLOWED_HOSTS', '', z.string(), 'Extra host names (comma-separated) accepted in the Host header of /mcp, besides the host of SANDGATE_PUBLIC_URL and localhost. Every other Host is refused (DNS rebinding protection).'),
+  setting('mcpAllowedOrigins', 'SANDGATE_MCP_ALLOWED_ORIGINS', '', z.string(), 'Extra browser origins (comma-separated, e.g. https://app.example.com) allowed to call /mcp, besides the origin of SANDGATE_PUBLIC_URL. Requests with any other Origin header are refused.'),
+] as const;
+
+type SettingKey = (typeof SETTINGS)[number]['key'];
+type SettingValue<K extends SettingKey> = z.output<Extract<(typeof SETTINGS)[number], { key: K }>['schema']>;
+
+export type Config = { [K in SettingKey]: SettingValue<K> } & {
+  /** Resolved absolute data directory. */
+  dataDir: string;
+  /** publicUrl with its default applied. */
+  publicUrl: string;
+};
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+export interface LoadedConfig {
+  config: Config;
+  /** Weaker-than-default choices, to be logged loudly at start. */
+  warnings: string[];
+}
+
+/** Reads `.env` (if present) below the environment; the environment wins. */
+export function readEnv(env: NodeJS.ProcessEnv = process.env, dotenvPath = '.env'): Record<string, string | undefined> {
+  let fromFile: Record<string, string> = {};
+  if (fs.existsSync(dotenvPath)) fromFile = parseDotenv(fs.readFileSync(dotenvPath));
+  return { ...fromFile, ...env };
+}
+
+/**
+ * Validates every setting. Throws ConfigError naming each bad setting and how to fix it.
+ */
+export function loadConfig(env: Record<string, string | undefined> = readEnv()): LoadedConfig {
+  const errors: string[] = [];
+  const out: Record<string, unknown> = {};
+  for (const s of SETTINGS) {
+    const raw = env[s.env] ?? s.default;
+    const parsed = s.schema.safeParse(raw);
+    if (parsed.success) out[s.key] = parsed.data;
+    else errors.push(`${s.env}=${JSON.stringify(raw)} is invalid: ${parsed.error.issues.map((i) => i.message).join('; ')}. ${s.doc}`);
+  }
+  if (errors.length) throw new ConfigError(`invalid configuration:\n  - ${errors.join('\n  - ')}`);
+  const config = out as Config;
+  const warnings: string[] = [];
+
+  config.dataDir = path.resolve(config.dataDir);
+  const loopback = ['127.0.0.1', '::1', 'localhost'].includes(config.host);
+  if (!config.publicUrl) {
+    if (!loopback) {
+      errors.push(`SANDGATE_HOST=${config.host} listens beyond loopback but SANDGATE_PUBLIC_URL is empty: set SANDGATE_PUBLIC_URL to the https URL users reach the gateway at (it is used for sign-in redirects and Host/Origin checks).`);
+    }
+    const h = config.host.includes(':') ? `[${config.host}]` : config.host;
+    config.publicUrl = `http://${h}:${config.port}`;
+  }
+  if (config.sandboxRuntime !== 'runsc') {
+    if (!config.unsafeAllowNonGvisor) {
+      errors.push(`SANDGATE_SANDBOX_RUNTIME=${config.sandboxRuntime} runs sandboxes without gVisor; set SANDGATE_SANDBOX_RUNTIME=runsc, or SANDGATE_UNSAFE_ALLOW_NON_GVISOR=true if you accept model-written code talking to the host kernel.`);
+    } else {
+      warnings.push(`UNSAFE: sandboxes run with runtime "${config.sandboxRuntime}", not gVisor (SANDGATE_UNSAFE_ALLOW_NON_GVISOR=true). Model-written code reaches the host kernel directly.`);
+    }
+  }
+  if (config.workspaceBackend === 'directory') {
+    warnings.push('SANDGATE_WORKSPACE_BACKEND=directory: workspace sizes are NOT limited; one user can fill the host disk.');
+  }
+  if (config.execTimeoutSec > config.execMaxTimeoutSec) {
+    errors.push(`SANDGATE_EXEC_TIMEOUT_SEC=${config.execTimeoutSec} exceeds SANDGATE_EXEC_MAX_TIMEOUT_SEC=${config.execMaxTimeoutSec}: lower the first or raise the second.`);
+  }
+  if (config.sandboxNproc > config.sandboxPidsLimit) {
+    errors.push(`SANDGATE_SANDBOX_NPROC=${config.sandboxNproc} exceeds SANDGATE_SANDBOX_PIDS_LIMIT=${config.sandboxPidsLimit}: the host-side pids limit must stay above the in-sandbox process limit.`);
+  }
+  try {
+    const perms: unknown = JSON.parse(config.defaultPermissions);
+    if (typeof perms !== 'object' || perms === null || Array.isArray(perms)) throw new Error('not an object');
+  } catch (e) {
+    errors.push(`SANDGATE_DEFAULT_PERMISSIONS is not a JSON object (${(e as Error).message}): use e.g. {"read":["/workspace"],"write":["/workspace"]}.`);
+  }
+  if (errors.length) throw new ConfigError(`invalid configuration:\n  - ${errors.join('\n  - ')}`);
+  return { config, warnings };
+}
+
+/** A config for tests and tools: defaults plus overrides, validated the same way. */
+export function configFor(overrides: Record<string, string> = {}): Config {
+  return loadConfig(overrides).config;
+}

@@ -1,0 +1,75 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { configFor } from '../config.js';
+import { createLogger } from '../logger.js';
+import { DockerDriver } from './docker-driver.js';
+import { runDriverConformance } from './driver.conformance.js';
+import { dockerClient, REPO_ROOT } from './index.js';
+
+const config = configFor({ SANDGATE_DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-drv-')) });
+
+function newDriver(image = config.sandboxImage) {
+  return new DockerDriver({
+    docker: dockerClient(config),
+    image,
+    runtime: config.sandboxRuntime,
+    gatewayId: 'conformance',
+    memoryMb: 512,
+    cpus: 1,
+    pidsLimit: 1024,
+    nproc: 64,
+    tmpMb: 64,
+    logger: createLogger('silent'),
+  });
+}
+
+function workspace(): string {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-drv-ws-'));
+  fs.chownSync(dir, 1000, 1000);
+  return dir;
+}
+
+runDriverConformance({
+  name: 'DockerDriver (runsc)',
+  newDriver: () => newDriver(),
+  spec: (owner) => ({
+    owner,
+    workspaceDir: workspace(),
+    workspaceWritable: true,
+    readOnlyMounts: { '/skills': path.join(REPO_ROOT, 'skills'), '/tools': path.join(REPO_ROOT, 'tools') },
+  }),
+});
+
+describe('DockerDriver specifics', () => {
+  it('creates containers with every hardening flag', () => {
+    const spec = newDriver().containerSpec(
+      { owner: { userId: 1, name: 'alice' }, workspaceDir: '/w', workspaceWritable: false, readOnlyMounts: { '/skills': '/s' } },
+      'n',
+    );
+    const h = spec.HostConfig!;
+    expect(h.Runtime).toBe('runsc');
+    expect(h.NetworkMode).toBe('none');
+    expect(h.ReadonlyRootfs).toBe(true);
+    expect(h.CapDrop).toEqual(['ALL']);
+    expect(h.SecurityOpt).toContain('no-new-privileges');
+    expect(h.Memory).toBe(h.MemorySwap);
+    expect(h.PidsLimit).toBeGreaterThanOrEqual(64);
+    expect(h.Ulimits).toContainEqual({ Name: 'nproc', Soft: 64, Hard: 64 });
+    expect(h.Tmpfs!['/tmp']).toMatch(/size=64m/);
+    expect(h.Mounts).toEqual([
+      { Type: 'bind', Source: '/w', Target: '/workspace', ReadOnly: true },
+      { Type: 'bind', Source: '/s', Target: '/skills', ReadOnly: true },
+    ]);
+    expect(spec.Env).toEqual([]);
+    expect(spec.User).toBe('1000:1000');
+    expect(spec.Labels).toMatchObject({ 'org.sandgate.owner': 'alice', 'org.sandgate.owner-id': '1', 'org.sandgate.gateway': 'conformance' });
+  });
+
+  it('a missing image is a clear error naming the fix', async () => {
+    await expect(newDriver('sandgate/does-not-exist:0').start({ workspaceWritable: false, readOnlyMounts: {} })).rejects.toThrow(
+      /build-sandbox-image/,
+    );
+  });
+});

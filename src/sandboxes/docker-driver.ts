@@ -1,0 +1,254 @@
+/**
+ * DockerDriver: one hardened container per sandbox, on dockerode.
+ *
+ * Hardening (each layer stands on its own):
+ * - runtime runsc (gVisor): a user-space kernel between code and the host kernel;
+ * - read-only root, CapDrop ALL, no-new-privileges, network none, uid 1000;
+ * - memory (no swap), CPU, a host-side pids limit and an in-sandbox nproc ulimit
+ *   (gVisor enforces nproc itself: a fork bomb gets EAGAIN instead of killing the sandbox);
+ * - /tmp a size-capped tmpfs; /workspace the only writable mount; /skills and /tools
+ *   read-only binds;
+ * - an empty environment: only the image's own ENV; no host variable is ever passed.
+ *
+ * The runner is reached over the container's attached stdio (OpenStdin, Tty false):
+ * one long-lived stream, ~0.5 ms per round trip, instead of ~150 ms per `docker exec`.
+ */
+import crypto from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import type { Duplex } from 'node:stream';
+import Docker from 'dockerode';
+import type { Logger } from '../logger.js';
+import { fromDockerError, SandboxError } from './errors.js';
+import type { RunnerEvent } from './protocol.js';
+import { RunnerConnection } from './runner-connection.js';
+import type { SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from './types.js';
+
+export const LABEL_GATEWAY = 'org.sandgate.gateway';
+export const LABEL_OWNER = 'org.sandgate.owner';
+export const LABEL_OWNER_ID = 'org.sandgate.owner-id';
+
+export interface DockerDriverOptions {
+  docker: Docker;
+  image: string;
+  runtime: string;
+  /** Distinguishes gateways sharing one dockerd (each data directory is one gateway). */
+  gatewayId: string;
+  memoryMb: number;
+  cpus: number;
+  pidsLimit: number;
+  nproc: number;
+  tmpMb: number;
+  logger: Logger;
+  /** How long a new container may take to say `ready`. */
+  readyTimeoutMs?: number;
+}
+
+export class DockerDriver implements SandboxDriver {
+  readonly name = 'docker';
+  private readonly log: Logger;
+
+  constructor(private readonly opts: DockerDriverOptions) {
+    this.log = opts.logger.child({ module: 'docker-driver' });
+  }
+
+  /** The container create body; exported for tests that check the hardening. */
+  containerSpec(spec: SandboxSpec, name: string): Docker.ContainerCreateOptions {
+    const o = this.opts;
+    const labels: Record<string, string> = { [LABEL_GATEWAY]: o.gatewayId, ...spec.labels };
+    if (spec.owner) {
+      labels[LABEL_OWNER] = spec.owner.name;
+      labels[LABEL_OWNER_ID] = String(spec.owner.userId);
+    }
+    const mounts: Docker.MountSettings[] = [];
+    if (spec.workspaceDir) {
+      mounts.push({ Type: 'bind', Source: spec.workspaceDir, Target: '/workspace', ReadOnly: !spec.workspaceWritable });
+    }
+    for (const [target, source] of Object.entries(spec.readOnlyMounts)) {
+      mounts.push({ Type: 'bind', Source: source, Target: target, ReadOnly: true });
+    }
+    const memory = o.memoryMb * 1024 * 1024;
+    return {
+      name,
+      Image: o.image,
+      User: '1000:1000',
+      WorkingDir: '/workspace',
+      Env: [],
+      Labels: labels,
+      OpenStdin: true,
+      StdinOnce: false,
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+      NetworkDisabled: true,
+      HostConfig: {
+        Runtime: o.runtime,
+        NetworkMode: 'none',
+        ReadonlyRootfs: true,
+        CapDrop: ['ALL'],
+        SecurityOpt: ['no-new-privileges'],
+        Privileged: false,
+        Memory: memory,
+        MemorySwap: memory,
+        NanoCpus: Math.round(o.cpus * 1e9),
+        PidsLimit: o.pidsLimit,
+        Ulimits: [
+          { Name: 'nproc', Soft: o.nproc, Hard: o.nproc },
+          { Name: 'nofile', Soft: 4096, Hard: 4096 },
+        ],
+        Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${o.tmpMb}m,mode=1777` },
+        Mounts: mounts,
+        IpcMode: 'private',
+        RestartPolicy: { Name: 'no' },
+        LogConfig: { Type: 'json-file', Config: { 'max-size': '1m', 'max-file': '1' } },
+      },
+    };
+  }
+
+  async start(spec: SandboxSpec): Promise<SandboxHandle> {
+    const o = this.opts;
+    const who = spec.owner?.name ?? 'pool';
+    const name = `sandgate-${o.gatewayId}-${who}-${crypto.randomBytes(4).toString('hex')}`;
+    let container: Docker.Container;
+    try {
+      container = await o.docker.createContainer(this.containerSpec(spec, name));
+    } catch (e) {
+      throw fromDockerError(e, `creating container for ${who}`, { image: o.image, runtime: o.runtime });
+    }
+    try {
+      const handle = await this.connect(container, Date.now());
+      // Listen before starting: the runner may say `ready` before start() returns.
+      const ready = handle.connection.waitFor(
+        (e): e is Extract<RunnerEvent, { type: 'ready' }> => e.type === 'ready',
+        o.readyTimeoutMs ?? 60_000,
+        'ready',
+      );
+      ready.catch(() => {});
+      try {
+        await container.start();
+      } catch (e) {
+        throw fromDockerError(e, `starting container for ${who}`, { image: o.image, runtime: o.runtime });
+      }
+      await ready;
+      this.log.info({ container: container.id.slice(0, 12), owner: who }, 'sandbox started');
+      return handle;
+    } catch (e) {
+      await container.remove({ force: true }).catch(() => {});
+      if (e instanceof SandboxError) throw e;
+      throw new SandboxError(`the sandbox did not start: ${(e as Error).message}`, 'start_failed');
+    }
+  }
+
+  async attach(id: string): Promise<SandboxHandle | undefined> {
+    const container = this.opts.docker.getContainer(id);
+    let info: Docker.ContainerInspectInfo;
+    try {
+      info = await container.inspect();
+    } catch {
+      return undefined;
+    }
+    if (!info.State.Running) return undefined;
+    const handle = await this.connect(container, Date.parse(info.Created));
+    try {
+      const id = `adopt-${crypto.randomBytes(4).toString('hex')}`;
+      const pong = handle.connection.waitFor((e): e is Extract<RunnerEvent, { type: 'pong' }> => e.type === 'pong' && e.id === id, 5000, 'ping');
+      handle.send({ op: 'ping', id });
+      await pong;
+      return handle;
+    } catch {
+      handle.connection.exit('not answering');
+      return undefined;
+    }
+  }
+
+  async stop(id: string): Promise<void> {
+    try {
+      await this.opts.docker.getContainer(id).remove({ force: true });
+    } catch (e) {
+      if ((e as { statusCode?: number }).statusCode !== 404) throw fromDockerError(e, `removing ${id.slice(0, 12)}`);
+    }
+  }
+
+  async list(): Promise<SandboxInfo[]> {
+    const containers = await this.opts.docker.listContainers({
+      all: true,
+      filters: { label: [`${LABEL_GATEWAY}=${this.opts.gatewayId}`] },
+    });
+    return containers.map((c) => ({
+      id: c.Id,
+      labels: c.Labels,
+      owner: c.Labels[LABEL_OWNER],
+      ownerId: c.Labels[LABEL_OWNER_ID] ? Number(c.Labels[LABEL_OWNER_ID]) : undefined,
+      createdAt: c.Created * 1000,
+      running: c.State === 'running',
+    }));
+  }
+
+  private async connect(container: Docker.Container, createdAt: number): Promise<DockerSandbox> {
+    const stream = (await container.attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+    const out = new PassThrough();
+    const err = new PassThrough();
+    this.opts.docker.modem.demuxStream(stream, out, err);
+    stream.on('end', () => out.end());
+    stream.on('close', () => out.end());
+    const log = this.log.child({ container: container.id.slice(0, 12) });
+    err.setEncoding('utf8');
+    err.on('data', (d: string) => log.debug({ runner: d.trimEnd() }, 'runner stderr'));
+    const connection = new RunnerConnection(stream, out, (line) => log.warn({ line }, 'runner protocol'));
+    return new DockerSandbox(container, createdAt, connection, stream);
+  }
+}
+
+class DockerSandbox implements SandboxHandle {
+  private lastCpu?: { total: number; system: number };
+
+  constructor(
+    private readonly container: Docker.Container,
+    readonly createdAt: number,
+    readonly connection: RunnerConnection,
+    private readonly stream: Duplex,
+  ) {}
+
+  get id(): string {
+    return this.container.id;
+  }
+
+  get exited(): boolean {
+    return this.connection.exited;
+  }
+
+  send(request: object): void {
+    this.connection.send(request);
+  }
+
+  onEvent(listener: (event: RunnerEvent) => void): () => void {
+    return this.connection.onEvent(listener);
+  }
+
+  onExit(listener: (reason: string) => void): () => void {
+    return this.connection.onExit(listener);
+  }
+
+  /** Detaches without stopping the container (used at gateway shutdown). */
+  detach(): void {
+    this.stream.destroy();
+  }
+
+  async stats(): Promise<SandboxStats> {
+    const s = await this.container.stats({ stream: false, 'one-shot': true });
+    const total = s.cpu_stats?.cpu_usage?.total_usage ?? 0;
+    const system = s.cpu_stats?.system_cpu_usage ?? 0;
+    const cpus = s.cpu_stats?.online_cpus ?? 1;
+    let cpuPercent = 0;
+    if (this.lastCpu && system > this.lastCpu.system) {
+      cpuPercent = ((total - this.lastCpu.total) / (system - this.lastCpu.system)) * cpus * 100;
+    }
+    this.lastCpu = { total, system };
+    return {
+      cpuPercent: Math.max(0, Math.round(cpuPercent * 10) / 10),
+      memoryBytes: s.memory_stats?.usage ?? 0,
+      memoryLimitBytes: s.memory_stats?.limit ?? 0,
+      pids: s.pids_stats?.current ?? 0,
+    };
+  }
+}

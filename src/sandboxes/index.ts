@@ -1,0 +1,69 @@
+/**
+ * Builds the sandbox stack from configuration: Docker client, driver, workspace
+ * volumes and the manager. The one place that knows which driver is in use.
+ */
+import crypto from 'node:crypto';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import Docker from 'dockerode';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import type { Db } from '../store/store.js';
+import { DockerDriver } from './docker-driver.js';
+import { SandboxManager } from './manager.js';
+import type { SandboxOwner } from './types.js';
+import { WorkspaceVolumes } from './volumes.js';
+
+/** The repository root (skills/ and tools/ are mounted from it). */
+export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+
+/** A short id for this gateway's containers: one per data directory. */
+export function gatewayIdFor(dataDir: string): string {
+  return crypto.createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 10);
+}
+
+export function dockerClient(config: Config): Docker {
+  return new Docker({ socketPath: config.dockerSocket });
+}
+
+/** Copies the static in-sandbox library (repo tools/) into a sandbox's /tools directory. */
+export async function copyStaticTools(dir: string): Promise<void> {
+  await fsp.cp(path.join(REPO_ROOT, 'tools'), dir, { recursive: true, force: true, filter: (src) => !src.includes('__pycache__') });
+}
+
+export interface SandboxStackOptions {
+  prepareTools?: (dir: string, owner: SandboxOwner | undefined) => Promise<void>;
+  skillsDir?: string;
+}
+
+export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
+  const docker = dockerClient(config);
+  const driver = new DockerDriver({
+    docker,
+    image: config.sandboxImage,
+    runtime: config.sandboxRuntime,
+    gatewayId: gatewayIdFor(config.dataDir),
+    memoryMb: config.sandboxMemoryMb,
+    cpus: config.sandboxCpus,
+    pidsLimit: config.sandboxPidsLimit,
+    nproc: config.sandboxNproc,
+    tmpMb: config.sandboxTmpMb,
+    logger,
+  });
+  const volumes = new WorkspaceVolumes({
+    dir: path.join(config.dataDir, 'workspaces'),
+    backend: config.workspaceBackend,
+    sizeMb: config.workspaceMb,
+  });
+  return new SandboxManager({
+    config,
+    db,
+    logger,
+    driver,
+    volumes,
+    skillsDir: opts.skillsDir ?? path.join(REPO_ROOT, 'skills'),
+    toolsMountsDir: path.join(config.dataDir, 'sandbox-tools'),
+    prepareTools: opts.prepareTools ?? ((dir) => copyStaticTools(dir)),
+  });
+}

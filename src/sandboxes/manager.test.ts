@@ -1,0 +1,235 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createHarness, type Harness } from '../testing/harness.js';
+import { PermissionError } from './permissions.js';
+import type { SandboxOwner } from './types.js';
+
+describe('SandboxManager: executions', () => {
+  let h: Harness;
+  let alice: SandboxOwner;
+  beforeAll(async () => {
+    h = await createHarness({ env: { SANDGATE_OUTPUT_LIMIT_KB: '16' } });
+    alice = h.user('alice');
+  });
+  afterAll(() => h.close());
+
+  it('keeps Python state between calls and returns the final expression', async () => {
+    const a = await h.manager.execute(alice, { language: 'python', code: 'import math\nx = 20\nprint("set")' });
+    expect(a.stdout).toBe('set\n');
+    expect(a.result ?? null).toBeNull();
+    const b = await h.manager.execute(alice, { language: 'python', code: 'x * 2 + math.floor(2.5)' });
+    expect(b.result).toBe('42');
+    expect(b.exitCode).toBe(0);
+    expect(b.durationMs).toBeGreaterThan(0);
+  });
+
+  it('reports a Python exception with its traceback', async () => {
+    const r = await h.manager.execute(alice, { language: 'python', code: 'def f():\n    return 1/0\nf()' });
+    expect(r.exitCode).toBe(1);
+    expect(r.error?.name).toBe('ZeroDivisionError');
+    expect(r.stderr).toMatch(/ZeroDivisionError: division by zero/);
+  });
+
+  it('streams output while the code runs', async () => {
+    const chunks: { at: number; data: string }[] = [];
+    const t0 = Date.now();
+    const r = await h.manager.execute(alice, {
+      language: 'python',
+      code: 'import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.4)',
+      onOutput: (_s, data) => chunks.push({ at: Date.now() - t0, data }),
+    });
+    expect(r.stdout).toBe('0\n1\n2\n');
+    expect(chunks.length).toBeGreaterThanOrEqual(2);
+    expect(chunks[0]!.at).toBeLessThan(r.durationMs);
+  });
+
+  it('runs TypeScript under Deno with flags from the policy', async () => {
+    const ok = await h.manager.execute(alice, {
+      language: 'typescript',
+      code: 'const n: number = 21;\nawait Deno.writeTextFile("/workspace/from-deno.txt", "hi");\nconsole.log(n * 2);',
+    });
+    expect(ok.stderr).toBe('');
+    expect(ok.stdout.trim()).toBe('42');
+    expect(ok.files).toContainEqual(expect.objectContaining({ path: 'from-deno.txt', change: 'created' }));
+    const denied = await h.manager.execute(alice, { language: 'typescript', code: 'console.log(await Deno.readTextFile("/etc/passwd"))' });
+    expect(denied.exitCode).not.toBe(0);
+    expect(denied.stderr).toMatch(/NotCapable: Requires read access to "\/etc\/passwd", run again with the --allow-read flag/);
+    const js = await h.manager.execute(alice, { language: 'javascript', code: 'console.log([1,2,3].map(x => x * 2).join(","))' });
+    expect(js.stdout.trim()).toBe('2,4,6');
+  });
+
+  it('runs bash in /workspace', async () => {
+    const r = await h.manager.execute(alice, { language: 'bash', code: 'pwd; echo hello > greeting.txt; cat greeting.txt; exit 3' });
+    expect(r.stdout).toBe('/workspace\nhello\n');
+    expect(r.exitCode).toBe(3);
+    expect(r.files).toContainEqual(expect.objectContaining({ path: 'greeting.txt', change: 'created' }));
+  });
+
+  it('reports files created, modified and deleted', async () => {
+    await h.manager.execute(alice, { language: 'bash', code: 'echo 1 > keep.txt; echo 1 > gone.txt' });
+    const r = await h.manager.execute(alice, { language: 'bash', code: 'echo 22 >> keep.txt; rm gone.txt; mkdir -p d; echo x > d/new.txt' });
+    const byPath = Object.fromEntries(r.files.map((f) => [f.path, f.change]));
+    expect(byPath).toMatchObject({ 'keep.txt': 'modified', 'gone.txt': 'deleted', 'd/new.txt': 'created' });
+  });
+
+  it('saves matplotlib figures automatically', async () => {
+    const r = await h.manager.execute(alice, {
+      language: 'python',
+      code: 'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [1, 4, 9])\nplt.title("squares")',
+    });
+    const figs = r.files.filter((f) => f.path.startsWith('figures/') && f.path.endsWith('.png'));
+    expect(figs.length).toBe(1);
+    const png = await h.manager.workspace(alice).read(figs[0]!.path);
+    expect(png.data.subarray(1, 4).toString()).toBe('PNG');
+  });
+
+  it('cuts output beyond the cap with a notice', async () => {
+    const r = await h.manager.execute(alice, { language: 'python', code: 'print("x" * 1_000_000)' });
+    expect(r.stdout.length).toBeLessThanOrEqual(16 * 1024);
+    expect(r.truncated.stdout).toBeGreaterThan(900_000);
+    expect(r.stderr + (r.notice ?? '')).toMatch(/truncated/);
+  });
+
+  it('kills code at its timeout, keeps files, and the next call works', async () => {
+    await h.manager.execute(alice, { language: 'python', code: 'kept = 1\nopen("before-timeout.txt", "w").write("safe")' });
+    const t0 = Date.now();
+    const r = await h.manager.execute(alice, { language: 'python', code: 'while True:\n    pass', timeoutSec: 2 });
+    expect(Date.now() - t0).toBeLessThan(10_000);
+    expect(r.timedOut).toBe(true);
+    expect(r.killed).toBe(true);
+    expect(r.restarted).toBe(true);
+    expect(r.notice).toMatch(/variables/i);
+    const next = await h.manager.execute(alice, { language: 'python', code: 'open("before-timeout.txt").read()' });
+    expect(next.result).toBe("'safe'");
+    const lost = await h.manager.execute(alice, { language: 'python', code: 'kept' });
+    expect(lost.error?.name).toBe('NameError');
+    const bash = await h.manager.execute(alice, { language: 'bash', code: 'sleep 100 & sleep 100; echo never', timeoutSec: 1 });
+    expect(bash.timedOut).toBe(true);
+    expect(bash.stdout).not.toMatch(/never/);
+    const ps = await h.manager.execute(alice, { language: 'bash', code: 'ps -eo comm | grep -c "^sleep" || true' });
+    expect(ps.stdout.trim()).toBe('0');
+  });
+
+  it('refuses permissions beyond the ceiling and any network, naming the grant', async () => {
+    await expect(h.manager.execute(alice, { language: 'python', code: '1', permissions: { read: ['/etc'] } })).rejects.toThrow(
+      'Requires read access to "/etc", run again with --allow-read=/etc',
+    );
+    await expect(h.manager.execute(alice, { language: 'python', code: '1', permissions: { net: true } })).rejects.toThrow(PermissionError);
+    await expect(h.manager.execute(alice, { language: 'python', code: '1', permissions: { net: ['pypi.org'] } })).rejects.toThrow(/--network none/);
+  });
+
+  it('enforces a narrowed request in every language', async () => {
+    const ro = { write: false as const };
+    const py = await h.manager.execute(alice, { language: 'python', code: 'open("/workspace/nope.txt", "w")', permissions: ro });
+    expect(py.stderr).toMatch(/Read-only file system/);
+    const sh = await h.manager.execute(alice, { language: 'bash', code: 'touch /workspace/nope.txt', permissions: ro });
+    expect(sh.exitCode).not.toBe(0);
+    expect(sh.stderr).toMatch(/Read-only file system/);
+    const ts = await h.manager.execute(alice, { language: 'typescript', code: 'await Deno.writeTextFile("/workspace/nope.txt", "x")', permissions: ro });
+    expect(ts.stderr).toMatch(/Requires write access to "\/workspace\/nope.txt"/);
+    const hidden = await h.manager.execute(alice, { language: 'bash', code: 'ls /skills | wc -l; cat /workspace/greeting.txt', permissions: { read: ['/workspace'] } });
+    expect(hidden.stdout.split('\n')[0]).toBe('0');
+    expect(hidden.stdout).toMatch(/hello/);
+    // The narrowing does not stick: the next plain call may write again.
+    const after = await h.manager.execute(alice, { language: 'bash', code: 'touch /workspace/ok.txt && echo ok' });
+    expect(after.stdout.trim()).toBe('ok');
+    const back = await h.manager.execute(alice, { language: 'python', code: 'import os\nos.path.exists("/workspace/nope.txt")' });
+    expect(back.result).toBe('False');
+  });
+
+  it('rejects a bad request before it reaches the sandbox', async () => {
+    await expect(h.manager.execute(alice, { language: 'cobol' as never, code: '' })).rejects.toThrow(/unknown language/);
+    await expect(h.manager.execute(alice, { language: 'python', code: '1', timeoutSec: 100_000 })).rejects.toThrow(/SANDGATE_EXEC_MAX_TIMEOUT_SEC/);
+    await expect(h.manager.execute(alice, { language: 'python', code: 'x'.repeat(2_000_000) })).rejects.toThrow(/at most/);
+  });
+
+  it('cancels an execution through its AbortSignal', async () => {
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 500);
+    const r = await h.manager.execute(alice, { language: 'bash', code: 'sleep 30', signal: ac.signal });
+    expect(r.killed).toBe(true);
+    expect(r.durationMs).toBeLessThan(10_000);
+  });
+});
+
+describe('SandboxManager: lifecycle', () => {
+  let h: Harness;
+  beforeAll(async () => {
+    h = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '1', SANDGATE_WARM_POOL_PRELOAD: 'numpy,pandas' } });
+    await h.manager.poolReady();
+  });
+  afterAll(() => h.close());
+
+  it('hands a pooled sandbox with the data stack imported to a new user', async () => {
+    const bob = h.user('bob');
+    expect(h.manager.poolSize).toBe(1);
+    const r = await h.manager.execute(bob, { language: 'python', code: 'import sys\n"pandas" in sys.modules and "numpy" in sys.modules' });
+    expect(r.result).toBe('True');
+    // The pool refills in the background.
+    await h.manager.poolReady();
+    expect(h.manager.poolSize).toBe(1);
+  });
+
+  it('keeps the workspace when the sandbox is stopped and replaced', async () => {
+    const carol = h.user('carol');
+    await h.manager.execute(carol, { language: 'bash', code: 'echo persisted > note.txt' });
+    const [before] = (await h.manager.list()).filter((s) => s.user === 'carol');
+    expect(await h.manager.stopUser(carol.userId)).toBe(true);
+    expect((await h.manager.list()).some((s) => s.user === 'carol')).toBe(false);
+    const r = await h.manager.execute(carol, { language: 'bash', code: 'cat note.txt' });
+    expect(r.stdout).toBe('persisted\n');
+    const [after] = (await h.manager.list()).filter((s) => s.user === 'carol');
+    expect(after!.containerId).not.toBe(before!.containerId);
+  });
+
+  it('stops idle sandboxes, but never one that is running code', async () => {
+    const dave = h.user('dave');
+    const erin = h.user('erin');
+    await h.manager.execute(dave, { language: 'python', code: '1' });
+    const long = h.manager.execute(erin, { language: 'bash', code: 'sleep 3; echo done' });
+    await new Promise((r) => setTimeout(r, 1500));
+    await h.manager.reap(Date.now() + 10 * 24 * 3600 * 1000);
+    const users = (await h.manager.list()).map((s) => s.user);
+    expect(users).not.toContain('dave');
+    expect(users).toContain('erin');
+    expect((await long).stdout).toBe('done\n');
+  });
+
+  it('reports stats for the admin page', async () => {
+    const frank = h.user('frank');
+    await h.manager.execute(frank, { language: 'bash', code: 'head -c 1000000 /dev/urandom > blob' });
+    const [s] = (await h.manager.list({ stats: true })).filter((x) => x.user === 'frank');
+    expect(s!.stats!.memoryBytes).toBeGreaterThan(1_000_000);
+    expect(s!.stats!.memoryLimitBytes).toBeGreaterThan(0);
+    expect(s!.workspace!.usedBytes).toBeGreaterThanOrEqual(1_000_000);
+    expect(s!.workspace!.limitBytes).toBeGreaterThan(s!.workspace!.usedBytes);
+    expect(s!.lastActivity).toBeGreaterThanOrEqual(s!.startedAt);
+  });
+});
+
+describe('SandboxManager: gateway restart', () => {
+  it('adopts running sandboxes (Python state intact) and removes what it cannot place', async () => {
+    const first = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '1' } });
+    const gina = first.user('gina');
+    await first.manager.poolReady();
+    await first.manager.execute(gina, { language: 'python', code: 'survivor = "still here"' });
+    const dataDir = first.dataDir;
+    // A crash-like stop: every container keeps running, nothing is cleaned.
+    await first.manager.shutdown({ detachOnly: true });
+    first.store.close();
+
+    const second = await createHarness({ dataDir });
+    try {
+      const g = second.user('gina');
+      expect((await second.manager.list()).map((s) => s.user)).toEqual(['gina']);
+      const r = await second.manager.execute(g, { language: 'python', code: 'survivor' });
+      expect(r.result).toBe("'still here'");
+      expect(second.manager.poolSize).toBe(0);
+      // The pooled container of the first run was removed, not adopted: no orphans.
+      const docker = (await import('./index.js')).dockerClient(second.config);
+      const left = await docker.listContainers({ all: true, filters: { label: [`org.sandgate.gateway=${(await import('./index.js')).gatewayIdFor(dataDir)}`] } });
+      expect(left.length).toBe(1);
+    } finally {
+      await second.close();
+    }
+  });
+});

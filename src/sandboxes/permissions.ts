@@ -1,0 +1,128 @@
+/**
+ * Deno-style permissions: deny by default; each grant is `true` (all) or a list.
+ *
+ * An admin sets a ceiling per user (config default, or the user's row in the store).
+ * A request may only narrow it: `narrowPermissions` rejects any grant the ceiling lacks
+ * and names the missing one the way Deno does. The effective policy then decides, for
+ * every language, what is mounted and writable and which variables are passed; for
+ * TS/JS `denoFlags` turns it into --allow-* flags so Deno enforces it again in-process.
+ */
+import path from 'node:path/posix';
+import { z } from 'zod';
+
+export const GRANT_NAMES = ['read', 'write', 'net', 'env', 'run', 'sys', 'ffi'] as const;
+export type GrantName = (typeof GRANT_NAMES)[number];
+/** true: everything; a list: only those; false / []: nothing. */
+export type Grant = boolean | string[];
+export type Permissions = Record<GrantName, Grant>;
+
+export const grantSchema = z.union([z.boolean(), z.array(z.string().min(1).max(4096)).max(256)]);
+export const permissionsSchema = z
+  .object(Object.fromEntries(GRANT_NAMES.map((g) => [g, grantSchema.optional()])) as Record<GrantName, z.ZodOptional<typeof grantSchema>>)
+  .strict();
+
+export const DENY_ALL: Permissions = { read: false, write: false, net: false, env: false, run: false, sys: false, ffi: false };
+
+/** Paths that code may never be granted, whatever the ceiling says. */
+const PATH_GRANTS: ReadonlySet<GrantName> = new Set(['read', 'write']);
+
+export class PermissionError extends Error {
+  override name = 'PermissionError';
+  constructor(
+    message: string,
+    readonly grant: GrantName,
+  ) {
+    super(message);
+  }
+}
+
+/** Parses a JSON or object ceiling, filling missing grants with deny. */
+export function parsePermissions(input: unknown): Permissions {
+  const obj = typeof input === 'string' ? (JSON.parse(input) as unknown) : input;
+  const parsed = permissionsSchema.parse(obj);
+  const out: Permissions = { ...DENY_ALL };
+  for (const g of GRANT_NAMES) {
+    const v = parsed[g];
+    if (v !== undefined) out[g] = PATH_GRANTS.has(g) && Array.isArray(v) ? v.map(normalizePath) : v;
+  }
+  return out;
+}
+
+function normalizePath(p: string): string {
+  if (!p.startsWith('/')) throw new Error(`permission paths must be absolute: "${p}"`);
+  const n = path.normalize(p);
+  return n.length > 1 && n.endsWith('/') ? n.slice(0, -1) : n;
+}
+
+function pathWithin(child: string, parent: string): boolean {
+  return parent === '/' || child === parent || child.startsWith(parent + '/');
+}
+
+function itemAllowed(grant: GrantName, ceiling: Grant, item: string): boolean {
+  if (ceiling === true) return true;
+  if (ceiling === false) return false;
+  return PATH_GRANTS.has(grant) ? ceiling.some((c) => pathWithin(item, c)) : ceiling.includes(item);
+}
+
+/** The message Deno prints, with sandgate's fix. */
+export function denialMessage(grant: GrantName, what?: string): string {
+  const kind = grant === 'sys' ? 'sys' : grant;
+  const target = what ? ` to "${what}"` : '';
+  return `Requires ${kind} access${target}, run again with --allow-${grant}${what ? `=${what}` : ''} (your permission ceiling does not grant it; an admin can raise it)`;
+}
+
+/**
+ * Intersects a request with the ceiling. Anything the request names beyond the ceiling
+ * is an error (never silently dropped), so a caller learns which grant is missing.
+ * Grants the request leaves out keep the ceiling's value.
+ */
+export function narrowPermissions(ceiling: Permissions, request: Partial<Record<GrantName, Grant>> | undefined): Permissions {
+  if (!request) return { ...ceiling };
+  const out: Permissions = { ...ceiling };
+  for (const g of GRANT_NAMES) {
+    const want = request[g];
+    if (want === undefined) continue;
+    const have = ceiling[g];
+    if (want === false || (Array.isArray(want) && want.length === 0)) {
+      out[g] = false;
+    } else if (want === true) {
+      if (have !== true) throw new PermissionError(denialMessage(g), g);
+      out[g] = true;
+    } else {
+      const items = PATH_GRANTS.has(g) ? want.map(normalizePath) : want;
+      for (const item of items) if (!itemAllowed(g, have, item)) throw new PermissionError(denialMessage(g, item), g);
+      out[g] = items;
+    }
+  }
+  return out;
+}
+
+export function allows(p: Permissions, grant: GrantName, item: string): boolean {
+  const v = p[grant];
+  if (v === true) return true;
+  if (v === false) return false;
+  const n = PATH_GRANTS.has(grant) ? normalizePath(item) : item;
+  return itemAllowed(grant, v, n);
+}
+
+/** The Deno flags for a policy; `extraRead`/`extraWrite` are gateway channels (the bridge socket). */
+export function denoFlags(p: Permissions, extra: { read?: string[]; write?: string[] } = {}): string[] {
+  const flags: string[] = [];
+  for (const g of GRANT_NAMES) {
+    let v = p[g];
+    const more = g === 'read' ? extra.read : g === 'write' ? extra.write : undefined;
+    if (more?.length && v !== true) v = [...(v === false ? [] : v), ...more];
+    if (v === true) flags.push(`--allow-${g}`);
+    else if (Array.isArray(v) && v.length) flags.push(`--allow-${g}=${v.join(',')}`);
+  }
+  return flags;
+}
+
+/**
+ * Why network access is refused in this version: containers run with --network none,
+ * so no grant could be honoured. Returns the message, or undefined when `net` is denied.
+ */
+export function networkUnavailable(p: Permissions): string | undefined {
+  if (p.net === false || (Array.isArray(p.net) && p.net.length === 0)) return undefined;
+  return 'Requires net access, which sandgate does not offer yet: sandboxes run with --network none. Remove "net" from the requested permissions; to use an upstream service, call its MCP tools from your code instead.';
+}

@@ -1,0 +1,102 @@
+/**
+ * The sandbox seams.
+ *
+ * - `SandboxDriver` starts, finds, stops and lists containers (JupyterHub's Spawner,
+ *   reduced to what sandgate needs). DockerDriver is the first implementation; a
+ *   Kubernetes one must be able to implement the same four verbs.
+ * - `SandboxHandle` is one running sandbox: a connected runner plus stats.
+ * - `SandboxManager` (manager.ts) owns the lifecycle: one sandbox per user, the warm
+ *   pool, idle and lifetime limits, adoption after a restart. Everything above it
+ *   (MCP tools, the chat agent, the admin page) talks to the manager only.
+ */
+import type { ExecDone, Language, RunnerEvent } from './protocol.js';
+import type { Permissions } from './permissions.js';
+
+/** Identity of a sandbox owner. `name` is a stable login (GitHub login or local name). */
+export interface SandboxOwner {
+  userId: number;
+  name: string;
+}
+
+/** What a driver needs to create a sandbox. */
+export interface SandboxSpec {
+  /** Undefined for a pooled sandbox not yet handed to a user. */
+  owner?: SandboxOwner;
+  /** Host directory mounted read-write (or read-only, per policy) at /workspace. */
+  workspaceDir?: string;
+  workspaceWritable: boolean;
+  /** Extra read-only bind mounts (container path -> host path), e.g. /skills, /tools. */
+  readOnlyMounts: Record<string, string>;
+  /** Extra labels the owner of the driver wants to find again (e.g. the workspace id). */
+  labels?: Record<string, string>;
+}
+
+export interface SandboxInfo {
+  id: string;
+  labels: Record<string, string>;
+  /** Owner name from the container label, or undefined for a pooled sandbox. */
+  owner?: string;
+  ownerId?: number;
+  createdAt: number;
+  running: boolean;
+}
+
+export interface SandboxStats {
+  cpuPercent: number;
+  memoryBytes: number;
+  memoryLimitBytes: number;
+  pids: number;
+}
+
+/** A connected runner in a running container. */
+export interface SandboxHandle {
+  readonly id: string;
+  readonly createdAt: number;
+  /** Sends one request line. */
+  send(request: object): void;
+  /** Subscribes to runner events; returns an unsubscribe function. */
+  onEvent(listener: (event: RunnerEvent) => void): () => void;
+  /** Called once when the runner's stream ends (container stopped or died). */
+  onExit(listener: (reason: string) => void): () => void;
+  readonly exited: boolean;
+  stats(): Promise<SandboxStats>;
+}
+
+/**
+ * start / find / stop / list. Implementations must pass runDriverConformance
+ * (driver.conformance.ts). `start` resolves once the runner said `ready`.
+ */
+export interface SandboxDriver {
+  readonly name: string;
+  start(spec: SandboxSpec): Promise<SandboxHandle>;
+  /** Re-attaches to a running sandbox found by `list`; undefined when it is gone. */
+  attach(id: string): Promise<SandboxHandle | undefined>;
+  /** Stops and removes; a missing sandbox is not an error. */
+  stop(id: string): Promise<void>;
+  /** Every sandbox this gateway (by its label) owns, running or not. */
+  list(): Promise<SandboxInfo[]>;
+  /** Gives a pooled sandbox to an owner (relabels it where the backend can). */
+  claim?(id: string, owner: SandboxOwner): Promise<void>;
+}
+
+export interface ExecuteOptions {
+  language: Language;
+  code: string;
+  /** Seconds; defaults to the configured default, capped at the configured maximum. */
+  timeoutSec?: number;
+  /** A narrowing of the user's ceiling; a grant beyond the ceiling is an error. */
+  permissions?: Partial<Permissions>;
+  /** Receives output as it streams. */
+  onOutput?: (stream: 'stdout' | 'stderr', data: string) => void;
+  /** An AbortSignal that cancels (kills) the execution. */
+  signal?: AbortSignal;
+}
+
+export interface ExecuteResult extends Omit<ExecDone, 'type' | 'id'> {
+  stdout: string;
+  stderr: string;
+  language: Language;
+}
+
+/** Handles `call` events raised by code inside a sandbox (e.g. upstream tool calls). */
+export type BridgeHandler = (owner: SandboxOwner, method: string, params: unknown) => Promise<unknown>;

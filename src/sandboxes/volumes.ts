@@ -1,0 +1,148 @@
+/**
+ * Where workspaces live on the host, and how their size is limited.
+ *
+ * `loop` (the default): each workspace is an ext4 filesystem in a sparse image file,
+ * `<dataDir>/workspaces/<id>.img`, loop-mounted at `<dataDir>/workspaces/<id>/`. The
+ * kernel enforces the size: code that fills it gets ENOSPC, and neither the host disk
+ * nor another user's workspace is touched. The image only takes the space actually
+ * written. Needs root and loop devices.
+ *
+ * `directory`: a plain directory with no size limit. Only with an explicit
+ * SANDGATE_WORKSPACE_BACKEND=directory, and logged as a warning at start.
+ *
+ * Both survive container and gateway restarts: remounting at next use is idempotent.
+ */
+import { execFile } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { SANDBOX_GID, SANDBOX_UID } from './workspace.js';
+
+const run = promisify(execFile);
+
+export type WorkspaceBackend = 'loop' | 'directory';
+
+export interface WorkspaceVolumesOptions {
+  dir: string;
+  backend: WorkspaceBackend;
+  sizeMb: number;
+}
+
+export class WorkspaceVolumes {
+  private readonly pending = new Map<string, Promise<string>>();
+
+  constructor(private readonly opts: WorkspaceVolumesOptions) {
+    fs.mkdirSync(opts.dir, { recursive: true, mode: 0o711 });
+  }
+
+  /** A fresh, unused workspace id. */
+  newId(): string {
+    return crypto.randomBytes(9).toString('base64url');
+  }
+
+  hostPath(id: string): string {
+    if (!/^[A-Za-z0-9_-]{6,64}$/.test(id)) throw new Error(`invalid workspace id "${id}"`);
+    return path.join(this.opts.dir, id);
+  }
+
+  /** Makes the workspace ready (creating and mounting as needed); returns its host path. */
+  ensure(id: string): Promise<string> {
+    let p = this.pending.get(id);
+    if (!p) {
+      p = this.doEnsure(id).finally(() => this.pending.delete(id));
+      this.pending.set(id, p);
+    }
+    return p;
+  }
+
+  private async doEnsure(id: string): Promise<string> {
+    const mnt = this.hostPath(id);
+    await fsp.mkdir(mnt, { recursive: true, mode: 0o755 });
+    if (this.opts.backend === 'directory') {
+      await fsp.chown(mnt, SANDBOX_UID, SANDBOX_GID).catch(() => {});
+      return fsp.realpath(mnt);
+    }
+    if (await isMountPoint(mnt)) return fsp.realpath(mnt);
+    const img = `${mnt}.img`;
+    if (!fs.existsSync(img)) {
+      const tmp = `${img}.new`;
+      await fsp.rm(tmp, { force: true });
+      const fh = await fsp.open(tmp, 'w', 0o600);
+      await fh.truncate(this.opts.sizeMb * 1024 * 1024);
+      await fh.close();
+      // -m 0: no blocks reserved for root; root_owner: the sandbox user owns the top.
+      await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `root_owner=${SANDBOX_UID}:${SANDBOX_GID}`, tmp]);
+      await fsp.rename(tmp, img);
+    } else {
+      await this.resizeIfNeeded(img);
+    }
+    await run('mount', ['-o', 'loop,nosuid,nodev', img, mnt]);
+    await fsp.rmdir(path.join(mnt, 'lost+found')).catch(() => {});
+    return fsp.realpath(mnt);
+  }
+
+  /** Grows an image when the configured size went up; never shrinks (that could lose data). */
+  private async resizeIfNeeded(img: string): Promise<void> {
+    const want = this.opts.sizeMb * 1024 * 1024;
+    const st = await fsp.stat(img);
+    if (st.size >= want) return;
+    const fh = await fsp.open(img, 'r+');
+    await fh.truncate(want);
+    await fh.close();
+    await run('e2fsck', ['-f', '-p', img]).catch(() => {});
+    await run('resize2fs', [img]);
+  }
+
+  /** Bytes used and the limit, for stats. */
+  async usage(id: string): Promise<{ usedBytes: number; limitBytes: number | null }> {
+    const mnt = this.hostPath(id);
+    const s = await fsp.statfs(mnt);
+    if (this.opts.backend === 'loop') {
+      return { usedBytes: (s.blocks - s.bfree) * s.bsize, limitBytes: s.blocks * s.bsize };
+    }
+    return { usedBytes: await duBytes(mnt), limitBytes: null };
+  }
+
+  /** Unmounts (at gateway shutdown of tests; workspaces stay on disk). */
+  async release(id: string): Promise<void> {
+    const mnt = this.hostPath(id);
+    if (this.opts.backend === 'loop' && (await isMountPoint(mnt))) {
+      await run('umount', [mnt]).catch(() => run('umount', ['-l', mnt]));
+    }
+  }
+
+  /** Deletes a workspace and its data for good. */
+  async destroy(id: string): Promise<void> {
+    await this.release(id);
+    const mnt = this.hostPath(id);
+    await fsp.rm(mnt, { recursive: true, force: true });
+    await fsp.rm(`${mnt}.img`, { force: true });
+  }
+}
+
+async function isMountPoint(p: string): Promise<boolean> {
+  const real = await fsp.realpath(p).catch(() => p);
+  const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+  return info.split('\n').some((line) => line.split(' ')[4] === real);
+}
+
+async function duBytes(dir: string): Promise<number> {
+  const { stdout } = await run('du', ['-sb', dir]).catch(() => ({ stdout: '0' }));
+  return Number(stdout.split(/\s/)[0]) || 0;
+}
+
+/** Why the loop backend cannot work here, or undefined when it can. */
+export async function loopBackendProblem(): Promise<string | undefined> {
+  if (process.getuid?.() !== 0) return 'the gateway is not running as root (loop mounts need root)';
+  for (const bin of ['mkfs.ext4', 'mount', 'losetup']) {
+    try {
+      await run('sh', ['-c', `command -v ${bin}`]);
+    } catch {
+      return `${bin} is not installed (apt-get install e2fsprogs mount)`;
+    }
+  }
+  if (!fs.existsSync('/dev/loop-control')) return '/dev/loop-control is missing (no loop device support)';
+  return undefined;
+}

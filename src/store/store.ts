@@ -1,0 +1,75 @@
+/**
+ * The Store: one SQLite file (better-sqlite3, WAL) under the data directory, with
+ * versioned migrations applied at open. Opening never loses data: each migration runs
+ * in a transaction and a database written by a newer sandgate is refused.
+ *
+ * Domain modules take the `Database` handle and own their SQL; the schema lives in
+ * migrations.ts so its history reads in one place.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import Database from 'better-sqlite3';
+import { MIGRATIONS, type Migration } from './migrations.js';
+
+export type Db = Database.Database;
+
+export class StoreError extends Error {
+  override name = 'StoreError';
+}
+
+export interface Store {
+  db: Db;
+  /** Schema version after migrations. */
+  version: number;
+  file: string;
+  close(): void;
+}
+
+/** Opens (creating when absent) `<dataDir>/sandgate.db` and migrates it. */
+export function openStore(dataDir: string, migrations: readonly Migration[] = MIGRATIONS): Store {
+  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const file = path.join(dataDir, 'sandgate.db');
+  return openStoreFile(file, migrations);
+}
+
+export function openStoreFile(file: string, migrations: readonly Migration[] = MIGRATIONS): Store {
+  let db: Db;
+  try {
+    db = new Database(file);
+  } catch (e) {
+    throw new StoreError(`cannot open the database ${file}: ${(e as Error).message}. Check SANDGATE_DATA_DIR and its permissions.`);
+  }
+  try {
+    db.pragma('journal_mode = WAL');
+    db.pragma('foreign_keys = ON');
+    db.pragma('busy_timeout = 5000');
+    db.pragma('synchronous = NORMAL');
+    const version = migrate(db, migrations);
+    return { db, version, file, close: () => db.close() };
+  } catch (e) {
+    db.close();
+    throw e;
+  }
+}
+
+/** Applies pending migrations in order; returns the resulting version. */
+export function migrate(db: Db, migrations: readonly Migration[]): number {
+  migrations.forEach((m, i) => {
+    if (m.version !== i + 1) throw new StoreError(`migration list is out of order at index ${i} (version ${m.version})`);
+  });
+  const latest = migrations.length;
+  const current = db.pragma('user_version', { simple: true }) as number;
+  if (current > latest) {
+    throw new StoreError(
+      `the database was written by a newer sandgate (schema version ${current}, this one knows up to ${latest}). ` +
+        'Upgrade sandgate, or restore a backup made by this version. Nothing was changed.',
+    );
+  }
+  for (const m of migrations.slice(current)) {
+    db.transaction(() => {
+      m.up(db);
+      db.pragma(`user_version = ${m.version}`);
+    })();
+  }
+  return latest;
+}

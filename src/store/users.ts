@@ -1,0 +1,68 @@
+/**
+ * Users: a stable numeric id per login name. Sign-in (GitHub or the local link) and
+ * operator commands create them; everything per-user is keyed by the id.
+ */
+import type { Db } from './store.js';
+
+export interface User {
+  id: number;
+  name: string;
+  isAdmin: boolean;
+  /** JSON permission ceiling, or null for the configured default. */
+  permissions: string | null;
+  workspaceId: string | null;
+  createdAt: number;
+}
+
+interface UserRow {
+  id: number;
+  name: string;
+  is_admin: number;
+  permissions: string | null;
+  workspace_id: string | null;
+  created_at: number;
+}
+
+const toUser = (r: UserRow): User => ({
+  id: r.id,
+  name: r.name,
+  isAdmin: r.is_admin === 1,
+  permissions: r.permissions,
+  workspaceId: r.workspace_id,
+  createdAt: r.created_at,
+});
+
+/** Login names as GitHub allows them (plus the local install's single user). */
+export const USER_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$/;
+
+export function findUser(db: Db, name: string): User | undefined {
+  const r = db.prepare('SELECT * FROM users WHERE name = ?').get(name) as UserRow | undefined;
+  return r && toUser(r);
+}
+
+export function getUser(db: Db, id: number): User | undefined {
+  const r = db.prepare('SELECT * FROM users WHERE id = ?').get(id) as UserRow | undefined;
+  return r && toUser(r);
+}
+
+/** Returns the user, creating it on first sight. `isAdmin` is updated when given. */
+export function ensureUser(db: Db, name: string, opts: { isAdmin?: boolean } = {}): User {
+  if (!USER_NAME.test(name)) throw new Error(`"${name}" is not a valid user name (letters, digits and '-', at most 39)`);
+  db.prepare('INSERT INTO users (name, is_admin, created_at) VALUES (?, ?, ?) ON CONFLICT(name) DO NOTHING').run(
+    name,
+    opts.isAdmin ? 1 : 0,
+    Date.now(),
+  );
+  if (opts.isAdmin !== undefined) db.prepare('UPDATE users SET is_admin = ? WHERE name = ?').run(opts.isAdmin ? 1 : 0, name);
+  return findUser(db, name)!;
+}
+
+export function listUsers(db: Db): User[] {
+  return (db.prepare('SELECT * FROM users ORDER BY name').all() as UserRow[]).map(toUser);
+}
+
+/** Sets a user's permission ceiling (JSON), or null to fall back to the default. */
+export function setUserPermissions(db: Db, name: string, permissions: string | null): void {
+  const r = db.prepare('UPDATE users SET permissions = ? WHERE name = ?').run(permissions, name);
+  if (r.changes === 0) throw new Error(`no user named "${name}"`);
+}
