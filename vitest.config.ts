@@ -2,7 +2,7 @@ import { defineConfig } from 'vitest/config';
 
 export default defineConfig({
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts'],
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
     // Sandbox tests start real gVisor containers: give them room, and run files one
     // at a time on these 2-core machines so timings stay honest.
     testTimeout: 120_000,

@@ -10,8 +10,9 @@ require_root() {
 # Prints the Debian mirror URI the machine's own apt sources use for the main
 # archive (not the security archive). Never hard-code a mirror: hosts differ.
 debian_mirror() {
-  local uri=""
-  if compgen -G '/etc/apt/sources.list.d/*.sources' >/dev/null; then
+  local uri="" dir=${SANDGATE_APT_SOURCES_DIR:-/etc/apt/sources.list.d} list=${SANDGATE_APT_SOURCES_LIST:-/etc/apt/sources.list}
+  if [ -n "${SANDGATE_DEBIAN_MIRROR:-}" ]; then echo "$SANDGATE_DEBIAN_MIRROR"; return; fi
+  if compgen -G "$dir/*.sources" >/dev/null; then
     uri=$(awk '
       /^[[:space:]]*$/ { if (uris != "" && suites !~ /security/ && enabled) { print uris; exit } uris=""; suites=""; enabled=1; next }
       /^Enabled:[[:space:]]*no/ { enabled=0 }
@@ -19,13 +20,13 @@ debian_mirror() {
       /^Suites:/ { suites=$0 }
       BEGIN { enabled=1 }
       END { if (uris != "" && suites !~ /security/ && enabled) print uris }
-    ' /etc/apt/sources.list.d/*.sources | grep -v -i security | grep -i debian | head -n1)
+    ' "$dir"/*.sources | grep -v -i security | grep -i debian | head -n1)
   fi
-  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-    uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):/) { print $i; exit } }' /etc/apt/sources.list | grep -i debian | head -n1)
+  if [ -z "$uri" ] && [ -f "$list" ]; then
+    uri=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file):/) { print $i; exit } }' "$list" | grep -i debian | head -n1)
   fi
   [ -n "$uri" ] || die "no Debian mirror found in /etc/apt/sources.list or /etc/apt/sources.list.d/*.sources; set SANDGATE_DEBIAN_MIRROR to a bookworm mirror URI"
-  echo "${SANDGATE_DEBIAN_MIRROR:-$uri}"
+  echo "$uri"
 }
 
 # apt-get update at most once per script run.

@@ -37,6 +37,8 @@ case "$cmd" in
     ;;
   test)
     prepare test
+    # compose.yaml is validated by the tests with Debian's docker-compose.
+    command -v docker-compose >/dev/null 2>&1 || apt_install docker-compose
     t0=$(date +%s)
     log "type check"
     npx tsc --noEmit

@@ -246,9 +246,15 @@ class DockerSandbox implements SandboxHandle {
     this.lastCpu = { total, system };
     return {
       cpuPercent: Math.max(0, Math.round(cpuPercent * 10) / 10),
-      memoryBytes: s.memory_stats?.usage ?? 0,
+      // As `docker stats` shows it: usage without reclaimable page cache.
+      memoryBytes: Math.max(0, (s.memory_stats?.usage ?? 0) - inactiveFile(s.memory_stats?.stats)),
       memoryLimitBytes: s.memory_stats?.limit ?? 0,
       pids: s.pids_stats?.current ?? 0,
     };
   }
+}
+
+function inactiveFile(stats: Record<string, number> | undefined): number {
+  if (!stats) return 0;
+  return stats.total_inactive_file ?? stats.inactive_file ?? 0;
 }

@@ -199,7 +199,15 @@ export class SandboxManager {
       timeoutMs: timeoutSec * 1000,
       outputLimit: this.deps.config.outputLimitKb * 1024,
       env: { ...BASE_ENV },
-      denoFlags: ['--no-prompt', ...denoFlags(perms, { read: [BRIDGE_SOCKET], write: [BRIDGE_SOCKET] })],
+      denoFlags: [
+        '--no-prompt',
+        ...denoFlags(perms, {
+          read: [BRIDGE_SOCKET],
+          write: [BRIDGE_SOCKET],
+          net: [`unix:${BRIDGE_SOCKET}`],
+          env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
+        }),
+      ],
       fs: fsNarrowing(perms, sb.workspaceWritable),
     };
     sb.running++;

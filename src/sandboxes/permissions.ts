@@ -105,12 +105,15 @@ export function allows(p: Permissions, grant: GrantName, item: string): boolean 
   return itemAllowed(grant, v, n);
 }
 
-/** The Deno flags for a policy; `extraRead`/`extraWrite` are gateway channels (the bridge socket). */
-export function denoFlags(p: Permissions, extra: { read?: string[]; write?: string[] } = {}): string[] {
+/**
+ * The Deno flags for a policy. `extra` adds the gateway's own channels (the bridge
+ * socket and its two variables), which the user's grants neither give nor take away.
+ */
+export function denoFlags(p: Permissions, extra: Partial<Record<GrantName, string[]>> = {}): string[] {
   const flags: string[] = [];
   for (const g of GRANT_NAMES) {
     let v = p[g];
-    const more = g === 'read' ? extra.read : g === 'write' ? extra.write : undefined;
+    const more = extra[g];
     if (more?.length && v !== true) v = [...(v === false ? [] : v), ...more];
     if (v === true) flags.push(`--allow-${g}`);
     else if (Array.isArray(v) && v.length) flags.push(`--allow-${g}=${v.join(',')}`);

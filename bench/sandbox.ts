@@ -1,0 +1,101 @@
+/**
+ * Sandbox speed and memory, measured in one run so the ratios hold on a noisy machine:
+ *   node --import tsx bench/sandbox.ts [--quick]
+ *
+ * - `docker exec … python3 -c 1+1` under runsc (the slow path sandgate avoids);
+ * - warm Python round trip (`1+1`) through the SandboxManager;
+ * - first execution of a brand-new user, with and without the warm pool;
+ * - TypeScript through Deno;
+ * - host memory of an idle sandbox, bare and with numpy+pandas imported, and how many
+ *   idle sandboxes fit in 24 GiB.
+ */
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { createHarness, type Harness } from '../src/testing/harness.js';
+import { dockerClient } from '../src/sandboxes/index.js';
+
+const run = promisify(execFile);
+const quick = process.argv.includes('--quick');
+const N = quick ? 20 : 200;
+
+function pct(xs: number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+const fmt = (ms: number) => (ms < 10 ? ms.toFixed(2) : ms.toFixed(0));
+function report(name: string, xs: number[]): number {
+  const p50 = pct(xs, 50);
+  console.log(`${name.padEnd(52)} p50 ${fmt(p50).padStart(7)} ms   p95 ${fmt(pct(xs, 95)).padStart(7)} ms   (n=${xs.length})`);
+  return p50;
+}
+
+async function timeIt(n: number, fn: (i: number) => Promise<unknown>): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    await fn(i);
+    out.push(performance.now() - t0);
+  }
+  return out;
+}
+
+/** Host memory of one container as `docker stats` reports it (cgroup usage less reclaimable cache), MB. */
+async function hostMemoryMb(h: Harness, user: string): Promise<number> {
+  const [s] = (await h.manager.list({ stats: true })).filter((x) => x.user === user);
+  return s!.stats!.memoryBytes / (1024 * 1024);
+}
+
+async function main() {
+  console.log(`sandgate sandbox bench (${quick ? 'quick' : 'full'}), ${new Date().toISOString()}`);
+  const h = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'silent' } });
+  try {
+    const owner = h.user('bench');
+    await h.manager.execute(owner, { language: 'python', code: '1' });
+    const [sb] = await h.manager.list();
+
+    const dockerExec = await timeIt(quick ? 5 : 30, () => run('docker', ['exec', sb!.containerId, 'python3', '-c', '1+1']));
+    const viaManager = await timeIt(N, () => h.manager.execute(owner, { language: 'python', code: '1+1' }));
+    const pExec = report('docker exec python3 -c 1+1 (runsc)', dockerExec);
+    const pWarm = report('warm python 1+1 through the manager', viaManager);
+    console.log(`  -> ${(pExec / pWarm).toFixed(0)}x faster than docker exec`);
+
+    await h.manager.execute(owner, { language: 'typescript', code: 'console.log(1)' });
+    report('typescript via deno (console.log(1+1))', await timeIt(quick ? 5 : 30, () => h.manager.execute(owner, { language: 'typescript', code: 'console.log(1+1)' })));
+    report('bash (echo)', await timeIt(quick ? 5 : 30, () => h.manager.execute(owner, { language: 'bash', code: 'echo 2' })));
+
+    await new Promise((r) => setTimeout(r, 1000));
+    const bare = await hostMemoryMb(h, 'bench');
+    await h.manager.execute(owner, { language: 'python', code: 'import numpy, pandas' });
+    await new Promise((r) => setTimeout(r, 1000));
+    const stack = await hostMemoryMb(h, 'bench');
+    console.log(`${'idle sandbox host memory, bare'.padEnd(52)} ${bare.toFixed(1)} MB   -> ${Math.floor((24 * 1024) / bare)} fit in 24 GiB`);
+    console.log(`${'idle sandbox host memory, numpy+pandas'.padEnd(52)} ${stack.toFixed(1)} MB   -> ${Math.floor((24 * 1024) / stack)} fit in 24 GiB`);
+  } finally {
+    await h.close();
+  }
+
+}
+
+async function firstRun(pool: number): Promise<number[]> {
+  const hp = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: String(pool), SANDGATE_WARM_POOL_PRELOAD: 'numpy,pandas', SANDGATE_LOG_LEVEL: 'silent' } });
+  const out: number[] = [];
+  try {
+    for (let i = 0; i < (quick ? 3 : 10); i++) {
+      if (pool) await hp.manager.poolReady();
+      const t0 = performance.now();
+      const r = await hp.manager.execute(hp.user(`new${pool}x${i}`), { language: 'python', code: 'import numpy, pandas\n1+1' });
+      out.push(performance.now() - t0);
+      if (r.result !== '2') throw new Error(JSON.stringify(r));
+      // Stop it so sandboxes do not pile up on a 2-core machine.
+      await hp.manager.stopUser(hp.user(`new${pool}x${i}`).userId);
+    }
+  } finally {
+    await hp.close();
+  }
+  return out;
+}
+
+await main().then(async () => {
+  report('first run of a new user, warm pool (numpy+pandas)', await firstRun(1));
+  report('first run of a new user, no pool (cold start)', await firstRun(0));
+});

@@ -1,0 +1,59 @@
+/**
+ * The real gateway process: starts, becomes ready (Docker, runsc preflight, image),
+ * and shuts down cleanly on SIGTERM; a bad setting stops the start with its name.
+ */
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+
+function startGateway(env: Record<string, string>) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+    env: { PATH: process.env.PATH!, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout.on('data', (d) => (out += d));
+  child.stderr.on('data', (d) => (out += d));
+  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
+  return { child, exited, output: () => out };
+}
+
+async function waitFor(pred: () => boolean, ms: number) {
+  const t0 = Date.now();
+  while (!pred()) {
+    if (Date.now() - t0 > ms) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+describe('gateway process', () => {
+  it('starts, reports ready, and stops on SIGTERM', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-main-'));
+    const g = startGateway({ SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0' });
+    try {
+      await waitFor(() => /sandgate is running at (http:\/\/\S+)/.test(g.output()), 60_000);
+      const url = /sandgate is running at (http:\/\/\S+)/.exec(g.output())![1]!;
+      expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      const ready = await fetch(`${url}/readyz`);
+      const body = (await ready.json()) as { status: string; checks: Record<string, { ok: boolean }> };
+      expect(body.status, JSON.stringify(body)).toBe('ready');
+      expect(Object.keys(body.checks).sort()).toEqual(['docker', 'image', 'runtime', 'store']);
+      // Logs are JSON lines.
+      const logLine = g.output().split('\n').find((l) => l.startsWith('{'))!;
+      expect(JSON.parse(logLine)).toMatchObject({ service: 'sandgate' });
+      g.child.kill('SIGTERM');
+      expect(await g.exited).toBe(0);
+      expect(g.output()).toMatch(/"msg":"stopped"/);
+    } finally {
+      g.child.kill('SIGKILL');
+    }
+  });
+
+  it('a bad setting stops the start with a message naming it', async () => {
+    const g = startGateway({ SANDGATE_DATA_DIR: os.tmpdir(), SANDGATE_SANDBOX_MEMORY_MB: 'lots' });
+    expect(await g.exited).toBe(2);
+    expect(g.output()).toMatch(/SANDGATE_SANDBOX_MEMORY_MB="lots" is invalid/);
+  });
+});
