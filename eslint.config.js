@@ -3,7 +3,7 @@ import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'data/**', 'static/vendor/**', 'tools/**', 'sandbox/**', 'coverage/**'] },
+  { ignores: ['node_modules/**', 'data/**', 'static/vendor/**', 'tools/**', 'sandbox/**', 'coverage/**', '.scratch/**', '.*.mts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -12,7 +12,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { createHarness, type Harness } from '../src/testing/harness.js';
-import { dockerClient } from '../src/sandboxes/index.js';
 
 const run = promisify(execFile);
 const quick = process.argv.includes('--quick');

@@ -56,6 +56,11 @@ export const SETTINGS = [
   setting('rateLimitBurst', 'SANDGATE_RATE_LIMIT_BURST', '60', int(1, 1000000), 'MCP requests a personal token may make at once before SANDGATE_RATE_LIMIT_PER_MIN paces it.'),
   setting('mcpAllowedHosts', 'SANDGATE_MCP_ALLOWED_HOSTS', '', z.string(), 'Extra host names (comma-separated) accepted in the Host header of /mcp, besides the host of SANDGATE_PUBLIC_URL and localhost. Every other Host is refused (DNS rebinding protection).'),
   setting('mcpAllowedOrigins', 'SANDGATE_MCP_ALLOWED_ORIGINS', '', z.string(), 'Extra browser origins (comma-separated, e.g. https://app.example.com) allowed to call /mcp, besides the origin of SANDGATE_PUBLIC_URL. Requests with any other Origin header are refused.'),
+  setting('piiTokenize', 'SANDGATE_PII_TOKENIZE', 'true', bool, 'Replace personal data and secrets with tokens ([EMAIL_1]) in everything sent to a model, and restore them in what a model sends. false is UNSAFE: models see raw values (warned at start).'),
+  setting('piiEntities', 'SANDGATE_PII_ENTITIES', 'all', z.string().min(1), 'Entity types to tokenize: all, or a comma list of EMAIL, PHONE, CARD, IBAN, IP, SSN, SECRET, NAME.'),
+  setting('piiAllow', 'SANDGATE_PII_ALLOW', '', z.string(), 'Comma-separated values never tokenized (case-insensitive), e.g. the team support address.'),
+  setting('piiTtlHours', 'SANDGATE_PII_TTL_HOURS', '168', int(1, 87600), 'Forget a tokenized value after this many hours without use.'),
+  setting('piiKey', 'SANDGATE_PII_KEY', '', z.string(), 'Key that encrypts the PII vault (32 bytes, base64 or hex). Empty: generated once in <data dir>/pii.key with mode 0600.'),
 ] as const;
 
 type SettingKey = (typeof SETTINGS)[number]['key'];
@@ -119,6 +124,9 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
   }
   if (config.workspaceBackend === 'directory') {
     warnings.push('SANDGATE_WORKSPACE_BACKEND=directory: workspace sizes are NOT limited; one user can fill the host disk.');
+  }
+  if (!config.piiTokenize) {
+    warnings.push('SANDGATE_PII_TOKENIZE=false: personal data and secrets in tool results reach models as they are.');
   }
   if (config.execTimeoutSec > config.execMaxTimeoutSec) {
     errors.push(`SANDGATE_EXEC_TIMEOUT_SEC=${config.execTimeoutSec} exceeds SANDGATE_EXEC_MAX_TIMEOUT_SEC=${config.execMaxTimeoutSec}: lower the first or raise the second.`);

@@ -4,13 +4,13 @@
  * and serves it; SIGTERM/SIGINT shut down gracefully.
  */
 import http from 'node:http';
-import { createApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
+import { createGateway } from './gateway.js';
 import { createLogger } from './logger.js';
-import { dockerClient, createSandboxManager } from './sandboxes/index.js';
+import { PiiKeyError } from './pii/index.js';
 import { loopBackendProblem } from './sandboxes/volumes.js';
-import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
-import { openStore, StoreError } from './store/store.js';
+import { StoreError } from './store/store.js';
+import { UpstreamConfigError } from './upstream/index.js';
 
 async function main(): Promise<void> {
   let loaded;
@@ -30,18 +30,6 @@ async function main(): Promise<void> {
     process.stderr.write(`\n  !!! ${w}\n\n`);
   }
 
-  let store;
-  try {
-    store = openStore(config.dataDir);
-  } catch (e) {
-    if (e instanceof StoreError) {
-      process.stderr.write(`sandgate: ${e.message}\n`);
-      process.exit(2);
-    }
-    throw e;
-  }
-  logger.info({ file: store.file, schema: store.version }, 'store open');
-
   if (config.workspaceBackend === 'loop') {
     const problem = await loopBackendProblem();
     if (problem) {
@@ -53,31 +41,20 @@ async function main(): Promise<void> {
     }
   }
 
-  const docker = dockerClient(config);
-  let preflight: PreflightResult = { ok: false, detail: 'not run yet' };
-  const runPreflight = async () => {
-    const reach = await dockerReachable(docker);
-    preflight = reach.ok ? await runtimePreflight(docker, config).catch((e: Error) => ({ ok: false, detail: e.message })) : reach;
-    if (!preflight.ok) logger.error({ detail: preflight.detail }, 'sandbox preflight failed');
-  };
-  await runPreflight();
-
-  const manager = createSandboxManager(config, store.db, logger);
-  if (preflight.ok) await manager.init();
-
-  const app = createApp({
-    config,
-    store,
-    logger,
-    readiness: {
-      docker: () => dockerReachable(docker),
-      runtime: async () => {
-        if (!preflight.ok) await runPreflight();
-        return preflight;
-      },
-      image: () => imagePresent(docker, config.sandboxImage),
-    },
-  });
+  let gateway;
+  try {
+    gateway = createGateway(config, logger);
+  } catch (e) {
+    // Problems an operator fixes: say what and where, without a stack trace.
+    if (e instanceof StoreError || e instanceof UpstreamConfigError || e instanceof PiiKeyError) {
+      process.stderr.write(`sandgate: ${e.message}\n`);
+      process.exit(2);
+    }
+    throw e;
+  }
+  logger.info({ file: gateway.store.file, schema: gateway.store.version }, 'store open');
+  await gateway.start();
+  const app = gateway.app;
 
   const server = http.createServer(app);
   server.listen(config.port, config.host, () => {
@@ -85,7 +62,12 @@ async function main(): Promise<void> {
     const port = typeof addr === 'object' && addr ? addr.port : config.port;
     const url = config.publicUrl.replace(/:\d+$/, `:${port}`);
     logger.info({ url, runtime: config.sandboxRuntime }, 'sandgate listening');
-    process.stdout.write(`\n  sandgate is running at ${url}\n  health: ${url}/readyz\n\n`);
+    process.stdout.write(
+      `\n  sandgate is running at ${url}\n` +
+        `  MCP endpoint:  ${url}/mcp\n` +
+        `  create a token: npx sandgate tokens create --user <your-name> --name laptop\n` +
+        `  connect a client: docs/mcp-clients.md   health: ${url}/readyz\n\n`,
+    );
   });
 
   let stopping = false;
@@ -100,11 +82,10 @@ async function main(): Promise<void> {
     server.closeIdleConnections();
     const force = setTimeout(() => process.exit(1), 15_000);
     force.unref();
-    void manager
-      .shutdown()
-      .catch((e) => logger.error({ err: e }, 'sandbox shutdown failed'))
+    void gateway
+      .close()
+      .catch((e) => logger.error({ err: e }, 'shutdown failed'))
       .finally(() => {
-        store.close();
         logger.info('stopped');
         process.exit(0);
       });

@@ -37,10 +37,10 @@ export interface SandboxStackOptions {
   skillsDir?: string;
 }
 
-export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
-  const docker = dockerClient(config);
-  const driver = new DockerDriver({
-    docker,
+/** The driver for these settings; the CLI uses it alone to find the gateway's containers. */
+export function createDriver(config: Config, logger: Logger): DockerDriver {
+  return new DockerDriver({
+    docker: dockerClient(config),
     image: config.sandboxImage,
     runtime: config.sandboxRuntime,
     gatewayId: gatewayIdFor(config.dataDir),
@@ -51,6 +51,10 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
     tmpMb: config.sandboxTmpMb,
     logger,
   });
+}
+
+export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
+  const driver = createDriver(config, logger);
   const volumes = new WorkspaceVolumes({
     dir: path.join(config.dataDir, 'workspaces'),
     backend: config.workspaceBackend,

@@ -15,7 +15,7 @@ import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import type { Migration } from '../store/migrations.js';
-import { MIGRATIONS } from '../store/migrations.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
 
 export interface Harness {
   config: Config;
@@ -42,7 +42,7 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
   const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-test-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent', ...opts.env });
   const logger = createLogger(config.logLevel);
-  const store = openStore(config.dataDir, opts.migrations ?? MIGRATIONS);
+  const store = openStore(config.dataDir, opts.migrations ?? ALL_MIGRATIONS);
   const manager = createSandboxManager(config, store.db, logger, opts);
   if (opts.bridgeHandler) manager.setBridgeHandler(opts.bridgeHandler);
   if (!opts.noInit) await manager.init();

@@ -1,0 +1,263 @@
+/**
+ * What the MCP endpoint and its auth add to an execution: `execute_code` of `1+1` over
+ * MCP (the SDK's client over real HTTP, and a bare keep-alive HTTP client) against the
+ * same call made directly on the sandbox manager, one client at a time and with 20
+ * concurrent clients (one user and sandbox each, since one sandbox runs its executions
+ * one after another). Real sandboxes (Docker + runsc), real store, real tokens.
+ * The MCP clients run in a child process, as real clients would: their own CPU does not
+ * run on the gateway's event loop (on a 2-core host they still share the cores).
+ *
+ *   node --import tsx bench/mcp-overhead.ts   (BENCH_CLIENTS, BENCH_CALLS, BENCH_SEQUENTIAL_CALLS, BENCH_ROUNDS)
+ *
+ * Prints requests/s, p50 and p95 per mode, and the p50 the MCP + auth layers add. The
+ * "gateway time" rows are the gateway's own measure of the same calls (the audit log's
+ * duration, from arrival to response), free of the client's and the scheduler's share.
+ */
+import { fork } from 'node:child_process';
+import http from 'node:http';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { RateLimiter } from '../src/mcp/rate-limit.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
+import { startGateway } from '../test/mcp-helpers.js';
+
+const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
+/** Calls in the concurrent measurement (all clients together), and in the sequential one. */
+const CALLS = Number(process.env.BENCH_CALLS ?? 1000);
+const SEQUENTIAL_CALLS = Number(process.env.BENCH_SEQUENTIAL_CALLS ?? 300);
+/** Modes alternate this many times. */
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const ARGS = { language: 'python', code: '1+1' } as const;
+
+interface Stats {
+  mode: string;
+  clients: number;
+  calls: number;
+  rps: number;
+  p50: number;
+  p95: number;
+}
+
+function pct(sorted: number[], p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+/** Runs `clients` loops of `calls` calls each and times every call. */
+async function timeCalls(clients: number, calls: number, once: (client: number) => Promise<void>): Promise<{ times: number[]; wallMs: number }> {
+  const times: number[] = [];
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: clients }, async (_, c) => {
+      for (let i = 0; i < calls; i++) {
+        const s = performance.now();
+        await once(c);
+        times.push(performance.now() - s);
+      }
+    }),
+  );
+  return { times, wallMs: performance.now() - t0 };
+}
+
+function stats(mode: string, clients: number, r: { times: number[]; wallMs: number }): Stats {
+  const times = [...r.times].sort((a, b) => a - b);
+  return { mode, clients, calls: times.length, rps: times.length / (r.wallMs / 1000), p50: pct(times, 50), p95: pct(times, 95) };
+}
+
+/** A bare MCP client: one keep-alive connection, one JSON-RPC POST per call. */
+function rawCaller(url: string, token: string) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1, noDelay: true } as http.AgentOptions);
+  const u = new URL(url);
+  let id = 0;
+  const once = (): Promise<void> =>
+    new Promise<void>((resolve, reject) => {
+      const body = JSON.stringify({ jsonrpc: '2.0', id: ++id, method: 'tools/call', params: { name: 'execute_code', arguments: ARGS } });
+      const req = http.request(
+        {
+          agent,
+          host: u.hostname,
+          port: u.port,
+          path: u.pathname,
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${token}`,
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+            'content-length': Buffer.byteLength(body),
+          },
+        },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (c: string) => (text += c));
+          res.on('end', () => (res.statusCode === 200 && text.includes('[result] 2') ? resolve() : reject(new Error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`))));
+        },
+      );
+      req.on('error', (e: NodeJS.ErrnoException) => {
+        // The server may close an idle keep-alive connection just as it is reused: retry on a new one.
+        if (req.reusedSocket && e.code === 'ECONNRESET') once().then(resolve, reject);
+        else reject(e);
+      });
+      req.end(body);
+    });
+  return once;
+}
+
+type ClientKind = 'sdk' | 'raw';
+
+async function sdkCallers(url: string, tokens: string[]): Promise<{ call: (c: number) => Promise<void>; close: () => Promise<void> }> {
+  const clients = await Promise.all(
+    tokens.map(async (t) => {
+      const client = new Client({ name: 'bench', version: '1' });
+      await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: `Bearer ${t}` } } }));
+      return client;
+    }),
+  );
+  return {
+    call: async (c) => {
+      const r = (await clients[c]!.callTool({ name: 'execute_code', arguments: ARGS })) as { content: { text?: string }[] };
+      if (!r.content[0]?.text?.includes('[result] 2')) throw new Error(`unexpected result ${JSON.stringify(r)}`);
+    },
+    close: async () => {
+      await Promise.all(clients.map((c) => c.close()));
+    },
+  };
+}
+
+interface LoadJob {
+  kind: ClientKind;
+  clients: number;
+  calls: number;
+}
+
+/**
+ * The load generator (child process): connects one client per token, then runs the jobs
+ * the parent sends and answers each with its timings.
+ */
+async function loadGenerator(): Promise<void> {
+  const { url, tokens } = JSON.parse(process.env.BENCH_LOAD!) as { url: string; tokens: string[] };
+  const sdk = await sdkCallers(url, tokens);
+  const raws = tokens.map((t) => rawCaller(url, t));
+  const callers: Record<ClientKind, (c: number) => Promise<void>> = { sdk: sdk.call, raw: (c) => raws[c]!() };
+  for (const kind of ['sdk', 'raw'] as const) await timeCalls(Math.min(tokens.length, 4), 10, callers[kind]); // warm-up
+  process.on('message', (job: LoadJob | 'exit') => {
+    if (job === 'exit') return void sdk.close().then(() => process.exit(0));
+    timeCalls(job.clients, job.calls, callers[job.kind]).then(
+      (r) => process.send!(r),
+      (e: Error) => process.send!({ error: e.message }),
+    );
+  });
+  process.send!('ready');
+}
+
+/** Starts the load generator; `run` hands it one job at a time. */
+async function startLoadGenerator(url: string, tokens: string[]) {
+  const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, BENCH_LOAD: JSON.stringify({ url, tokens }) }, execArgv: ['--import', 'tsx'] });
+  let waiting: { resolve: (m: unknown) => void; reject: (e: Error) => void } | undefined;
+  child.on('message', (m) => {
+    const error = (m as { error?: string }).error;
+    if (error) waiting?.reject(new Error(`load generator: ${error}`));
+    else waiting?.resolve(m);
+  });
+  child.on('exit', (code) => waiting?.reject(new Error(`load generator exited with ${code}`)));
+  const next = () => new Promise<unknown>((resolve, reject) => (waiting = { resolve, reject }));
+  await next();
+  return {
+    run: async (job: LoadJob) => {
+      const p = next();
+      child.send(job);
+      return (await p) as { times: number[]; wallMs: number };
+    },
+    stop: () => child.send('exit'),
+  };
+}
+
+/** Adds one round's timings to a mode's total. */
+function add(into: Map<string, { times: number[]; wallMs: number }>, key: string, r: { times: number[]; wallMs: number }): void {
+  const acc = into.get(key) ?? { times: [], wallMs: 0 };
+  acc.times.push(...r.times);
+  acc.wallMs += r.wallMs;
+  into.set(key, acc);
+}
+
+async function main(): Promise<void> {
+  const gw = await startGateway({ harness: { env: { SANDGATE_LOG_LEVEL: 'silent' } }, router: { rateLimiter: new RateLimiter({ perMinute: 1e9, burst: 1e9 }) } });
+  try {
+    const owners: SandboxOwner[] = [];
+    const tokens: string[] = [];
+    for (let i = 0; i < CLIENTS; i++) {
+      tokens.push(gw.tokenFor(`bench${i}`, 'bench'));
+      owners.push(gw.harness.user(`bench${i}`));
+    }
+    process.stderr.write(`starting ${CLIENTS} sandboxes…\n`);
+    await Promise.all(owners.map((o) => gw.harness.manager.execute(o, ARGS)));
+    const direct = async (c: number) => {
+      const r = await gw.harness.manager.execute(owners[c]!, ARGS);
+      if (r.result !== '2') throw new Error(`unexpected result ${r.result}`);
+    };
+    await timeCalls(Math.min(CLIENTS, 4), 10, direct); // warm-up
+    const load = await startLoadGenerator(gw.mcpUrl, tokens);
+
+    const local = tokens.map((t) => rawCaller(gw.mcpUrl, t));
+    const inProcess = (c: number) => local[c]!();
+    await timeCalls(Math.min(CLIENTS, 4), 10, inProcess); // warm-up
+
+    // The gateway's own view of each MCP call: the audit log's duration, from arrival
+    // (before authentication) to the response being sent.
+    const db = gw.harness.store.db;
+    let lastAuditId = (db.prepare('SELECT COALESCE(MAX(id), 0) AS id FROM audit_log').get() as { id: number }).id;
+    const gatewayTimes = (): { times: number[]; wallMs: number } => {
+      const rows = db.prepare("SELECT id, duration_ms FROM audit_log WHERE id > ? AND method = 'tools/call'").all(lastAuditId) as { id: number; duration_ms: number }[];
+      if (rows.length) lastAuditId = rows[rows.length - 1]!.id;
+      return { times: rows.map((r) => r.duration_ms), wallMs: 0 };
+    };
+
+    // Modes alternate in short rounds, so a noisy neighbour slows them all alike.
+    const totals = new Map<string, { times: number[]; wallMs: number }>();
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const clients of [1, CLIENTS]) {
+        // Totals across clients and rounds: each client makes its share per round.
+        const calls = Math.ceil((clients === 1 ? SEQUENTIAL_CALLS : CALLS) / clients / ROUNDS);
+        add(totals, `direct|${clients}`, await timeCalls(clients, calls, direct));
+        gatewayTimes();
+        add(totals, `raw|${clients}`, await load.run({ kind: 'raw', clients, calls }));
+        add(totals, `gw-raw|${clients}`, gatewayTimes());
+        add(totals, `sdk|${clients}`, await load.run({ kind: 'sdk', clients, calls }));
+        add(totals, `gw-sdk|${clients}`, gatewayTimes());
+        add(totals, `local|${clients}`, await timeCalls(clients, calls, inProcess));
+      }
+    }
+    load.stop();
+    const names: Record<string, string> = {
+      direct: 'direct manager.execute',
+      raw: 'MCP, bare HTTP client',
+      'gw-raw': '  gateway time (audit)',
+      sdk: 'MCP, SDK client',
+      'gw-sdk': '  gateway time (audit)',
+      local: 'MCP, in-process client',
+    };
+    const results: Stats[] = [1, CLIENTS].flatMap((clients) =>
+      Object.keys(names).map((k) => {
+        const st = stats(names[k]!, clients, totals.get(`${k}|${clients}`)!);
+        return k.startsWith('gw-') ? { ...st, rps: NaN } : st;
+      }),
+    );
+
+    const f = (n: number) => n.toFixed(2).padStart(8);
+    console.log(`\nexecute_code of 1+1 (python), one user and sandbox per client; times in ms\n`);
+    console.log(`${'mode'.padEnd(24)} ${'clients'.padStart(7)} ${'calls'.padStart(6)} ${'req/s'.padStart(8)} ${'p50'.padStart(8)} ${'p95'.padStart(8)}  p50 over direct`);
+    for (const r of results) {
+      const base = results.find((b) => b.mode.startsWith('direct') && b.clients === r.clients)!;
+      const over = r === base ? '' : `${r.p50 - base.p50 >= 0 ? '+' : ''}${(r.p50 - base.p50).toFixed(2)}`;
+      const rps = Number.isNaN(r.rps) ? '       -' : f(r.rps);
+      console.log(`${r.mode.padEnd(24)} ${String(r.clients).padStart(7)} ${String(r.calls).padStart(6)} ${rps} ${f(r.p50)} ${f(r.p95)}  ${over}`);
+    }
+  } finally {
+    await gw.close();
+  }
+}
+
+if (process.env.BENCH_LOAD) await loadGenerator();
+else await main();

@@ -1,0 +1,34 @@
+/**
+ * Entry of the `sandgate` command (bin/sandgate.js runs it through tsx). Reads the same
+ * configuration as the gateway, so it opens the same store and finds the same
+ * containers.
+ */
+import { ConfigError, loadConfig, type Config } from '../config.js';
+import { createDriver } from '../sandboxes/index.js';
+import { createLogger } from '../logger.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
+import { openStore } from '../store/store.js';
+import { runCli, type CliContext } from './program.js';
+
+async function main(): Promise<number> {
+  let config: Config;
+  try {
+    config = loadConfig().config;
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`sandgate: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const ctx: CliContext = {
+    openStore: () => openStore(config.dataDir, ALL_MIGRATIONS),
+    // The driver alone, not a manager: a second manager would adopt the gateway's containers.
+    driver: () => createDriver(config, createLogger('warn', process.stderr)),
+    out: (s) => process.stdout.write(`${s}\n`),
+    err: (s) => process.stderr.write(`${s}\n`),
+  };
+  return runCli(process.argv.slice(2), ctx);
+}
+
+process.exitCode = await main();

@@ -1,0 +1,206 @@
+/**
+ * The operator command line: users, personal API tokens, sandboxes and the audit log.
+ * `buildProgram` takes everything it touches as a context, so tests run it in-process
+ * against a temporary store; main.ts builds the real context from configuration.
+ */
+import { Command, CommanderError, Option } from 'commander';
+import { listAudit } from '../audit/audit.js';
+import type { SandboxDriver } from '../sandboxes/types.js';
+import type { Db, Store } from '../store/store.js';
+import { ensureUser, findUser, listUsers, type User } from '../store/users.js';
+import { TOKEN_PREFIX } from '../tokens/format.js';
+import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
+import { listSandboxes, stopUserSandbox } from './sandboxes.js';
+
+export interface CliContext {
+  openStore(): Store;
+  /** The sandbox driver of this gateway (containers found by its labels). */
+  driver(): SandboxDriver;
+  out(text: string): void;
+  err(text: string): void;
+  now?: () => number;
+}
+
+/** A failure the operator can fix; printed without a stack trace. */
+export class CliError extends Error {
+  override name = 'CliError';
+}
+
+const iso = (ms: number | null | undefined) => (ms ? new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z') : '-');
+
+/** Left-aligned columns, two spaces apart. */
+export function table(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ');
+  return [line(header), ...rows.map(line)].join('\n');
+}
+
+function requireUser(db: Db, name: string): User {
+  const u = findUser(db, name);
+  if (!u) throw new CliError(`no user named "${name}". Users appear when they first sign in; to add one now: sandgate users add ${name}`);
+  return u;
+}
+
+export function buildProgram(ctx: CliContext): Command {
+  const now = () => (ctx.now ? ctx.now() : Date.now());
+  let store: Store | undefined;
+  const db = () => (store ??= ctx.openStore()).db;
+
+  const program = new Command('sandgate')
+    .description('Operate a sandgate gateway: users, personal API tokens, sandboxes, audit log.\nReads the same settings as the gateway (SANDGATE_DATA_DIR, .env).')
+    .showHelpAfterError()
+    .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
+    .exitOverride();
+  program.hook('postAction', () => {
+    store?.close();
+    store = undefined;
+  });
+
+  // ---------------------------------------------------------------- users
+  const users = program.command('users').description('Users (normally created at their first sign-in)');
+  users
+    .command('add')
+    .description('Create a user (or update its admin flag)')
+    .argument('<name>', 'login name (GitHub login, or any name for a local install)')
+    .option('--admin', 'make the user an admin')
+    .action((name: string, o: { admin?: boolean }) => {
+      const existed = !!findUser(db(), name);
+      const u = ensureUser(db(), name, o.admin ? { isAdmin: true } : {});
+      ctx.out(`${existed ? 'Updated' : 'Created'} user ${u.name} (id ${u.id}${u.isAdmin ? ', admin' : ''}).`);
+    });
+  users
+    .command('list')
+    .description('List users')
+    .option('--json', 'print JSON')
+    .action((o: { json?: boolean }) => {
+      const all = listUsers(db());
+      if (o.json) return ctx.out(JSON.stringify(all.map(({ id, name, isAdmin, createdAt }) => ({ id, name, isAdmin, createdAt })), null, 2));
+      ctx.out(all.length ? table(['ID', 'NAME', 'ADMIN', 'CREATED'], all.map((u) => [String(u.id), u.name, u.isAdmin ? 'yes' : '', iso(u.createdAt)])) : 'No users yet.');
+    });
+
+  // ---------------------------------------------------------------- tokens
+  const tokens = program.command('tokens').description('Personal API tokens for MCP clients');
+  tokens
+    .command('create')
+    .description('Create a token; it is printed once, on stdout (the explanation goes to stderr)')
+    .requiredOption('--user <name>', 'the user the token acts as')
+    .requiredOption('--name <name>', 'a label for where it is used, e.g. laptop or ci')
+    .option('--expires <when>', 'expiry: 30d, 12h, 8w, 1y, an ISO date, or never', 'never')
+    .action((o: { user: string; name: string; expires: string }) => {
+      const u = requireUser(db(), o.user);
+      const expiresAt = parseExpiry(o.expires, now());
+      const { token, record } = createToken(db(), { userId: u.id, name: o.name, expiresAt, now: now() });
+      ctx.err(
+        `Created token "${record.name}" for ${u.name} (id ${record.id}, ${expiresAt ? `expires ${iso(expiresAt)}` : 'never expires'}).\n` +
+          'Copy it now: it is shown only this once. MCP clients send it as the header "Authorization: Bearer <token>" (docs/mcp-clients.md).',
+      );
+      ctx.out(token);
+    });
+  tokens
+    .command('list')
+    .description('List tokens (never their secrets)')
+    .option('--user <name>', 'only this user’s tokens')
+    .option('--all', 'include revoked tokens')
+    .option('--json', 'print JSON')
+    .action((o: { user?: string; all?: boolean; json?: boolean }) => {
+      const userId = o.user ? requireUser(db(), o.user).id : undefined;
+      const list = listTokens(db(), { userId, includeRevoked: o.all });
+      if (o.json) return ctx.out(JSON.stringify(list.map((t) => ({ ...t, state: tokenState(t, now()) })), null, 2));
+      if (!list.length) return ctx.out(o.user ? `${o.user} has no tokens.` : 'No tokens.');
+      ctx.out(
+        table(
+          ['ID', 'USER', 'NAME', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'],
+          list.map((t) => [String(t.id), t.userName, t.name, tokenState(t, now()), iso(t.createdAt), t.expiresAt ? iso(t.expiresAt) : 'never', iso(t.lastUsedAt)]),
+        ),
+      );
+    });
+  tokens
+    .command('revoke')
+    .description('Revoke a token at once (its next request gets 401): by id, by --user and --name, or by the leaked token itself')
+    .argument('[id-or-token]', 'token id (see tokens list), or the token string')
+    .option('--user <name>', 'with --name: the token’s user')
+    .option('--name <name>', 'with --user: the token’s name')
+    .action((idOrToken: string | undefined, o: { user?: string; name?: string }) => {
+      let record: TokenRecord | undefined;
+      if (idOrToken && (o.user || o.name)) throw new CliError('give either a token id (or the token) or --user with --name, not both');
+      if (idOrToken?.startsWith(TOKEN_PREFIX)) {
+        record = findTokenBySecret(db(), idOrToken);
+        if (!record) throw new CliError('that token is not known to this gateway (check SANDGATE_DATA_DIR)');
+      } else if (idOrToken) {
+        if (!/^\d+$/.test(idOrToken)) throw new CliError(`"${idOrToken}" is neither a token id nor a token (${TOKEN_PREFIX}…)`);
+        record = listTokens(db(), { includeRevoked: true }).find((t) => t.id === Number(idOrToken));
+        if (!record) throw new CliError(`no token with id ${idOrToken}`);
+      } else if (o.user && o.name) {
+        const u = requireUser(db(), o.user);
+        if (!revokeTokenByName(db(), u.id, o.name, now())) throw new CliError(`${o.user} has no active token named "${o.name}"`);
+        return ctx.out(`Revoked token "${o.name}" of ${o.user}.`);
+      } else {
+        throw new CliError('say which token: sandgate tokens revoke <id>, or --user <name> --name <token name>');
+      }
+      if (record.revokedAt !== null) return ctx.out(`Token ${record.id} ("${record.name}" of ${record.userName}) was already revoked at ${iso(record.revokedAt)}.`);
+      revokeToken(db(), record.id, { now: now() });
+      ctx.out(`Revoked token ${record.id} ("${record.name}" of ${record.userName}).`);
+    });
+
+  // ---------------------------------------------------------------- sandboxes
+  const sandboxes = program.command('sandboxes').description('Running sandboxes (one per user)');
+  sandboxes
+    .command('list')
+    .description('List this gateway’s sandbox containers')
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const list = await listSandboxes(ctx.driver(), db());
+      if (o.json) return ctx.out(JSON.stringify(list, null, 2));
+      if (!list.length) return ctx.out('No sandboxes.');
+      ctx.out(table(['USER', 'CONTAINER', 'STATE', 'CREATED'], list.map((s) => [s.user ?? '(warm pool)', s.container.slice(0, 12), s.running ? 'running' : 'stopped', iso(s.createdAt)])));
+    });
+  sandboxes
+    .command('stop')
+    .description('Stop a user’s sandbox now (running code is killed; /workspace is kept; the next run starts a fresh one)')
+    .argument('<user>', 'login name')
+    .action(async (name: string) => {
+      const u = requireUser(db(), name);
+      const stopped = await stopUserSandbox(ctx.driver(), db(), u);
+      ctx.out(stopped ? `Stopped ${stopped} sandbox container(s) of ${u.name}.` : `${u.name} has no running sandbox.`);
+    });
+
+  // ---------------------------------------------------------------- audit
+  program
+    .command('audit')
+    .description('A user’s audit log: MCP requests and upstream calls (argument shapes, never values)')
+    .requiredOption('--user <name>', 'login name')
+    .addOption(new Option('--limit <n>', 'entries to show').default(50).argParser((v) => Number.parseInt(v, 10)))
+    .option('--json', 'print JSON')
+    .action((o: { user: string; limit: number; json?: boolean }) => {
+      const u = requireUser(db(), o.user);
+      const entries = listAudit(db(), u.id, { limit: o.limit });
+      if (o.json) return ctx.out(JSON.stringify(entries, null, 2));
+      if (!entries.length) return ctx.out(`No audit entries for ${u.name}.`);
+      ctx.out(
+        table(
+          ['TIME', 'TOKEN', 'KIND', 'METHOD', 'TOOL', 'MS', 'OUTCOME', 'ARGS'],
+          entries.map((e) => [iso(e.ts), e.tokenName ?? '-', e.kind, e.method, e.tool ?? '-', String(Math.round(e.durationMs)), e.errorClass ? `${e.outcome} (${e.errorClass})` : e.outcome, e.argsShape ? JSON.stringify(e.argsShape) : '-']),
+        ),
+      );
+    });
+
+  return program;
+}
+
+/**
+ * Runs one command line. Returns the exit code: 0 done, 1 a failure the message
+ * explains, 2 a usage error.
+ */
+export async function runCli(argv: string[], ctx: CliContext): Promise<number> {
+  const program = buildProgram(ctx);
+  try {
+    await program.parseAsync(argv, { from: 'user' });
+    return 0;
+  } catch (e) {
+    if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2;
+    const known = e instanceof CliError || (e as Error).name === 'TokenError' || (e as Error).name === 'StoreError' || (e as Error).name === 'SandboxError';
+    ctx.err(`sandgate: ${(e as Error).message}`);
+    if (!known) ctx.err((e as Error).stack ?? '');
+    return 1;
+  }
+}

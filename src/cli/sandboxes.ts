@@ -1,0 +1,42 @@
+/**
+ * Sandboxes as an operator sees them from outside the gateway process: the containers
+ * carrying this gateway's label, matched to users through the store. The CLI does not
+ * build a second SandboxManager: one would adopt (and so disturb) the running gateway's
+ * containers. Stopping a container is safe: the gateway notices and starts a fresh one
+ * at the user's next run; the workspace stays.
+ */
+import type { SandboxDriver } from '../sandboxes/types.js';
+import type { Db } from '../store/store.js';
+import { getUser, type User } from '../store/users.js';
+
+export interface SandboxRow {
+  /** Undefined for a warm-pool container not yet handed to a user. */
+  user?: string;
+  userId?: number;
+  container: string;
+  running: boolean;
+  createdAt: number;
+}
+
+/** The user a container belongs to: the store's mapping first (pooled containers keep no owner label), then the label. */
+function ownerOf(db: Db, c: { id: string; ownerId?: number }): User | undefined {
+  const row = db.prepare('SELECT user_id FROM sandboxes WHERE container_id = ?').get(c.id) as { user_id: number } | undefined;
+  const id = row?.user_id ?? c.ownerId;
+  return id === undefined ? undefined : getUser(db, id);
+}
+
+export async function listSandboxes(driver: SandboxDriver, db: Db): Promise<SandboxRow[]> {
+  const rows = (await driver.list()).map((c) => {
+    const u = ownerOf(db, c);
+    return { user: u?.name, userId: u?.id, container: c.id, running: c.running, createdAt: c.createdAt };
+  });
+  return rows.sort((a, b) => (a.user ?? '\uffff').localeCompare(b.user ?? '\uffff') || a.createdAt - b.createdAt);
+}
+
+/** Stops every container of `user`; returns how many. */
+export async function stopUserSandbox(driver: SandboxDriver, db: Db, user: User): Promise<number> {
+  const mine = (await listSandboxes(driver, db)).filter((s) => s.userId === user.id);
+  for (const s of mine) await driver.stop(s.container);
+  db.prepare('UPDATE sandboxes SET container_id = NULL WHERE user_id = ?').run(user.id);
+  return mine.length;
+}

@@ -1,0 +1,106 @@
+/**
+ * Composes a gateway from its configuration: store, sandboxes, upstream MCP servers,
+ * the PII boundary and the HTTP app. main.ts serves it; tests build the same thing.
+ */
+import type express from 'express';
+import type Docker from 'dockerode';
+import { createApp } from './app.js';
+import { recordAudit } from './audit/audit.js';
+import type { Config } from './config.js';
+import type { Logger } from './logger.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary } from './mcp/boundary.js';
+import { mcpRouter } from './mcp/router.js';
+import { createPiiBoundary } from './mcp/pii-boundary.js';
+import { createDetector, detectorOptions, loadOrCreateKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
+import { createSandboxManager, dockerClient } from './sandboxes/index.js';
+import type { SandboxManager } from './sandboxes/manager.js';
+import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
+import { ALL_MIGRATIONS } from './store/registry.js';
+import { openStore, type Store } from './store/store.js';
+import { createUpstream, type Upstream } from './upstream/index.js';
+
+export interface Gateway {
+  config: Config;
+  store: Store;
+  manager: SandboxManager;
+  upstream: Upstream;
+  vault?: PiiVault;
+  boundary: ModelBoundary;
+  app: express.Express;
+  docker: Docker;
+  /** Runs the sandbox preflight, adopts earlier containers and fills the warm pool. */
+  start(): Promise<PreflightResult>;
+  /** `stopAll` also stops user sandboxes (otherwise the next start adopts them). */
+  close(opts?: { stopAll?: boolean; releaseVolumes?: boolean }): Promise<void>;
+}
+
+/** How often expired vault entries are purged. */
+const PURGE_INTERVAL_MS = 60 * 60 * 1000;
+
+export function createGateway(config: Config, logger: Logger): Gateway {
+  const store = openStore(config.dataDir, ALL_MIGRATIONS);
+  const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
+  const manager = createSandboxManager(config, store.db, logger, { prepareTools: upstream.prepareTools });
+  manager.setBridgeHandler(upstream.bridgeHandler);
+
+  let vault: PiiVault | undefined;
+  let boundary = IDENTITY_BOUNDARY;
+  if (config.piiTokenize) {
+    const settings = parsePiiSettings({ entities: config.piiEntities, allow: config.piiAllow, ttlHours: String(config.piiTtlHours) });
+    vault = new PiiVault(store.db, loadOrCreateKey(config.dataDir, config.piiKey || undefined), {
+      ttlMs: ttlMs(settings),
+      detector: createDetector(detectorOptions(settings)),
+    });
+    boundary = createPiiBoundary(vault);
+  }
+
+  const docker = dockerClient(config);
+  let preflight: PreflightResult = { ok: false, detail: 'not run yet' };
+  const runPreflight = async () => {
+    const reach = await dockerReachable(docker);
+    preflight = reach.ok ? await runtimePreflight(docker, config).catch((e: Error) => ({ ok: false, detail: e.message })) : reach;
+    if (!preflight.ok) logger.error({ detail: preflight.detail }, 'sandbox preflight failed');
+    return preflight;
+  };
+
+  const app = createApp({
+    config,
+    store,
+    logger,
+    readiness: {
+      docker: () => dockerReachable(docker),
+      runtime: async () => (preflight.ok ? preflight : runPreflight()),
+      image: () => imagePresent(docker, config.sandboxImage),
+    },
+    mount: (a) => a.use(mcpRouter({ config, db: store.db, logger, sandboxes: manager, catalog: upstream.catalog, boundary })),
+  });
+
+  let purge: NodeJS.Timeout | undefined;
+  return {
+    config,
+    store,
+    manager,
+    upstream,
+    vault,
+    boundary,
+    app,
+    docker,
+    async start() {
+      if (vault) {
+        preloadWordKnowledge();
+        vault.purgeExpired();
+        purge = setInterval(() => vault!.purgeExpired(), PURGE_INTERVAL_MS);
+        purge.unref();
+      }
+      await runPreflight();
+      if (preflight.ok) await manager.init();
+      return preflight;
+    },
+    async close(opts = {}) {
+      if (purge) clearInterval(purge);
+      await manager.shutdown(opts);
+      await upstream.close();
+      store.close();
+    },
+  };
+}

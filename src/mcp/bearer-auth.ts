@@ -1,0 +1,65 @@
+/**
+ * Bearer-token authentication for /mcp. A missing, malformed, unknown, expired or
+ * revoked token gets 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750) and a
+ * body that says what to do. Denials of a known token are audited for its user; tokens
+ * nobody owns are only logged, so garbage cannot fill the audit log.
+ */
+import type { Request, RequestHandler } from 'express';
+import { recordAudit } from '../audit/audit.js';
+import type { Logger } from '../logger.js';
+import type { Db } from '../store/store.js';
+import { verifyToken, type Principal, type TokenFailure } from '../tokens/tokens.js';
+
+export const REALM = 'sandgate';
+
+const SHORT_REASON: Record<Exclude<TokenFailure, 'missing'>, string> = {
+  malformed: 'The token is malformed',
+  unknown: 'The token is not recognised',
+  expired: 'The token has expired',
+  revoked: 'The token has been revoked',
+};
+
+/** The principal `bearerAuth` attached to the request. */
+export function principalOf(req: Request): Principal {
+  const p = (req as Request & { principal?: Principal }).principal;
+  if (!p) throw new Error('principalOf() called on a request bearerAuth did not authenticate');
+  return p;
+}
+
+export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {
+  return function authenticateBearer(req, res, next) {
+    const started = performance.now();
+    const header = req.headers.authorization;
+    const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
+    const result = verifyToken(deps.db, m?.[1]);
+    if (result.ok) {
+      (req as Request & { principal?: Principal }).principal = result.principal;
+      return next();
+    }
+    // RFC 6750 §3.1: no error code when the request carried no credentials.
+    const challenge =
+      result.reason !== 'missing'
+        ? `Bearer realm="${REALM}", error="invalid_token", error_description="${SHORT_REASON[result.reason]}"`
+        : header
+          ? `Bearer realm="${REALM}", error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
+          : `Bearer realm="${REALM}"`;
+    if (result.token) {
+      try {
+        recordAudit(deps.db, {
+          userId: result.token.userId,
+          tokenId: result.token.id,
+          tokenName: result.token.name,
+          kind: 'mcp',
+          method: 'authenticate',
+          durationMs: performance.now() - started,
+          outcome: 'denied',
+          errorClass: result.reason,
+        });
+      } catch (e) {
+        deps.logger.error({ err: e }, 'could not write an audit entry');
+      }
+    }
+    deps.logger.warn({ reason: result.reason, ip: req.ip, user: result.token?.userName }, 'MCP request refused: bad token');
+    res.status(401).set('WWW-Authenticate', challenge).json({ jsonrpc: '2.0', error: { code: -32001, message: result.message }, id: null });
+  };
+}

@@ -1,0 +1,22 @@
+/**
+ * What `search_tools` searches: the upstream MCP tools a user may call from code.
+ * The upstream hub (src/upstream/) implements it; without one, the gateway simply has
+ * no upstream servers configured.
+ */
+import type { SandboxOwner } from '../sandboxes/types.js';
+
+export type CatalogDetail = 'names' | 'descriptions' | 'schemas';
+
+export interface CatalogEntry {
+  server: string;
+  tool: string;
+  description?: string;
+  inputSchema?: object;
+  /** Where the typed wrapper lives in the sandbox, e.g. /tools/servers/<server>/<tool>.ts */
+  path: string;
+}
+
+export interface ToolCatalog {
+  /** Only tools `owner` may use; `detail` decides which optional fields are filled. */
+  search(owner: SandboxOwner, query: string, detail: CatalogDetail, limit?: number): Promise<CatalogEntry[]>;
+}

@@ -1,0 +1,63 @@
+/**
+ * DNS-rebinding protection for /mcp (CVE-2025-66414: the SDK leaves it off unless asked).
+ * The Host header must name this gateway (the host of SANDGATE_PUBLIC_URL, localhost,
+ * or SANDGATE_MCP_ALLOWED_HOSTS), checked with the SDK's own middleware; a request that
+ * carries an Origin header must come from the gateway's own origin, a loopback origin
+ * when the gateway itself is on loopback, or SANDGATE_MCP_ALLOWED_ORIGINS.
+ */
+import type { RequestHandler } from 'express';
+import { hostHeaderValidation } from '@modelcontextprotocol/sdk/server/middleware/hostHeaderValidation.js';
+import type { Config } from '../config.js';
+
+const LOOPBACK_HOSTNAMES = ['localhost', '127.0.0.1', '[::1]'];
+
+const list = (s: string) =>
+  s
+    .split(',')
+    .map((x) => x.trim())
+    .filter(Boolean);
+
+export function allowedHostnames(config: Config): string[] {
+  const own = new URL(config.publicUrl).hostname;
+  return [...new Set([own, ...LOOPBACK_HOSTNAMES, ...list(config.mcpAllowedHosts).map((h) => h.toLowerCase())])];
+}
+
+export interface OriginPolicy {
+  origins: Set<string>;
+  /** Any http(s)://<loopback>:<port>, for a gateway that is itself only on loopback. */
+  anyLoopback: boolean;
+}
+
+export function originPolicy(config: Config): OriginPolicy {
+  const pub = new URL(config.publicUrl);
+  const origins = new Set([pub.origin, ...list(config.mcpAllowedOrigins).map((o) => new URL(o).origin)]);
+  return { origins, anyLoopback: LOOPBACK_HOSTNAMES.includes(pub.hostname) };
+}
+
+export function originAllowed(policy: OriginPolicy, origin: string): boolean {
+  if (policy.origins.has(origin)) return true;
+  if (!policy.anyLoopback) return false;
+  try {
+    const u = new URL(origin);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && LOOPBACK_HOSTNAMES.includes(u.hostname);
+  } catch {
+    return false;
+  }
+}
+
+function forbidden(message: string) {
+  return { jsonrpc: '2.0' as const, error: { code: -32000, message }, id: null };
+}
+
+export function originValidation(policy: OriginPolicy): RequestHandler {
+  return function validateOrigin(req, res, next) {
+    const origin = req.headers.origin;
+    if (origin === undefined || originAllowed(policy, origin)) return next();
+    res.status(403).json(forbidden(`Origin ${origin} may not call this endpoint. An operator can allow it with SANDGATE_MCP_ALLOWED_ORIGINS.`));
+  };
+}
+
+/** Host check (the SDK's middleware) then Origin check, for every method on /mcp. */
+export function hostAndOriginValidation(config: Config): RequestHandler[] {
+  return [hostHeaderValidation(allowedHostnames(config)), originValidation(originPolicy(config))];
+}

@@ -1,0 +1,30 @@
+/**
+ * The model boundary backed by the PII vault: text to a model is tokenized, text from
+ * a model is detokenized, in the scope of the user and the API token in use.
+ *
+ * Why (user, API token) and not the MCP session or the user alone:
+ * - not the session: the protocol may be stateless (every request here is), and a
+ *   client reconnecting with the same token must find the tokens it was shown;
+ * - not the user alone: an API token is one client on one device (Claude Desktop on a
+ *   laptop, Cursor at work). Tokens a model saw in one client mean nothing in another,
+ *   and revoking a token can forget exactly what that client was shown. The price: the
+ *   same value has a different token in each of a user's clients.
+ * The user id is part of every lookup, so one user's token text never resolves for
+ * another user, whatever API token id they present.
+ */
+import type { PiiScopeRef, PiiVault } from '../pii/index.js';
+import type { SandboxOwner } from '../sandboxes/types.js';
+import type { BoundaryPrincipal, ModelBoundary } from './boundary.js';
+
+export function piiScopeRef(owner: Pick<SandboxOwner, 'userId'>, principal: Pick<BoundaryPrincipal, 'tokenId'>): PiiScopeRef {
+  return { userId: owner.userId, kind: 'token', id: String(principal.tokenId) };
+}
+
+export function createPiiBoundary(vault: PiiVault): ModelBoundary {
+  const scope = (owner: SandboxOwner, principal: BoundaryPrincipal) => vault.scope(piiScopeRef(owner, principal));
+  return {
+    toModel: (owner, principal, text) => (text ? scope(owner, principal).tokenize(text).text : text),
+    fromModel: (owner, principal, text) => (text ? scope(owner, principal).detokenize(text) : { text, unknown: [] }),
+    toModelStream: (owner, principal) => scope(owner, principal).stream(),
+  };
+}

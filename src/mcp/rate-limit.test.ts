@@ -1,0 +1,30 @@
+import { describe, expect, it } from 'vitest';
+import { RateLimiter } from './rate-limit.js';
+
+describe('RateLimiter', () => {
+  it('allows a burst, then paces at the rate, per key', () => {
+    const rl = new RateLimiter({ perMinute: 60, burst: 3 });
+    const t = 1_000_000;
+    expect(rl.take('a', 1, t).ok).toBe(true);
+    expect(rl.take('a', 1, t).ok).toBe(true);
+    expect(rl.take('a', 1, t).ok).toBe(true);
+    expect(rl.take('a', 1, t)).toEqual({ ok: false, retryAfterSec: 1 });
+    expect(rl.take('b', 1, t).ok).toBe(true);
+    expect(rl.take('a', 1, t + 1000).ok).toBe(true);
+    expect(rl.take('a', 1, t + 1000).ok).toBe(false);
+  });
+
+  it('says how long to wait', () => {
+    const rl = new RateLimiter({ perMinute: 6, burst: 1 });
+    expect(rl.take('a', 1, 0).ok).toBe(true);
+    expect(rl.take('a', 1, 0)).toEqual({ ok: false, retryAfterSec: 10 });
+    expect(rl.take('a', 1, 4000)).toEqual({ ok: false, retryAfterSec: 6 });
+  });
+
+  it('charges a batch by its size, capped at the burst', () => {
+    const rl = new RateLimiter({ perMinute: 60, burst: 5 });
+    expect(rl.take('a', 4, 0).ok).toBe(true);
+    expect(rl.take('a', 4, 0).ok).toBe(false);
+    expect(rl.take('b', 50, 0).ok).toBe(true);
+  });
+});

@@ -1,0 +1,50 @@
+/**
+ * Per-key token buckets, in memory: `perMinute` requests refill steadily, up to `burst`
+ * at once. One gateway process holds them; a restart forgives everyone, which is fine
+ * for a limit meant to stop a runaway client loop, not to bill.
+ */
+export interface RateLimitOptions {
+  perMinute: number;
+  burst: number;
+}
+
+export type RateDecision = { ok: true } | { ok: false; retryAfterSec: number };
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/** Buckets idle for this long are full again, so they can be forgotten. */
+const SWEEP_EVERY = 1000;
+
+export class RateLimiter {
+  private readonly buckets = new Map<string, Bucket>();
+  private readonly perMs: number;
+  private takes = 0;
+
+  constructor(readonly opts: RateLimitOptions) {
+    this.perMs = opts.perMinute / 60_000;
+  }
+
+  /** Takes `cost` tokens from `key`'s bucket, or says how long until that many are there. */
+  take(key: string, cost = 1, now = Date.now()): RateDecision {
+    if (++this.takes % SWEEP_EVERY === 0) this.sweep(now);
+    const b = this.buckets.get(key) ?? { tokens: this.opts.burst, at: now };
+    b.tokens = Math.min(this.opts.burst, b.tokens + (now - b.at) * this.perMs);
+    b.at = now;
+    this.buckets.set(key, b);
+    // A batch larger than the burst could never pass: charge it as a full bucket.
+    const need = Math.min(cost, this.opts.burst);
+    if (b.tokens >= need) {
+      b.tokens -= need;
+      return { ok: true };
+    }
+    return { ok: false, retryAfterSec: Math.max(1, Math.ceil((need - b.tokens) / this.perMs / 1000)) };
+  }
+
+  private sweep(now: number): void {
+    const fullAfterMs = this.opts.burst / this.perMs;
+    for (const [k, b] of this.buckets) if (now - b.at > fullAfterMs) this.buckets.delete(k);
+  }
+}

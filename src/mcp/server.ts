@@ -1,0 +1,76 @@
+/**
+ * The MCP server one authenticated caller talks to: a small fixed set of tools
+ * (execute_code, read_file, write_file, list_files, search_tools), their workspace as
+ * resources, and instructions carrying the skills index. Everything is bound to the
+ * caller's user, never to an MCP session, so a new server per request (stateless
+ * Streamable HTTP) sees exactly the same sandbox and files as a long-lived one.
+ */
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import { ownerOf, toModel, type McpDeps, type ToolContext } from './context.js';
+import { buildInstructions } from './instructions.js';
+import { registerWorkspaceResources } from './resources.js';
+import { userSkills, type SkillInfo } from './skills.js';
+import { registerExecuteCode } from './tools/execute-code.js';
+import { registerFileTools } from './tools/files.js';
+import { registerSearchTools } from './tools/search-tools.js';
+import type { Principal } from '../tokens/tokens.js';
+import { allows } from '../sandboxes/permissions.js';
+
+export const SERVER_INFO = { name: 'sandgate', title: 'sandgate', version: '0.1.0' } as const;
+
+/** One validator for every per-request server: building an Ajv instance costs ~1 ms. */
+const SHARED_VALIDATOR = new AjvJsonSchemaValidator();
+
+export const TOOL_NAMES = ['execute_code', 'read_file', 'write_file', 'list_files', 'search_tools'] as const;
+
+export interface CallerInfo {
+  principal: Principal;
+  protocolVersion?: string;
+}
+
+export function toolContext(deps: McpDeps, caller: CallerInfo): ToolContext {
+  return {
+    ...deps,
+    principal: caller.principal,
+    owner: ownerOf(caller.principal),
+    protocolVersion: caller.protocolVersion,
+    unknownTokens: new Set(),
+  };
+}
+
+/**
+ * The instructions for one user: the usage preamble and the index of built-in skills
+ * plus the user's own (/workspace/skills). Text passes the model boundary.
+ */
+export async function instructionsFor(ctx: ToolContext): Promise<string> {
+  const ceiling = ctx.sandboxes.ceiling(ctx.owner);
+  const builtin = allows(ceiling, 'read', '/skills') ? await ctx.skills.skills() : [];
+  let own: SkillInfo[] = [];
+  if (allows(ceiling, 'read', '/workspace/skills')) {
+    // A workspace that cannot be opened must not keep a client from connecting.
+    try {
+      own = await userSkills(await ctx.sandboxes.openWorkspace(ctx.owner));
+    } catch (e) {
+      ctx.logger.warn({ err: e, user: ctx.owner.name }, 'could not read the user skills for the instructions');
+    }
+  }
+  return toModel(ctx, buildInstructions([...builtin, ...own]));
+}
+
+/**
+ * Builds the server for one caller. `instructions` is only needed when answering
+ * `initialize`; computing it reads the skills, so callers pass it only then.
+ */
+export function createMcpServer(ctx: ToolContext, opts: { instructions?: string } = {}): McpServer {
+  const server = new McpServer(SERVER_INFO, {
+    capabilities: { tools: { listChanged: false }, resources: { listChanged: false }, completions: {} },
+    instructions: opts.instructions,
+    jsonSchemaValidator: SHARED_VALIDATOR,
+  });
+  registerExecuteCode(server, ctx);
+  registerFileTools(server, ctx);
+  registerSearchTools(server, ctx);
+  registerWorkspaceResources(server, ctx);
+  return server;
+}

@@ -1,0 +1,217 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createDetector } from './detector.js';
+import { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
+import { openTestVault, seededRandom, type TestVault } from './testing.js';
+import { PiiVault } from './vault.js';
+
+const open: TestVault[] = [];
+function testVault(...args: Parameters<typeof openTestVault>): TestVault {
+  const t = openTestVault(...args);
+  open.push(t);
+  return t;
+}
+afterEach(() => open.splice(0).forEach((t) => t.cleanup()));
+
+const TEXT = 'Contact jane.roe@example.com or +1 415 555 0134; card 4111 1111 1111 1111; from 203.0.113.5.';
+
+describe('PiiVault tokenization', () => {
+  it('replaces values with tokens and gets them back exactly', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    const { text, found } = scope.tokenize(TEXT);
+    expect(text).toBe('Contact [EMAIL_1] or [PHONE_1]; card [CARD_1]; from [IP_1].');
+    expect(found.map((f) => f.token)).toEqual(['[EMAIL_1]', '[PHONE_1]', '[CARD_1]', '[IP_1]']);
+    expect(JSON.stringify(found)).not.toContain('jane');
+    expect(scope.detokenize(text)).toEqual({ text: TEXT, unknown: [] });
+  });
+
+  it('same value, same token for the whole scope; different values, different tokens', () => {
+    const t = testVault();
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    const a = t.vault.scope(ref).tokenize('a@x.io b@x.io a@x.io').text;
+    expect(a).toBe('[EMAIL_1] [EMAIL_2] [EMAIL_1]');
+    // A new PiiScope object (a new MCP request) for the same scope sees the same tokens.
+    expect(t.vault.scope(ref).tokenize('b@x.io c@x.io').text).toBe('[EMAIL_2] [EMAIL_3]');
+    // Another API token of the same user is another scope.
+    expect(t.vault.scope({ ...ref, id: 'tok2' }).tokenize('c@x.io').text).toBe('[EMAIL_1]');
+  });
+
+  it('reports tokens it does not know and never guesses', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    scope.tokenize('a@x.io');
+    const r = scope.detokenize('send to [EMAIL_1] and [EMAIL_2], [EMAIL_2], [NAME_7], [EMAIL_01], [FOO_1]');
+    expect(r.text).toBe('send to a@x.io and [EMAIL_2], [EMAIL_2], [NAME_7], [EMAIL_01], [FOO_1]');
+    expect(r.unknown).toEqual(['[EMAIL_2]', '[NAME_7]']);
+  });
+
+  it("one user's tokens never resolve for another", () => {
+    const t = testVault();
+    const ana = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'shared-id' });
+    const bob = t.vault.scope({ userId: t.userId('bob'), kind: 'token', id: 'shared-id' });
+    expect(ana.tokenize('secret-person@corp.example').text).toBe('[EMAIL_1]');
+    expect(bob.detokenize('[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    expect(bob.tokenize('other@corp.example').text).toBe('[EMAIL_1]');
+    expect(ana.detokenize('[EMAIL_1]').text).toBe('secret-person@corp.example');
+    expect(bob.detokenize('[EMAIL_1]').text).toBe('other@corp.example');
+  });
+
+  it('conversation scopes are separate from token scopes', () => {
+    const t = testVault();
+    const userId = t.userId('ana');
+    t.vault.scope({ userId, kind: 'token', id: 'x' }).tokenize('a@x.io');
+    expect(t.vault.scope({ userId, kind: 'conversation', id: 'x' }).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+  });
+
+  it('text that already contains token literals round-trips exactly', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    scope.tokenize('a@x.io');
+    const input = 'the doc says [EMAIL_1] and [TOKEN_1] but a@x.io is real';
+    const { text } = scope.tokenize(input);
+    expect(text).toBe('the doc says [TOKEN_1] and [TOKEN_2] but [EMAIL_1] is real');
+    expect(scope.detokenize(text).text).toBe(input);
+  });
+
+  it('round-trips random text mixing values, token literals and unicode', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    const random = seededRandom(42);
+    const pieces = ['a@x.io', '[EMAIL_1]', '[IP_2]', ' ', '\n', 'Jane Roe', '10.0.0.1', '4111111111111111', 'é', '😀', '[', ']', '_', '1', 'EMAIL', '"', '\\'];
+    for (let i = 0; i < 300; i++) {
+      const n = 1 + Math.floor(random() * 30);
+      const x = Array.from({ length: n }, () => pieces[Math.floor(random() * pieces.length)]).join('');
+      expect(scope.detokenize(scope.tokenize(x).text).text).toBe(x);
+    }
+  });
+
+  it('detokenizes tool arguments deeply, keys included', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    scope.tokenize('a@x.io 10.0.0.1');
+    const args = { to: ['[EMAIL_1]', 'x'], meta: { '[IP_1]': 1, note: 'hi [EMAIL_1], [EMAIL_9]' }, n: 3, ok: true, none: null };
+    expect(scope.detokenizeDeep(args)).toEqual({
+      value: { to: ['a@x.io', 'x'], meta: { '10.0.0.1': 1, note: 'hi a@x.io, [EMAIL_9]' }, n: 3, ok: true, none: null },
+      unknown: ['[EMAIL_9]'],
+    });
+  });
+
+  it('applies the detector settings (entity types, allow-list)', () => {
+    const t = testVault({ detector: createDetector({ entities: ['EMAIL'], allow: ['support@acme.com'] }) });
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    expect(scope.tokenize('support@acme.com jo@acme.com 10.0.0.1').text).toBe('support@acme.com [EMAIL_1] 10.0.0.1');
+  });
+});
+
+describe('PiiVault storage', () => {
+  it('stores no raw value: not in the database file, not in its WAL', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    const values = ['very.unusual.address@example.org', '4111 1111 1111 1111', 'DE89 3704 0044 0532 0130 00', 'Giada Hornung'];
+    scope.tokenize(values.map((v) => `value: ${v}\n`).join(''));
+    t.store.db.pragma('wal_checkpoint(FULL)');
+    const files = fs.readdirSync(t.dir).filter((f) => f.startsWith('sandgate.db'));
+    expect(files.length).toBeGreaterThan(0);
+    for (const f of files) {
+      const bytes = fs.readFileSync(path.join(t.dir, f));
+      for (const v of values) {
+        expect(bytes.includes(Buffer.from(v, 'utf8')), `${v} in ${f}`).toBe(false);
+        expect(bytes.includes(Buffer.from(v, 'utf16le')), `${v} (utf16) in ${f}`).toBe(false);
+      }
+    }
+  });
+
+  it('a sealed value moved to another row does not open', () => {
+    const t = testVault();
+    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    scope.tokenize('a@x.io b@x.io');
+    t.store.db.exec(`UPDATE pii_values SET sealed = (SELECT sealed FROM pii_values WHERE n = 1) WHERE n = 2`);
+    // A new vault (a restarted gateway) reads from the database, not from memory.
+    const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
+    const fresh = restarted.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
+    expect(fresh.detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: 'a@x.io [EMAIL_2]', unknown: ['[EMAIL_2]'] });
+  });
+
+  it('a vault with another key reads nothing back', () => {
+    const t = testVault();
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    t.vault.scope(ref).tokenize('a@x.io');
+    const other = new PiiVault(t.store.db, Buffer.alloc(32, 7), { ttlMs: 1000 * 3600 });
+    expect(other.scope(ref).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+  });
+
+  it('a restarted vault resolves what the last one issued', () => {
+    const t = testVault();
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    const { text } = t.vault.scope(ref).tokenize('a@x.io and 10.0.0.1');
+    const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
+    expect(restarted.scope(ref).detokenize(text)).toEqual({ text: 'a@x.io and 10.0.0.1', unknown: [] });
+    expect(restarted.scope(ref).tokenize('10.0.0.1 b@x.io').text).toBe('[IP_1] [EMAIL_2]');
+  });
+
+  it('forgets values unused for the TTL, and never reuses their numbers', () => {
+    let now = 1_000_000;
+    const t = testVault({ ttlMs: 1000, now: () => now });
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    expect(t.vault.scope(ref).tokenize('a@x.io b@x.io').text).toBe('[EMAIL_1] [EMAIL_2]');
+    now += 600;
+    expect(t.vault.scope(ref).detokenize('[EMAIL_2]').text).toBe('b@x.io'); // use refreshes b
+    now += 600;
+    // a is past its TTL: it no longer resolves, before and after the purge.
+    expect(t.vault.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: '[EMAIL_1] b@x.io', unknown: ['[EMAIL_1]'] });
+    expect(t.vault.purgeExpired()).toBe(1);
+    expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_values').get()).toEqual({ n: 1 });
+    // Seen again, a gets a new number: [EMAIL_1] may still be in some model's context.
+    expect(t.vault.scope(ref).tokenize('a@x.io c@x.io').text).toBe('[EMAIL_3] [EMAIL_4]');
+  });
+
+  it('a failed write leaves no token behind in memory either', () => {
+    const t = testVault();
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    const scope = t.vault.scope(ref);
+    scope.tokenize('a@x.io');
+    t.store.db.exec(`CREATE TRIGGER fail BEFORE INSERT ON pii_values BEGIN SELECT RAISE(ABORT, 'disk full'); END`);
+    expect(() => scope.tokenize('b@x.io c@x.io')).toThrow(/disk full/);
+    t.store.db.exec('DROP TRIGGER fail');
+    // b@x.io was never stored: it must not keep a token only memory knows.
+    expect(t.vault.scope(ref).tokenize('c@x.io b@x.io a@x.io').text).toBe('[EMAIL_2] [EMAIL_3] [EMAIL_1]');
+  });
+
+  it('dropping a scope forgets it', () => {
+    const t = testVault();
+    const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    t.vault.scope(ref).tokenize('a@x.io');
+    t.vault.dropScope(ref);
+    expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_values').get()).toEqual({ n: 0 });
+    expect(t.vault.scope(ref).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+  });
+});
+
+describe('loadOrCreateKey', () => {
+  it('creates a 0600 key file once and reads it back', () => {
+    const t = testVault();
+    const dir = path.join(t.dir, 'data');
+    const key = loadOrCreateKey(dir);
+    expect(key.length).toBe(32);
+    expect(fs.statSync(path.join(dir, KEY_FILE)).mode & 0o777).toBe(0o600);
+    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
+    expect(loadOrCreateKey(dir).equals(key)).toBe(true);
+  });
+
+  it('refuses a key file others can read, and malformed keys', () => {
+    const t = testVault();
+    loadOrCreateKey(t.dir);
+    fs.chmodSync(path.join(t.dir, KEY_FILE), 0o644);
+    expect(() => loadOrCreateKey(t.dir)).toThrow(/chmod 600/);
+    expect(() => loadOrCreateKey(t.dir, 'too-short')).toThrow(PiiKeyError);
+  });
+
+  it('prefers the configured key, in base64 or hex', () => {
+    const hex = 'ab'.repeat(32);
+    expect(loadOrCreateKey('/nonexistent', hex).toString('hex')).toBe(hex);
+    const b64 = Buffer.alloc(32, 1).toString('base64');
+    expect(loadOrCreateKey('/nonexistent', b64).equals(Buffer.alloc(32, 1))).toBe(true);
+  });
+});

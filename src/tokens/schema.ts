@@ -1,0 +1,27 @@
+/**
+ * Schema of personal API tokens (store migration 3). Only a SHA-256 hash of each token
+ * is kept; the token itself is shown once, at creation.
+ */
+import type { Migration } from '../store/migrations.js';
+
+export const tokensMigration: Migration = {
+  version: 3,
+  description: 'personal API tokens',
+  up(db) {
+    db.exec(`
+      CREATE TABLE api_tokens (
+        id INTEGER PRIMARY KEY,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        name TEXT NOT NULL,
+        hash BLOB NOT NULL UNIQUE,     -- SHA-256 of the whole token
+        created_at INTEGER NOT NULL,
+        expires_at INTEGER,            -- NULL: never
+        last_used_at INTEGER,
+        revoked_at INTEGER
+      );
+      -- A name identifies one live token per user; revoked ones keep their name for history.
+      CREATE UNIQUE INDEX api_tokens_live_name ON api_tokens(user_id, name) WHERE revoked_at IS NULL;
+      CREATE INDEX api_tokens_user ON api_tokens(user_id);
+    `);
+  },
+};

@@ -1,0 +1,165 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TEST_MIGRATIONS } from '../../test/mcp-helpers.js';
+import { openStore, type Store } from '../store/store.js';
+import { ensureUser } from '../store/users.js';
+import { checksum, crc32, generateToken, hashToken, isWellFormedToken, TOKEN_LENGTH, TOKEN_PATTERN, TOKEN_PREFIX } from './format.js';
+import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, TokenError, verifyToken } from './tokens.js';
+
+describe('token format', () => {
+  it('is sgp_ + 32 random base62 + a 6-char CRC32 checksum', () => {
+    const t = generateToken();
+    expect(t.startsWith(TOKEN_PREFIX)).toBe(true);
+    expect(t).toHaveLength(TOKEN_LENGTH);
+    expect(t).toMatch(TOKEN_PATTERN);
+    expect(t.slice(-6)).toBe(checksum(t.slice(4, 36)));
+    expect(isWellFormedToken(t)).toBe(true);
+    // >= 160 random bits: 32 base62 characters carry 32 * log2(62) ≈ 190.5.
+    expect(32 * Math.log2(62)).toBeGreaterThan(160);
+  });
+
+  it('uses the standard CRC32', () => {
+    expect(crc32('123456789')).toBe(0xcbf43926);
+    expect(crc32('')).toBe(0);
+  });
+
+  it('rejects a typo through the checksum', () => {
+    const t = generateToken();
+    const i = 10;
+    const typo = t.slice(0, i) + (t[i] === 'a' ? 'b' : 'a') + t.slice(i + 1);
+    expect(isWellFormedToken(typo)).toBe(false);
+    expect(isWellFormedToken(t.slice(0, -1))).toBe(false);
+    expect(isWellFormedToken(`ghp_${t.slice(4)}`)).toBe(false);
+  });
+
+  it('draws every base62 character, uniformly enough', () => {
+    const counts = new Map<string, number>();
+    for (let i = 0; i < 2000; i++) for (const c of generateToken().slice(4, 36)) counts.set(c, (counts.get(c) ?? 0) + 1);
+    expect(counts.size).toBe(62);
+    const expected = (2000 * 32) / 62;
+    for (const n of counts.values()) expect(Math.abs(n - expected) / expected).toBeLessThan(0.2);
+  });
+
+  it('hashes with SHA-256', () => {
+    expect(hashToken('x').toString('hex')).toBe('2d711642b726b04401627ca9fbac32f5c8530fb1903cc4db02258717921a4881');
+  });
+});
+
+describe('parseExpiry', () => {
+  const now = Date.UTC(2025, 0, 1);
+  it('understands durations, dates and never', () => {
+    expect(parseExpiry('30d', now)).toBe(now + 30 * 86_400_000);
+    expect(parseExpiry('12h', now)).toBe(now + 12 * 3_600_000);
+    expect(parseExpiry('2w', now)).toBe(now + 14 * 86_400_000);
+    expect(parseExpiry('1y', now)).toBe(now + 365 * 86_400_000);
+    expect(parseExpiry('2025-02-01', now)).toBe(Date.UTC(2025, 1, 1));
+    expect(parseExpiry('never', now)).toBeNull();
+  });
+  it('says what it accepts', () => {
+    expect(() => parseExpiry('soon', now)).toThrow(/30d, 12h, 8w, 1y/);
+    expect(() => parseExpiry('2024-01-01', now)).toThrow(/past/);
+    expect(() => parseExpiry('0d', now)).toThrow(TokenError);
+  });
+});
+
+describe('token store', () => {
+  let dir: string;
+  let store: Store;
+  let alice: number;
+  let bob: number;
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-tokens-'));
+    store = openStore(dir, TEST_MIGRATIONS);
+    alice = ensureUser(store.db, 'alice').id;
+    bob = ensureUser(store.db, 'bob').id;
+  });
+  afterEach(() => {
+    store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('stores only a hash, never the token', () => {
+    const { token, record } = createToken(store.db, { userId: alice, name: 'laptop' });
+    const row = store.db.prepare('SELECT * FROM api_tokens WHERE id = ?').get(record.id) as Record<string, unknown>;
+    expect(Object.values(row).some((v) => typeof v === 'string' && v.includes(token.slice(4, 36)))).toBe(false);
+    expect((row.hash as Buffer).equals(hashToken(token))).toBe(true);
+    const dump = fs.readFileSync(path.join(dir, 'sandgate.db')).toString('latin1') + (fs.existsSync(path.join(dir, 'sandgate.db-wal')) ? fs.readFileSync(path.join(dir, 'sandgate.db-wal')).toString('latin1') : '');
+    expect(dump.includes(token)).toBe(false);
+  });
+
+  it('verifies a good token and records its last use', () => {
+    const { token, record } = createToken(store.db, { userId: alice, name: 'laptop', now: 1000 });
+    expect(record.lastUsedAt).toBeNull();
+    const r = verifyToken(store.db, token, 5000);
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(r.principal).toMatchObject({ tokenId: record.id, tokenName: 'laptop', user: { name: 'alice' } });
+    expect(listTokens(store.db, { userId: alice })[0]!.lastUsedAt).toBe(5000);
+  });
+
+  it('says why a token is refused', () => {
+    expect(verifyToken(store.db, undefined)).toMatchObject({ ok: false, reason: 'missing' });
+    expect(verifyToken(store.db, 'sgp_short')).toMatchObject({ ok: false, reason: 'malformed' });
+    expect(verifyToken(store.db, generateToken())).toMatchObject({ ok: false, reason: 'unknown' });
+    const r = verifyToken(store.db, undefined);
+    expect(!r.ok && r.message).toMatch(/sandgate tokens create/);
+  });
+
+  it('expires at expires_at', () => {
+    const { token } = createToken(store.db, { userId: alice, name: 'ci', expiresAt: 10_000, now: 1000 });
+    expect(verifyToken(store.db, token, 9_999).ok).toBe(true);
+    const r = verifyToken(store.db, token, 10_000);
+    expect(r).toMatchObject({ ok: false, reason: 'expired' });
+    expect(!r.ok && r.message).toMatch(/"ci" expired/);
+  });
+
+  it('revocation takes effect on the very next verification', () => {
+    const { token, record } = createToken(store.db, { userId: alice, name: 'laptop' });
+    expect(verifyToken(store.db, token).ok).toBe(true);
+    expect(revokeToken(store.db, record.id)).toBe(true);
+    expect(verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'revoked' });
+    expect(revokeToken(store.db, record.id)).toBe(false);
+  });
+
+  it('revokes by name, and only the owner can revoke by id when scoped', () => {
+    const a = createToken(store.db, { userId: alice, name: 'laptop' });
+    expect(revokeToken(store.db, a.record.id, { userId: bob })).toBe(false);
+    expect(verifyToken(store.db, a.token).ok).toBe(true);
+    expect(revokeTokenByName(store.db, alice, 'laptop')).toBe(true);
+    expect(verifyToken(store.db, a.token).ok).toBe(false);
+  });
+
+  it('keeps names unique per user among live tokens', () => {
+    createToken(store.db, { userId: alice, name: 'laptop' });
+    expect(() => createToken(store.db, { userId: alice, name: 'laptop' })).toThrow(/already has an active token named "laptop"/);
+    createToken(store.db, { userId: bob, name: 'laptop' });
+    revokeTokenByName(store.db, alice, 'laptop');
+    createToken(store.db, { userId: alice, name: 'laptop' });
+    // An expired token frees its name.
+    createToken(store.db, { userId: alice, name: 'ci', expiresAt: 2000, now: 1000 });
+    const again = createToken(store.db, { userId: alice, name: 'ci', now: 3000 });
+    expect(again.record.name).toBe('ci');
+    expect(listTokens(store.db, { userId: alice }).map((t) => t.name).sort()).toEqual(['ci', 'laptop']);
+    expect(listTokens(store.db, { userId: alice, includeRevoked: true })).toHaveLength(4);
+  });
+
+  it('rejects bad names and past expiries', () => {
+    expect(() => createToken(store.db, { userId: alice, name: '' })).toThrow(/not allowed/);
+    expect(() => createToken(store.db, { userId: alice, name: 'a\nb' })).toThrow(/not allowed/);
+    expect(() => createToken(store.db, { userId: alice, name: 'x', expiresAt: 1, now: 2 })).toThrow(/past/);
+  });
+
+  it('finds a leaked token by its secret', () => {
+    const { token, record } = createToken(store.db, { userId: alice, name: 'laptop' });
+    expect(findTokenBySecret(store.db, token)?.id).toBe(record.id);
+    expect(findTokenBySecret(store.db, generateToken())).toBeUndefined();
+  });
+
+  it('goes with its user', () => {
+    const { token } = createToken(store.db, { userId: alice, name: 'laptop' });
+    store.db.prepare('DELETE FROM users WHERE id = ?').run(alice);
+    expect(verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'unknown' });
+  });
+});

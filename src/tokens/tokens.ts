@@ -1,0 +1,229 @@
+/**
+ * Personal API tokens: created (shown once), listed, named, given an optional expiry,
+ * revoked. `verifyToken` is what every authenticated request calls: it reads the row
+ * afresh each time, so a revocation takes effect on the very next request, and it
+ * records the last-used time.
+ */
+import crypto from 'node:crypto';
+import type { Statement } from 'better-sqlite3';
+import type { Db } from '../store/store.js';
+import { getUser, type User } from '../store/users.js';
+import { generateToken, hashToken, isWellFormedToken } from './format.js';
+
+export interface TokenRecord {
+  id: number;
+  userId: number;
+  userName: string;
+  name: string;
+  createdAt: number;
+  expiresAt: number | null;
+  lastUsedAt: number | null;
+  revokedAt: number | null;
+}
+
+/** Who a valid token speaks for. */
+export interface Principal {
+  user: User;
+  tokenId: number;
+  tokenName: string;
+}
+
+export type TokenFailure = 'missing' | 'malformed' | 'unknown' | 'expired' | 'revoked';
+
+export type VerifyResult =
+  | { ok: true; principal: Principal }
+  | { ok: false; reason: TokenFailure; message: string; /** Set when the token is known (expired or revoked). */ token?: TokenRecord };
+
+export class TokenError extends Error {
+  override name = 'TokenError';
+}
+
+/** How precisely last use is recorded. */
+export const LAST_USED_RESOLUTION_MS = 1000;
+
+/** Token names as a person would label a device: short, printable, no surprises. */
+export const TOKEN_NAME = /^[A-Za-z0-9][A-Za-z0-9 ._-]{0,63}$/;
+
+interface TokenRow {
+  id: number;
+  user_id: number;
+  user_name: string;
+  name: string;
+  hash: Buffer;
+  created_at: number;
+  expires_at: number | null;
+  last_used_at: number | null;
+  revoked_at: number | null;
+}
+
+const SELECT = 'SELECT t.*, u.name AS user_name FROM api_tokens t JOIN users u ON u.id = t.user_id';
+
+/** Statements of the per-request path, prepared once per database. */
+const prepared = new WeakMap<Db, Map<string, Statement>>();
+function stmt(db: Db, sql: string): Statement {
+  let m = prepared.get(db);
+  if (!m) prepared.set(db, (m = new Map()));
+  let s = m.get(sql);
+  if (!s) m.set(sql, (s = db.prepare(sql)));
+  return s;
+}
+
+const VERIFY_SQL = `SELECT t.id, t.user_id, t.name, t.hash, t.expires_at, t.revoked_at, t.created_at, t.last_used_at,
+  u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at
+  FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?`;
+
+const toRecord = (r: TokenRow): TokenRecord => ({
+  id: r.id,
+  userId: r.user_id,
+  userName: r.user_name,
+  name: r.name,
+  createdAt: r.created_at,
+  expiresAt: r.expires_at,
+  lastUsedAt: r.last_used_at,
+  revokedAt: r.revoked_at,
+});
+
+export function tokenState(t: TokenRecord, now = Date.now()): 'active' | 'expired' | 'revoked' {
+  if (t.revokedAt !== null) return 'revoked';
+  if (t.expiresAt !== null && t.expiresAt <= now) return 'expired';
+  return 'active';
+}
+
+const DURATION = /^(\d+)\s*(h|d|w|y)$/;
+const UNIT_MS = { h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000, y: 365 * 86_400_000 } as const;
+
+/**
+ * Parses an expiry given on the command line or a form: `30d`, `12h`, `8w`, `1y`,
+ * an ISO date, or `never`. Returns an epoch ms, or null for never.
+ */
+export function parseExpiry(input: string, now = Date.now()): number | null {
+  const s = input.trim().toLowerCase();
+  if (s === 'never' || s === '') return null;
+  const m = DURATION.exec(s);
+  if (m) {
+    const n = Number(m[1]);
+    if (n <= 0) throw new TokenError(`expiry "${input}" must be in the future`);
+    return now + n * UNIT_MS[m[2] as keyof typeof UNIT_MS];
+  }
+  const t = Date.parse(input);
+  if (Number.isNaN(t)) throw new TokenError(`expiry "${input}" is not understood: use e.g. 30d, 12h, 8w, 1y, an ISO date (2026-01-31) or "never"`);
+  if (t <= now) throw new TokenError(`expiry "${input}" is in the past`);
+  return t;
+}
+
+/**
+ * Creates a token and returns it in clear, the only time it exists outside the caller.
+ * A name may be reused once the earlier token with it is revoked or expired (an expired
+ * one is revoked here so the name is free).
+ */
+export function createToken(db: Db, opts: { userId: number; name: string; expiresAt?: number | null; now?: number }): { token: string; record: TokenRecord } {
+  const now = opts.now ?? Date.now();
+  if (!TOKEN_NAME.test(opts.name)) {
+    throw new TokenError(`token name "${opts.name}" is not allowed: use 1-64 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit (e.g. "laptop")`);
+  }
+  if (opts.expiresAt != null && opts.expiresAt <= now) throw new TokenError('a token cannot expire in the past');
+  if (!getUser(db, opts.userId)) throw new TokenError(`no user with id ${opts.userId}`);
+  const token = generateToken();
+  const id = db.transaction(() => {
+    db.prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?').run(
+      now,
+      opts.userId,
+      opts.name,
+      now,
+    );
+    const live = db.prepare('SELECT 1 FROM api_tokens WHERE user_id = ? AND name = ? AND revoked_at IS NULL').get(opts.userId, opts.name);
+    if (live) throw new TokenError(`this user already has an active token named "${opts.name}": choose another name or revoke that one first`);
+    const r = db
+      .prepare('INSERT INTO api_tokens (user_id, name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)')
+      .run(opts.userId, opts.name, hashToken(token), now, opts.expiresAt ?? null);
+    return Number(r.lastInsertRowid);
+  })();
+  return { token, record: getToken(db, id)! };
+}
+
+export function getToken(db: Db, id: number): TokenRecord | undefined {
+  const r = db.prepare(`${SELECT} WHERE t.id = ?`).get(id) as TokenRow | undefined;
+  return r && toRecord(r);
+}
+
+/** Tokens, newest first; all users' unless `userId` is given. Revoked ones only with `includeRevoked`. */
+export function listTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): TokenRecord[] {
+  const where: string[] = [];
+  const args: unknown[] = [];
+  if (opts.userId !== undefined) {
+    where.push('t.user_id = ?');
+    args.push(opts.userId);
+  }
+  if (!opts.includeRevoked) where.push('t.revoked_at IS NULL');
+  const sql = `${SELECT}${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY t.created_at DESC, t.id DESC`;
+  return (db.prepare(sql).all(...args) as TokenRow[]).map(toRecord);
+}
+
+/** Revokes by id. Returns false when there is no such live token. */
+export function revokeToken(db: Db, id: number, opts: { userId?: number; now?: number } = {}): boolean {
+  const sql = `UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL${opts.userId !== undefined ? ' AND user_id = ?' : ''}`;
+  const args: unknown[] = [opts.now ?? Date.now(), id];
+  if (opts.userId !== undefined) args.push(opts.userId);
+  return db.prepare(sql).run(...args).changes > 0;
+}
+
+export function revokeTokenByName(db: Db, userId: number, name: string, now = Date.now()): boolean {
+  return db.prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL').run(now, userId, name).changes > 0;
+}
+
+/** Finds the record of a token given in clear (e.g. one found leaked), whatever its state. */
+export function findTokenBySecret(db: Db, token: string): TokenRecord | undefined {
+  if (!isWellFormedToken(token)) return undefined;
+  const r = db.prepare(`${SELECT} WHERE t.hash = ?`).get(hashToken(token)) as TokenRow | undefined;
+  return r && toRecord(r);
+}
+
+const HOW_TO_GET_ONE = 'Ask your sandgate admin for a personal token (`sandgate tokens create --user <you> --name <device>`) and send it as the header `Authorization: Bearer sgp_…`.';
+
+function fmtDate(ms: number): string {
+  return new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
+}
+
+/**
+ * Checks a presented token. Reads the row on every call, so revocation and expiry take
+ * effect at once; records last use on success (to the second). The lookup is by hash (the table holds
+ * nothing else to compare), and the hash comparison is constant-time on top.
+ */
+export function verifyToken(db: Db, presented: string | undefined, now = Date.now()): VerifyResult {
+  if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token. ${HOW_TO_GET_ONE}` };
+  if (!isWellFormedToken(presented)) {
+    return {
+      ok: false,
+      reason: 'malformed',
+      message: `The bearer token is not a well-formed sandgate token (sgp_ followed by 38 letters and digits, the last 6 a checksum): check that it was copied whole. ${HOW_TO_GET_ONE}`,
+    };
+  }
+  const hash = hashToken(presented);
+  const row = stmt(db, VERIFY_SQL).get(hash) as
+    | (TokenRow & { user_is_admin: number; user_permissions: string | null; user_workspace_id: string | null; user_created_at: number })
+    | undefined;
+  if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
+    return { ok: false, reason: 'unknown', message: `The token is not known to this gateway (it may belong to another installation, or have been deleted). ${HOW_TO_GET_ONE}` };
+  }
+  const record = toRecord(row);
+  if (record.revokedAt !== null) {
+    return { ok: false, reason: 'revoked', token: record, message: `The token "${record.name}" was revoked at ${fmtDate(record.revokedAt)}. ${HOW_TO_GET_ONE}` };
+  }
+  if (record.expiresAt !== null && record.expiresAt <= now) {
+    return { ok: false, reason: 'expired', token: record, message: `The token "${record.name}" expired at ${fmtDate(record.expiresAt)}. ${HOW_TO_GET_ONE}` };
+  }
+  // The user comes from the same row (the join), so one lookup authenticates.
+  const user: User = {
+    id: row.user_id,
+    name: row.user_name,
+    isAdmin: row.user_is_admin === 1,
+    permissions: row.user_permissions,
+    workspaceId: row.user_workspace_id,
+    createdAt: row.user_created_at,
+  };
+  // Last use is kept to the second: a burst of requests writes it once.
+  if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {
+    stmt(db, 'UPDATE api_tokens SET last_used_at = ? WHERE id = ?').run(now, row.id);
+  }
+  return { ok: true, principal: { user, tokenId: row.id, tokenName: row.name } };
+}

@@ -1,0 +1,269 @@
+/**
+ * One lazily opened, self-healing MCP client connection to an upstream server: shared
+ * by everyone, or one user's own for a per-user server.
+ *
+ * Invariants:
+ * - Nothing connects until the first `tools()` or `callTool()`.
+ * - At most one connect attempt runs at a time; concurrent callers share it.
+ * - When the transport closes (the process died, the HTTP session ended), the next call
+ *   reconnects. The first retry after a failure is immediate; further consecutive
+ *   failures wait an exponentially growing delay (capped), during which calls fail fast
+ *   with a message that says when the next attempt will be made. A successful call or
+ *   listing resets the count.
+ * - A tools/call is never retried by sandgate: it may have had effects upstream.
+ */
+import fs from 'node:fs';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
+import type { Logger } from '../logger.js';
+import { fillConnectionPlaceholders, type UpstreamServerConfig } from './config.js';
+import { UpstreamError, fromCallError } from './errors.js';
+
+export interface BackoffOptions {
+  /** Delay before the second consecutive retry; it doubles from there. */
+  initialMs: number;
+  maxMs: number;
+}
+
+export interface ConnectionOptions {
+  server: UpstreamServerConfig;
+  /** Set for a per-user connection: whose credentials and work directory it uses. */
+  user?: { id: number; name: string; credentials: Record<string, string> };
+  /** Private directory of this connection (`${SANDGATE_WORKDIR}`; HOME and default cwd of stdio servers). */
+  workDir: string;
+  connectTimeoutMs: number;
+  backoff: BackoffOptions;
+  logger?: Logger;
+  /** Called with the new tool list when it differs from the cached one. */
+  onToolsChanged?: (tools: Tool[]) => void;
+  /** Identity sandgate announces upstream. */
+  clientInfo?: { name: string; version: string };
+  now?: () => number;
+}
+
+export interface ConnectionState {
+  connected: boolean;
+  failures: number;
+  lastError?: string;
+  /** Epoch ms before which no reconnect is attempted. */
+  retryAt?: number;
+  pid?: number;
+}
+
+const STDERR_LINES = 20;
+
+export class UpstreamConnection {
+  private client?: Client;
+  private connecting?: Promise<Client>;
+  private cachedTools?: Tool[];
+  private failures = 0;
+  private lastError?: string;
+  private retryAt = 0;
+  private closedByUs = false;
+  private pid?: number;
+  private readonly stderrTail: string[] = [];
+  private readonly label: string;
+  private readonly now: () => number;
+
+  constructor(private readonly opts: ConnectionOptions) {
+    this.label = `upstream server "${opts.server.name}"`;
+    this.now = opts.now ?? Date.now;
+  }
+
+  state(): ConnectionState {
+    return {
+      connected: this.client !== undefined,
+      failures: this.failures,
+      ...(this.lastError !== undefined ? { lastError: this.lastError } : {}),
+      ...(this.retryAt > this.now() ? { retryAt: this.retryAt } : {}),
+      ...(this.pid !== undefined ? { pid: this.pid } : {}),
+    };
+  }
+
+  /** The server's tools (every page), cached until the connection is replaced or the server says they changed. */
+  async tools(): Promise<Tool[]> {
+    if (this.cachedTools) return this.cachedTools;
+    const client = await this.connect();
+    const tools = await this.listAll(client);
+    this.failures = 0;
+    return tools;
+  }
+
+  /** Calls one tool. Errors come back as UpstreamError with a readable message. */
+  async callTool(tool: string, args: Record<string, unknown>, timeoutMs: number): Promise<CallToolResult> {
+    const label = `${this.opts.server.name}/${tool}`;
+    const client = await this.connect();
+    try {
+      const result = (await client.callTool({ name: tool, arguments: args }, undefined, { timeout: timeoutMs })) as CallToolResult;
+      this.failures = 0;
+      return result;
+    } catch (e) {
+      const err = fromCallError(e, label, timeoutMs);
+      if (err.reason === 'unavailable' || err.reason === 'timeout') this.lastError = err.message;
+      throw err;
+    }
+  }
+
+  /** Closes the connection (and stops a stdio server). The next call opens a new one. */
+  async close(): Promise<void> {
+    const client = this.client ?? (await this.connecting?.catch(() => undefined));
+    this.client = undefined;
+    this.connecting = undefined;
+    this.cachedTools = undefined;
+    if (client) {
+      this.closedByUs = true;
+      await client.close().catch(() => undefined);
+    }
+  }
+
+  private connect(): Promise<Client> {
+    if (this.client) return Promise.resolve(this.client);
+    if (this.connecting) return this.connecting;
+    const wait = this.retryAt - this.now();
+    if (wait > 0) {
+      return Promise.reject(
+        new UpstreamError(
+          `${this.label} is unavailable (${this.failures} failed attempts; last error: ${this.lastError ?? 'unknown'}); ` +
+            `sandgate tries again in ${Math.ceil(wait / 1000)} s`,
+          'unavailable',
+        ),
+      );
+    }
+    this.connecting = this.open().finally(() => {
+      this.connecting = undefined;
+    });
+    return this.connecting;
+  }
+
+  private async open(): Promise<Client> {
+    const { server, logger } = this.opts;
+    const client = new Client(this.opts.clientInfo ?? { name: 'sandgate', version: '0.1.0' }, {
+      capabilities: {},
+      listChanged: {
+        tools: {
+          autoRefresh: false,
+          debounceMs: 200,
+          onChanged: () => {
+            if (this.client !== client) return;
+            this.cachedTools = undefined;
+            this.listAll(client).catch((e: Error) => logger?.warn({ server: server.name, err: e.message }, 'tools refresh failed'));
+          },
+        },
+      },
+    });
+    let transport: Transport;
+    try {
+      transport = this.makeTransport();
+    } catch (e) {
+      throw this.failed(e);
+    }
+    this.closedByUs = false;
+    client.onerror = (e) => logger?.debug({ server: server.name, err: e.message }, 'upstream transport error');
+    client.onclose = () => {
+      if (this.client !== client) return;
+      this.client = undefined;
+      this.cachedTools = undefined;
+      this.pid = undefined;
+      if (!this.closedByUs) {
+        this.noteFailure(`the connection closed${this.stderrHint()}`);
+        logger?.warn({ server: server.name, user: this.opts.user?.name }, 'upstream connection closed; reconnecting on next use');
+      }
+    };
+    try {
+      await client.connect(transport, { timeout: this.opts.connectTimeoutMs });
+    } catch (e) {
+      this.closedByUs = true;
+      await client.close().catch(() => undefined);
+      throw this.failed(e);
+    }
+    this.client = client;
+    if (transport instanceof StdioClientTransport) this.pid = transport.pid ?? undefined;
+    logger?.info({ server: server.name, user: this.opts.user?.name, pid: this.pid }, 'upstream connected');
+    return client;
+  }
+
+  private async listAll(client: Client): Promise<Tool[]> {
+    const tools: Tool[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 100; page++) {
+      const r = await client.listTools(cursor ? { cursor } : undefined, { timeout: this.opts.server.timeoutMs });
+      tools.push(...r.tools);
+      cursor = r.nextCursor;
+      if (!cursor) break;
+    }
+    const changed = this.cachedTools === undefined || JSON.stringify(this.cachedTools) !== JSON.stringify(tools);
+    if (this.client === client) this.cachedTools = tools;
+    if (changed) this.opts.onToolsChanged?.(tools);
+    return tools;
+  }
+
+  private makeTransport(): Transport {
+    const { server, user, workDir } = this.opts;
+    fs.mkdirSync(workDir, { recursive: true, mode: 0o700 });
+    const vars = { SANDGATE_WORKDIR: workDir, SANDGATE_USER: user?.name ?? '', SANDGATE_USER_ID: user ? String(user.id) : '' };
+    const fill = (v: string) => fillConnectionPlaceholders(v, vars);
+    const t = server.transport;
+    if (t.type === 'stdio') {
+      const env: Record<string, string | undefined> = {
+        // The SDK adds HOME, LOGNAME, SHELL, TERM and USER of the gateway; only PATH may pass.
+        HOME: workDir,
+        LOGNAME: undefined,
+        SHELL: undefined,
+        TERM: undefined,
+        USER: undefined,
+        PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+        ...Object.fromEntries(Object.entries(t.env).map(([k, v]) => [k, fill(v)])),
+        ...(user?.credentials ?? {}),
+      };
+      const transport = new StdioClientTransport({
+        command: fill(t.command),
+        args: t.args.map(fill),
+        env: env as Record<string, string>,
+        cwd: t.cwd !== undefined ? fill(t.cwd) : workDir,
+        stderr: 'pipe',
+      });
+      this.stderrTail.length = 0;
+      transport.stderr?.on('data', (chunk: Buffer) => {
+        for (const line of chunk.toString('utf8').split('\n')) {
+          if (!line.trim()) continue;
+          this.stderrTail.push(line.slice(0, 500));
+          if (this.stderrTail.length > STDERR_LINES) this.stderrTail.shift();
+        }
+      });
+      return transport;
+    }
+    const headers = { ...Object.fromEntries(Object.entries(t.headers).map(([k, v]) => [k, fill(v)])), ...(user?.credentials ?? {}) };
+    const url = new URL(fill(t.url));
+    return t.type === 'sse'
+      ? new SSEClientTransport(url, { requestInit: { headers } })
+      : new StreamableHTTPClientTransport(url, { requestInit: { headers } });
+  }
+
+  private failed(e: unknown): UpstreamError {
+    let msg = e instanceof Error ? e.message : String(e);
+    const code = (e as NodeJS.ErrnoException).code;
+    const t = this.opts.server.transport;
+    if (code === 'ENOENT' && t.type === 'stdio') msg = `cannot start "${t.command}": not found on PATH`;
+    else if (e instanceof Error && /timed out|RequestTimeout/i.test(msg)) msg = `no answer within ${Math.round(this.opts.connectTimeoutMs / 1000)} s`;
+    this.noteFailure(`${msg}${this.stderrHint()}`);
+    return new UpstreamError(`${this.label} could not be reached: ${this.lastError}`, 'unavailable', { cause: e });
+  }
+
+  private noteFailure(message: string): void {
+    this.failures++;
+    this.lastError = message;
+    const { initialMs, maxMs } = this.opts.backoff;
+    const delay = this.failures <= 1 ? 0 : Math.min(maxMs, initialMs * 2 ** (this.failures - 2));
+    this.retryAt = this.now() + delay;
+    this.opts.logger?.warn({ server: this.opts.server.name, user: this.opts.user?.name, failures: this.failures, err: message }, 'upstream failure');
+  }
+
+  private stderrHint(): string {
+    const last = this.stderrTail.at(-1);
+    return last ? ` (server said: ${last})` : '';
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * Every failure of an upstream call becomes an UpstreamError whose message is written
+ * for the code (and the model reading its output) that made the call: it says what
+ * failed and, where there is one, what to change. `reason` doubles as the audit outcome.
+ */
+import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+
+export type UpstreamErrorReason =
+  | 'unknown-server'
+  | 'denied'
+  | 'unknown-tool'
+  | 'missing-credential'
+  | 'unavailable'
+  | 'timeout'
+  | 'failed';
+
+export class UpstreamError extends Error {
+  override name = 'UpstreamError';
+  constructor(
+    message: string,
+    readonly reason: UpstreamErrorReason,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/** Maps an error thrown by the SDK during a call to an UpstreamError, once, here. */
+export function fromCallError(e: unknown, label: string, timeoutMs: number): UpstreamError {
+  if (e instanceof UpstreamError) return e;
+  if (e instanceof McpError) {
+    if (e.code === ErrorCode.RequestTimeout) {
+      return new UpstreamError(
+        `${label} timed out after ${Math.round(timeoutMs / 1000)} s (the limit is sandgate.timeoutSec in the server's config)`,
+        'timeout',
+        { cause: e },
+      );
+    }
+    if (e.code === ErrorCode.ConnectionClosed) {
+      return new UpstreamError(`${label} failed: the upstream server closed the connection during the call`, 'unavailable', { cause: e });
+    }
+    // The SDK prefixes "MCP error <code>: "; the rest is the server's own words.
+    const text = e.message.replace(/^MCP error -?\d+:\s*/, '');
+    return new UpstreamError(`${label} failed: ${text}`, 'failed', { cause: e });
+  }
+  const msg = e instanceof Error ? e.message : String(e);
+  return new UpstreamError(`${label} failed: ${msg}`, 'unavailable', { cause: e });
+}

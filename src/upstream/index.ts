@@ -1,0 +1,80 @@
+/**
+ * Upstream MCP servers, composed: read the admin's config, open the credential store,
+ * and hand back the pieces the rest of the gateway plugs in:
+ *
+ * - `bridgeHandler` → the sandbox manager (answers tools/call, tools/list, tools/describe
+ *   from code in a sandbox),
+ * - `prepareTools` (or `toolsDirFor`) → the sandbox manager (the host directory mounted
+ *   read-only at /tools),
+ * - `catalog` → the MCP endpoint's search_tools,
+ * - `hub` → admin pages and credential forms.
+ */
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import type { ToolCatalog } from '../mcp/catalog.js';
+import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
+import type { Db } from '../store/store.js';
+import { createBridgeHandler, type UpstreamAudit } from './bridge.js';
+import { createToolCatalog } from './catalog.js';
+import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
+import { createCredentialStore, loadOrCreateKey } from './credentials.js';
+import { UpstreamHub } from './hub.js';
+import { createToolsDirs } from './tools-dir.js';
+
+export { UPSTREAM_MIGRATION } from './schema.js';
+export { UpstreamHub, type HubTool, type ToolListing, type ConnectionStatus } from './hub.js';
+export { UpstreamError, type UpstreamErrorReason } from './errors.js';
+export { UpstreamConfigError, parseUpstreamConfig, loadUpstreamConfig, upstreamConfigFile, type UpstreamServerConfig } from './config.js';
+export { createBridgeHandler, type UpstreamAudit, type UpstreamAuditEntry } from './bridge.js';
+export { createToolCatalog } from './catalog.js';
+export { createToolsDirs, type ToolsDirs } from './tools-dir.js';
+export { createCredentialStore, loadOrCreateKey, type CredentialStore } from './credentials.js';
+
+export interface Upstream {
+  hub: UpstreamHub;
+  catalog: ToolCatalog;
+  toolsDirFor(owner: SandboxOwner): Promise<string>;
+  /** The sandbox manager's `prepareTools(dir, owner)`. */
+  prepareTools(dir: string, owner: SandboxOwner | undefined): Promise<void>;
+  bridgeHandler: BridgeHandler;
+  close(): Promise<void>;
+}
+
+export interface UpstreamDeps {
+  config: Pick<Config, 'dataDir' | 'mcpServersFile'>;
+  /** The store's database, migrated with UPSTREAM_MIGRATION. */
+  db: Db;
+  audit: UpstreamAudit;
+  logger?: Logger;
+  /** GitHub teams (`org/team`) of a user, for allowTeams. */
+  teamsOf?: (owner: SandboxOwner) => Promise<string[]>;
+  /** Environment for `${NAME}` in the config file (default: process.env). */
+  env?: Record<string, string | undefined>;
+}
+
+/** Throws UpstreamConfigError when the config file is invalid; a missing file means no servers. */
+export function createUpstream(deps: UpstreamDeps): Upstream {
+  const servers = loadUpstreamConfig(upstreamConfigFile(deps.config), deps.env);
+  const credentials = createCredentialStore(deps.db, loadOrCreateKey(deps.config.dataDir));
+  const logger = deps.logger?.child({ module: 'upstream' });
+  const hub = new UpstreamHub({
+    servers,
+    dataDir: deps.config.dataDir,
+    credentials,
+    ...(deps.teamsOf ? { teamsOf: deps.teamsOf } : {}),
+    ...(logger ? { logger } : {}),
+    idleCloseMs: 10 * 60_000,
+  });
+  const dirs = createToolsDirs({ hub, dataDir: deps.config.dataDir, ...(logger ? { logger } : {}) });
+  return {
+    hub,
+    catalog: createToolCatalog(hub),
+    toolsDirFor: dirs.toolsDirFor,
+    prepareTools: dirs.prepareTools,
+    bridgeHandler: createBridgeHandler(hub, deps.audit, logger ? { logger } : {}),
+    async close() {
+      dirs.close();
+      await hub.close();
+    },
+  };
+}

@@ -1,0 +1,88 @@
+/**
+ * Test helpers for the upstream module: a migration list with this module's table, and
+ * configs for real MCP servers from npm (dev dependencies) started over stdio with the
+ * node running the tests.
+ */
+import { createRequire } from 'node:module';
+import net from 'node:net';
+import path from 'node:path';
+import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
+import { MIGRATIONS, type Migration } from '../store/migrations.js';
+import { parseUpstreamConfig, type UpstreamServerConfig } from './config.js';
+import { UPSTREAM_MIGRATION } from './schema.js';
+
+/**
+ * The registered migrations before version 5 (placeholders for versions other modules
+ * have not registered yet), then this module's table.
+ */
+export function upstreamTestMigrations(): Migration[] {
+  const out: Migration[] = [];
+  for (let version = 1; version < UPSTREAM_MIGRATION.version; version++) {
+    out.push(MIGRATIONS.find((m) => m.version === version) ?? { version, description: 'reserved', up() {} });
+  }
+  return [...out, UPSTREAM_MIGRATION];
+}
+
+const require = createRequire(import.meta.url);
+
+/** Absolute path of an npm package's file, e.g. ('@modelcontextprotocol/server-memory', 'dist/index.js'). */
+export function packageFile(pkg: string, file: string): string {
+  return path.join(path.dirname(require.resolve(`${pkg}/package.json`)), file);
+}
+
+export const MEMORY_SERVER = packageFile('@modelcontextprotocol/server-memory', 'dist/index.js');
+export const EVERYTHING_SERVER = packageFile('@modelcontextprotocol/server-everything', 'dist/index.js');
+
+/** An mcpServers entry running a node script with the current node. */
+export function nodeServer(script: string, args: string[] = [], extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { command: process.execPath, args: [script, ...args], ...extra };
+}
+
+/** Parses an mcpServers object the way the gateway does. */
+export function serversFrom(mcpServers: Record<string, unknown>, env: Record<string, string> = {}): UpstreamServerConfig[] {
+  return parseUpstreamConfig({ mcpServers }, { source: 'test', env });
+}
+
+/** The Deno binary shipped in the npm package (the same one the sandbox image copies). */
+export const DENO_BIN = packageFile('@deno/linux-x64-glibc', 'deno');
+
+/**
+ * Plays the runner's part of the tool channel on the host: a Unix socket that takes one
+ * JSON line `{method, params, execId}` per connection, refuses any execId but `execId`,
+ * and answers `{ok, result}` / `{ok: false, error}` from `handler` as `owner`.
+ */
+export async function startBridgeSocket(
+  handler: BridgeHandler,
+  owner: SandboxOwner,
+  execId: string,
+  socketPath: string,
+): Promise<{ path: string; close(): Promise<void> }> {
+  const server = net.createServer((conn) => {
+    let buf = '';
+    conn.on('data', (d) => {
+      buf += d.toString('utf8');
+      const nl = buf.indexOf('\n');
+      if (nl < 0) return;
+      const line = buf.slice(0, nl);
+      buf = '';
+      const reply = (obj: object) => conn.end(`${JSON.stringify(obj)}\n`);
+      let req: { method?: string; params?: unknown; execId?: string };
+      try {
+        req = JSON.parse(line) as typeof req;
+      } catch {
+        return reply({ ok: false, error: 'malformed bridge request' });
+      }
+      if (req.execId !== execId) return reply({ ok: false, error: `no running execution ${JSON.stringify(req.execId)}` });
+      handler(owner, String(req.method), req.params).then(
+        (result) => reply({ ok: true, result }),
+        (e: unknown) => reply({ ok: false, error: e instanceof Error ? e.message : String(e) }),
+      );
+    });
+    conn.on('error', () => undefined);
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(socketPath, resolve);
+  });
+  return { path: socketPath, close: () => new Promise((r) => server.close(() => r())) };
+}

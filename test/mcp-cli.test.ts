@@ -1,0 +1,128 @@
+/**
+ * The operator command line: tokens (create / list / revoke), users, sandboxes (against
+ * real containers) and the audit log, run in-process on a real store; plus the
+ * bin/sandgate.js shim as a real process.
+ */
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { recordAudit } from '../src/audit/audit.js';
+import { createDriver } from '../src/sandboxes/index.js';
+import { runCli, type CliContext } from '../src/cli/program.js';
+import { findUser } from '../src/store/users.js';
+import { isWellFormedToken } from '../src/tokens/format.js';
+import { verifyToken } from '../src/tokens/tokens.js';
+import { createHarness, type Harness } from '../src/testing/harness.js';
+import { openStore } from '../src/store/store.js';
+import { TEST_MIGRATIONS } from './mcp-helpers.js';
+
+let h: Harness;
+
+async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  const out: string[] = [];
+  const err: string[] = [];
+  const ctx: CliContext = {
+    openStore: () => openStore(h.dataDir, TEST_MIGRATIONS),
+    driver: () => createDriver(h.config, h.logger),
+    out: (s) => out.push(s),
+    err: (s) => err.push(s),
+  };
+  const code = await runCli(argv, ctx);
+  return { code, out: out.join('\n'), err: err.join('\n') };
+}
+
+beforeAll(async () => {
+  h = await createHarness({ migrations: TEST_MIGRATIONS });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+describe('sandgate users', () => {
+  it('adds and lists users', async () => {
+    expect(await cli('users', 'add', 'alice')).toMatchObject({ code: 0, out: expect.stringMatching(/^Created user alice \(id \d+\)\.$/) });
+    expect((await cli('users', 'add', 'root', '--admin')).out).toMatch(/admin/);
+    expect((await cli('users', 'list')).out).toMatch(/^ID\s+NAME\s+ADMIN\s+CREATED\n\d+\s+alice\s+\S+\n\d+\s+root\s+yes/);
+    expect(await cli('users', 'add', 'no spaces')).toMatchObject({ code: 1, err: expect.stringMatching(/not a valid user name/) });
+  });
+});
+
+describe('sandgate tokens', () => {
+  it('creates a token, printed once on stdout, with an optional expiry', async () => {
+    const r = await cli('tokens', 'create', '--user', 'alice', '--name', 'laptop', '--expires', '30d');
+    expect(r.code).toBe(0);
+    expect(isWellFormedToken(r.out)).toBe(true);
+    expect(r.err).toMatch(/Created token "laptop" for alice \(id \d+, expires \d{4}-.*\)\.\nCopy it now/);
+    const v = verifyToken(h.store.db, r.out);
+    expect(v.ok && v.principal.user.name).toBe('alice');
+  });
+
+  it('explains what is wrong', async () => {
+    expect(await cli('tokens', 'create', '--user', 'nobody', '--name', 'x')).toMatchObject({ code: 1, err: expect.stringMatching(/no user named "nobody".*sandgate users add nobody/) });
+    expect(await cli('tokens', 'create', '--user', 'alice', '--name', 'laptop')).toMatchObject({ code: 1, err: expect.stringMatching(/already has an active token named "laptop"/) });
+    expect(await cli('tokens', 'create', '--user', 'alice', '--name', 'x', '--expires', 'tomorrow-ish')).toMatchObject({ code: 1, err: expect.stringMatching(/30d, 12h/) });
+    expect((await cli('tokens', 'create', '--user', 'alice')).code).toBe(2);
+  });
+
+  it('lists tokens without their secrets', async () => {
+    const created = (await cli('tokens', 'create', '--user', 'alice', '--name', 'ci')).out;
+    const r = await cli('tokens', 'list', '--user', 'alice');
+    expect(r.out).toMatch(/^ID\s+USER\s+NAME\s+STATE\s+CREATED\s+EXPIRES\s+LAST USED\n/);
+    expect(r.out).toMatch(/alice\s+ci\s+active\s+\S+\s+never\s+-/);
+    expect(r.out).toMatch(/alice\s+laptop\s+active/);
+    expect(r.out).not.toContain(created.slice(4, 20));
+    const json = JSON.parse((await cli('tokens', 'list', '--json')).out) as { name: string; state: string }[];
+    expect(json.map((t) => t.name).sort()).toEqual(['ci', 'laptop']);
+    expect(JSON.stringify(json)).not.toMatch(/sgp_|hash/);
+  });
+
+  it('revokes by id, by user and name, or by the leaked token itself', async () => {
+    const t1 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'one')).out;
+    const t2 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'two')).out;
+    const t3 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'three')).out;
+    const id1 = (JSON.parse((await cli('tokens', 'list', '--json')).out) as { id: number; name: string }[]).find((t) => t.name === 'one')!.id;
+    expect((await cli('tokens', 'revoke', String(id1))).out).toBe(`Revoked token ${id1} ("one" of alice).`);
+    expect((await cli('tokens', 'revoke', '--user', 'alice', '--name', 'two')).out).toBe('Revoked token "two" of alice.');
+    expect((await cli('tokens', 'revoke', t3)).out).toMatch(/^Revoked token \d+ \("three" of alice\)\.$/);
+    for (const t of [t1, t2, t3]) expect(verifyToken(h.store.db, t)).toMatchObject({ ok: false, reason: 'revoked' });
+    expect((await cli('tokens', 'revoke', String(id1))).out).toMatch(/already revoked/);
+    expect((await cli('tokens', 'list', '--all')).out).toMatch(/one\s+revoked/);
+    expect(await cli('tokens', 'revoke')).toMatchObject({ code: 1, err: expect.stringMatching(/say which token/) });
+    expect(await cli('tokens', 'revoke', '999999')).toMatchObject({ code: 1, err: expect.stringMatching(/no token with id 999999/) });
+  });
+});
+
+describe('sandgate sandboxes', () => {
+  it('lists and stops a user’s sandbox; the next run gets a fresh one and the files survive', async () => {
+    const alice = h.user('alice');
+    await h.manager.execute(alice, { language: 'python', code: 'open("kept.txt", "w").write("kept")' });
+    const listed = await cli('sandboxes', 'list');
+    expect(listed.out).toMatch(/^USER\s+CONTAINER\s+STATE\s+CREATED\nalice\s+[0-9a-f]{12}\s+running/);
+    const stop = await cli('sandboxes', 'stop', 'alice');
+    expect(stop.out).toBe('Stopped 1 sandbox container(s) of alice.');
+    expect((await cli('sandboxes', 'list')).out).not.toMatch(/alice/);
+    expect((await cli('sandboxes', 'stop', 'alice')).out).toBe('alice has no running sandbox.');
+    const again = await h.manager.execute(alice, { language: 'bash', code: 'cat kept.txt' });
+    expect(again.stdout).toBe('kept');
+  });
+});
+
+describe('sandgate audit', () => {
+  it('shows one user’s entries with argument shapes', async () => {
+    const alice = findUser(h.store.db, 'alice')!;
+    recordAudit(h.store.db, { userId: alice.id, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', args: { code: 'print(42)' }, durationMs: 3.2, outcome: 'ok' });
+    const r = await cli('audit', '--user', 'alice');
+    expect(r.out).toMatch(/^TIME\s+TOKEN\s+KIND\s+METHOD\s+TOOL\s+MS\s+OUTCOME\s+ARGS\n\S+\s+laptop\s+mcp\s+tools\/call\s+execute_code\s+3\s+ok\s+\{"code":"string\(9\)"\}/);
+    expect((await cli('audit', '--user', 'root')).out).toBe('No audit entries for root.');
+  });
+});
+
+describe('bin/sandgate.js', () => {
+  it('runs the command line through tsx', async () => {
+    const bin = fileURLToPath(new URL('../bin/sandgate.js', import.meta.url));
+    const { stdout } = await promisify(execFile)(process.execPath, [bin, '--help']);
+    expect(stdout).toMatch(/Usage: sandgate \[options\] \[command\]/);
+    expect(stdout).toMatch(/tokens\s+Personal API tokens/);
+  });
+});

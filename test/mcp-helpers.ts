@@ -1,0 +1,154 @@
+/**
+ * Shared set-up for the MCP, token and audit tests: the store schema they need, and a
+ * real gateway (createApp + the /mcp router + the real sandbox manager) listening on a
+ * free port.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { createApp } from '../src/app.js';
+import { recordAudit } from '../src/audit/audit.js';
+import { auditMigration } from '../src/audit/schema.js';
+import { mcpRouter, type McpRouterDeps } from '../src/mcp/router.js';
+import { copyStaticTools } from '../src/sandboxes/index.js';
+import { createUpstream, UPSTREAM_MIGRATION, type Upstream } from '../src/upstream/index.js';
+import type { Migration } from '../src/store/migrations.js';
+import { MIGRATIONS } from '../src/store/migrations.js';
+import { ensureUser } from '../src/store/users.js';
+import { createHarness, type Harness, type HarnessOptions } from '../src/testing/harness.js';
+import { createToken } from '../src/tokens/tokens.js';
+import { tokensMigration } from '../src/tokens/schema.js';
+
+/** Version 2 belongs to the PII vault; these tests only need its slot filled. */
+const RESERVED_V2: Migration = { version: 2, description: 'reserved (PII vault)', up() {} };
+
+export const TEST_MIGRATIONS: readonly Migration[] = [...MIGRATIONS, RESERVED_V2, tokensMigration, auditMigration, UPSTREAM_MIGRATION];
+
+export interface Gateway {
+  harness: Harness;
+  /** The real upstream hub, when `upstream` servers were given. */
+  upstream?: Upstream;
+  url: string;
+  /** http://127.0.0.1:<port>/mcp */
+  mcpUrl: string;
+  port: number;
+  /** Creates the user if needed and a fresh token for it. */
+  tokenFor(user: string, name?: string, opts?: { expiresAt?: number }): string;
+  close(): Promise<void>;
+}
+
+let tokenSeq = 0;
+
+/**
+ * @param opts.upstream an `mcpServers` object: the gateway then runs the real upstream
+ *   hub with it (catalog for search_tools, wrappers in /tools, the bridge for code).
+ */
+export async function startGateway(opts: { harness?: HarnessOptions; router?: Partial<McpRouterDeps>; upstream?: Record<string, unknown> } = {}): Promise<Gateway> {
+  let upstream: Upstream | undefined;
+  const harness = await createHarness({
+    migrations: TEST_MIGRATIONS,
+    // Bound late: the hub needs the store the harness opens.
+    prepareTools: (dir, owner) => (upstream ? upstream.prepareTools(dir, owner) : copyStaticTools(dir)),
+    ...opts.harness,
+  });
+  if (opts.upstream) {
+    const file = path.join(harness.dataDir, 'mcp-servers.json');
+    fs.writeFileSync(file, JSON.stringify({ mcpServers: opts.upstream }));
+    const db = harness.store.db;
+    upstream = createUpstream({ config: { dataDir: harness.dataDir, mcpServersFile: file }, db, audit: (e) => recordAudit(db, e), logger: harness.logger });
+    harness.manager.setBridgeHandler(upstream.bridgeHandler);
+  }
+  const server = http.createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as AddressInfo).port;
+  // The allowed Host names come from the public URL, as in production.
+  const config = { ...harness.config, publicUrl: `http://127.0.0.1:${port}` };
+  const app = createApp({
+    config,
+    store: harness.store,
+    logger: harness.logger,
+    mount: (a) => a.use(mcpRouter({ config, db: harness.store.db, logger: harness.logger, sandboxes: harness.manager, catalog: upstream?.catalog, ...opts.router })),
+  });
+  server.on('request', app);
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    harness,
+    upstream,
+    url,
+    mcpUrl: `${url}/mcp`,
+    port,
+    tokenFor(user, name, o = {}) {
+      const u = ensureUser(harness.store.db, user);
+      return createToken(harness.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await upstream?.close();
+      await harness.close();
+    },
+  };
+}
+
+export interface RawResponse {
+  status: number;
+  headers: http.IncomingHttpHeaders;
+  text: string;
+  /** JSON-RPC messages of the body, whether it came as JSON or as an SSE stream. */
+  messages: Record<string, unknown>[];
+}
+
+/**
+ * One HTTP request with full control of the headers (fetch forbids setting Host), for
+ * checks below what an MCP client library would send.
+ */
+export function rawRequest(url: string, opts: { method?: string; headers?: Record<string, string>; body?: unknown } = {}): Promise<RawResponse> {
+  const u = new URL(url);
+  const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname,
+        method: opts.method ?? 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          ...(body !== undefined ? { 'content-length': String(Buffer.byteLength(body)) } : {}),
+          ...opts.headers,
+        },
+      },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () => {
+          const text = Buffer.concat(chunks).toString('utf8');
+          let messages: Record<string, unknown>[] = [];
+          if (String(res.headers['content-type']).startsWith('text/event-stream')) {
+            messages = text
+              .split('\n')
+              .filter((l) => l.startsWith('data: ') && l.length > 6)
+              .map((l) => JSON.parse(l.slice(6)) as Record<string, unknown>);
+          } else if (text) {
+            try {
+              const j = JSON.parse(text) as unknown;
+              messages = (Array.isArray(j) ? j : [j]) as Record<string, unknown>[];
+            } catch {
+              /* not JSON */
+            }
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, messages });
+        });
+      },
+    );
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+export function initializeBody(protocolVersion: string, id = 1) {
+  return { jsonrpc: '2.0', id, method: 'initialize', params: { protocolVersion, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
+}
