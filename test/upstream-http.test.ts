@@ -7,20 +7,18 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { openStore, type Store } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { createUpstream } from '../src/upstream/index.js';
-import { MEMORY_SERVER, nodeServer, serversFrom, upstreamTestMigrations } from '../src/upstream/testing.js';
+import { MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 
 /** A stateless Streamable HTTP MCP server with one tool that reports the headers it got. */
 function startHeaderServer(port = 0): Promise<http.Server> {
@@ -54,14 +52,7 @@ let alice: SandboxOwner;
 let bob: SandboxOwner;
 
 beforeAll(() => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-http-'));
-  store = openStore(dataDir, upstreamTestMigrations());
-  const u = (name: string) => {
-    const r = ensureUser(store.db, name);
-    return { userId: r.id, name: r.name };
-  };
-  alice = u('alice');
-  bob = u('bob');
+  ({ dataDir, store, owners: [alice, bob] } = openTestStore('http', ['alice', 'bob']));
 });
 afterAll(() => {
   store.close();

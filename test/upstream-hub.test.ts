@@ -5,17 +5,15 @@
  * process is killed.
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { openStore, type Store } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, upstreamTestMigrations } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 
 let dataDir: string;
 let store: Store;
@@ -25,15 +23,7 @@ let carol: SandboxOwner;
 const hubs: UpstreamHub[] = [];
 
 beforeAll(() => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-hub-'));
-  store = openStore(dataDir, upstreamTestMigrations());
-  const u = (name: string) => {
-    const r = ensureUser(store.db, name);
-    return { userId: r.id, name: r.name };
-  };
-  alice = u('alice');
-  bob = u('bob');
-  carol = u('carol');
+  ({ dataDir, store, owners: [alice, bob, carol] } = openTestStore('hub', ['alice', 'bob', 'carol']));
 });
 afterEach(async () => {
   await Promise.all(hubs.splice(0).map((h) => h.close()));

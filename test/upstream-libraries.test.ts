@@ -7,13 +7,11 @@
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { openStore, type Store } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import type { Store } from '../src/store/store.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
@@ -25,7 +23,7 @@ import {
   nodeServer,
   serversFrom,
   startBridgeSocket,
-  upstreamTestMigrations,
+  openTestStore,
 } from '../src/upstream/testing.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
 
@@ -43,14 +41,7 @@ const audit: UpstreamAuditEntry[] = [];
 const EXEC_ID = 'exec-42';
 
 beforeAll(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-libs-'));
-  store = openStore(dataDir, upstreamTestMigrations());
-  const u = (name: string) => {
-    const r = ensureUser(store.db, name);
-    return { userId: r.id, name: r.name };
-  };
-  alice = u('alice');
-  bob = u('bob');
+  ({ dataDir, store, owners: [alice, bob] } = openTestStore('libs', ['alice', 'bob']));
   hub = new UpstreamHub({
     servers: serversFrom({
       memory: nodeServer(MEMORY_SERVER, [], {

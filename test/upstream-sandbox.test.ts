@@ -10,7 +10,7 @@ import { createHarness, type Harness } from '../src/testing/harness.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, upstreamTestMigrations } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom } from '../src/upstream/testing.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
 
 describe('upstream MCP tools called from code in a real sandbox', () => {
@@ -23,7 +23,6 @@ describe('upstream MCP tools called from code in a real sandbox', () => {
 
   beforeAll(async () => {
     h = await createHarness({
-      migrations: upstreamTestMigrations(),
       prepareTools: (dir, owner) => dirs.prepareTools(dir, owner),
       bridgeHandler: (owner, method, params) => bridge(owner, method, params),
     });

@@ -4,15 +4,13 @@
  * catalogue changes.
  */
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { openStore, type Store } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, upstreamTestMigrations } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
 
 let dataDir: string;
@@ -21,14 +19,7 @@ let alice: SandboxOwner;
 let bob: SandboxOwner;
 
 beforeAll(() => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-toolsdir-'));
-  store = openStore(dataDir, upstreamTestMigrations());
-  const u = (name: string) => {
-    const r = ensureUser(store.db, name);
-    return { userId: r.id, name: r.name };
-  };
-  alice = u('alice');
-  bob = u('bob');
+  ({ dataDir, store, owners: [alice, bob] } = openTestStore('toolsdir', ['alice', 'bob']));
 });
 afterAll(() => {
   store.close();

@@ -32,6 +32,7 @@ export interface WorkspaceVolumesOptions {
 
 export class WorkspaceVolumes {
   private readonly pending = new Map<string, Promise<string>>();
+  private readonly ready = new Map<string, string>();
 
   constructor(private readonly opts: WorkspaceVolumesOptions) {
     fs.mkdirSync(opts.dir, { recursive: true, mode: 0o711 });
@@ -49,9 +50,17 @@ export class WorkspaceVolumes {
 
   /** Makes the workspace ready (creating and mounting as needed); returns its host path. */
   ensure(id: string): Promise<string> {
+    // Only this gateway mounts and unmounts workspaces, so a mount it made stays made.
+    const ready = this.ready.get(id);
+    if (ready) return Promise.resolve(ready);
     let p = this.pending.get(id);
     if (!p) {
-      p = this.doEnsure(id).finally(() => this.pending.delete(id));
+      p = this.doEnsure(id)
+        .then((path) => {
+          this.ready.set(id, path);
+          return path;
+        })
+        .finally(() => this.pending.delete(id));
       this.pending.set(id, p);
     }
     return p;
@@ -107,6 +116,7 @@ export class WorkspaceVolumes {
 
   /** Unmounts (at gateway shutdown of tests; workspaces stay on disk). */
   async release(id: string): Promise<void> {
+    this.ready.delete(id);
     const mnt = this.hostPath(id);
     if (this.opts.backend === 'loop' && (await isMountPoint(mnt))) {
       await run('umount', [mnt]).catch(() => run('umount', ['-l', mnt]));

@@ -1,26 +1,28 @@
 /**
- * Test helpers for the upstream module: a migration list with this module's table, and
+ * Test helpers for the upstream module: a migrated store with users, and
  * configs for real MCP servers from npm (dev dependencies) started over stdio with the
  * node running the tests.
  */
+import fs from 'node:fs';
 import { createRequire } from 'node:module';
+import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
-import { MIGRATIONS, type Migration } from '../store/migrations.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
+import { openStore, type Store } from '../store/store.js';
+import { ensureUser } from '../store/users.js';
 import { parseUpstreamConfig, type UpstreamServerConfig } from './config.js';
-import { UPSTREAM_MIGRATION } from './schema.js';
 
-/**
- * The registered migrations before version 5 (placeholders for versions other modules
- * have not registered yet), then this module's table.
- */
-export function upstreamTestMigrations(): Migration[] {
-  const out: Migration[] = [];
-  for (let version = 1; version < UPSTREAM_MIGRATION.version; version++) {
-    out.push(MIGRATIONS.find((m) => m.version === version) ?? { version, description: 'reserved', up() {} });
-  }
-  return [...out, UPSTREAM_MIGRATION];
+/** A fresh data directory with a migrated store and the named users, as sandbox owners. */
+export function openTestStore(prefix: string, names: string[]): { dataDir: string; store: Store; owners: SandboxOwner[] } {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${prefix}-`));
+  const store = openStore(dataDir, ALL_MIGRATIONS);
+  const owners = names.map((name) => {
+    const r = ensureUser(store.db, name);
+    return { userId: r.id, name: r.name };
+  });
+  return { dataDir, store, owners };
 }
 
 const require = createRequire(import.meta.url);
