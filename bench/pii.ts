@@ -18,6 +18,7 @@ import type { PiiEntityType, Span } from '../src/pii/entities.js';
 import { formatScores, scoreCorpus } from '../src/pii/metrics.js';
 import { preloadWordKnowledge } from '../src/pii/recognizers/word-knowledge.js';
 import { openTestVault } from '../src/pii/testing.js';
+import { createPiiBoundary } from '../src/mcp/pii-boundary.js';
 
 const quick = process.argv.includes('--quick');
 const RUNS = quick ? 3 : 7;
@@ -46,6 +47,18 @@ function throughput(text: string, fn: (text: string) => unknown, runs = RUNS): n
   return Buffer.byteLength(text) / 1e6 / (median(times) / 1000);
 }
 
+/** Cuts text into tool results of about `size` characters, at line breaks. */
+function toolResults(text: string, size: number): string[] {
+  const out: string[] = [];
+  for (let at = 0; at < text.length; ) {
+    const nl = text.indexOf('\n', at + size);
+    const end = nl < 0 ? text.length : nl + 1;
+    out.push(text.slice(at, end));
+    at = end;
+  }
+  return out;
+}
+
 function joinKinds(docs: readonly CorpusDoc[], kinds: readonly CorpusKind[]): string {
   return docs
     .filter((d) => kinds.includes(d.kind))
@@ -67,10 +80,15 @@ preloadWordKnowledge();
 const detector = createDetector();
 const vault = openTestVault();
 const userId = vault.userId('bench');
+const boundary = createPiiBoundary(vault.vault);
+const owner = { userId, name: 'bench' };
 
 console.log(`PII throughput, one core (median of ${RUNS} runs)\n`);
-console.log(`${'workload'.padEnd(32)} ${'size'.padStart(8)} ${'values/KB'.padStart(9)} ${'detect'.padStart(10)} ${'tokenize'.padStart(10)} ${'  (new)'.padStart(10)} ${'stream 4K'.padStart(10)}`);
+console.log(
+  `${'workload'.padEnd(32)} ${'size'.padStart(8)} ${'values/KB'.padStart(9)} ${'detect'.padStart(10)} ${'tokenize'.padStart(10)} ${'  (new)'.padStart(10)} ${'stream 4K'.padStart(10)} ${'MCP 4K'.padStart(10)} ${'  (new)'.padStart(10)}`,
+);
 let scopeN = 0;
+let tokenN = 1_000_000;
 for (const [name, text] of workloads) {
   const values = detector.detect(text).length;
   const detect = throughput(text, (t) => detector.detect(t));
@@ -85,12 +103,30 @@ for (const [name, text] of workloads) {
     for (let i = 0; i < t.length; i += 4096) s.push(t.slice(i, i + 4096));
     s.end();
   });
+  // As the MCP endpoint does it: one boundary call (a scope lookup) per tool result.
+  const results = (t: string) => toolResults(t, 4096);
+  const warmPrincipal = { tokenId: tokenN++, tokenName: 'warm' };
+  for (const r of results(text)) boundary.toModel(owner, warmPrincipal, r);
+  const mcpWarm = throughput(text, (t) => {
+    for (const r of results(t)) boundary.toModel(owner, warmPrincipal, r);
+  });
+  const mcpNew = throughput(
+    text,
+    (t) => {
+      const principal = { tokenId: tokenN++, tokenName: 'new' };
+      for (const r of results(t)) boundary.toModel(owner, principal, r);
+    },
+    Math.min(RUNS, 3),
+  );
   const mb = (x: number) => `${x.toFixed(1)} MB/s`.padStart(10);
   console.log(
-    `${name.padEnd(32)} ${`${(Buffer.byteLength(text) / 1e6).toFixed(2)} MB`.padStart(8)} ${((values * 1000) / text.length).toFixed(1).padStart(9)} ${mb(detect)} ${mb(tokenizeWarm)} ${mb(tokenizeNew)} ${mb(stream)}`,
+    `${name.padEnd(32)} ${`${(Buffer.byteLength(text) / 1e6).toFixed(2)} MB`.padStart(8)} ${((values * 1000) / text.length).toFixed(1).padStart(9)} ${mb(detect)} ${mb(tokenizeWarm)} ${mb(tokenizeNew)} ${mb(stream)} ${mb(mcpWarm)} ${mb(mcpNew)}`,
   );
 }
-console.log('\ndetect: finding spans; tokenize: detect + vault lookups (values known); (new): every value new to the vault; stream: 4 KiB chunks, values known.');
+console.log(
+  '\ndetect: finding spans; tokenize: detect + vault lookups (values known); (new): every value new to the vault; stream: 4 KiB chunks, values known;\n' +
+    'MCP 4K: tool results of ~4 KiB, each through the MCP boundary as a tool call does (a vault scope per call), values known, then all new.',
+);
 
 // ---- accuracy ----
 

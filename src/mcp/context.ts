@@ -116,7 +116,7 @@ export function workspaceUri(rel: string): string {
   return `file:///workspace/${rel.split('/').map(encodeURIComponent).join('/')}`;
 }
 
-export function resourceLink(rel: string, size?: number): ResourceLink {
+function resourceLink(rel: string, size?: number): ResourceLink {
   return {
     type: 'resource_link',
     uri: workspaceUri(rel),

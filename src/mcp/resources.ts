@@ -1,14 +1,17 @@
 /**
  * Workspace files as MCP resources: one template, file:///workspace/{+path}, listed and
- * completed from the caller's own workspace. Text comes back as text (through the model
- * boundary, since clients may hand it to a model), anything else as a base64 blob.
+ * completed from the caller's own workspace. Clients may hand any of it to a model, so
+ * everything passes the model boundary: listed names and URIs, completions and text
+ * contents go out through `toModel` (a file named after a customer is listed by its
+ * token), and URIs and completion input come back through `fromModel`. Binary files
+ * come back as base64 blobs, which the boundary cannot read.
  */
 import { ResourceTemplate, type McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { ReadResourceResult } from '@modelcontextprotocol/sdk/types.js';
 import { McpError, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
 import { allows, denialMessage } from '../sandboxes/permissions.js';
 import { WorkspaceError } from '../sandboxes/workspace.js';
-import { toModel, workspaceUri, type ToolContext } from './context.js';
+import { forCall, fromModel, toModel, unknownTokensNote, workspaceUri, type ToolContext } from './context.js';
 import { mimeTypeOf } from './mime.js';
 import { decodeChunk } from './text.js';
 
@@ -36,19 +39,25 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
       if (!readable('')) return { resources: [] };
       const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
       const files = (await ws.list('', { recursive: true, limit: MAX_LISTED_RESOURCES * 4 })).filter((e) => e.type === 'file').slice(0, MAX_LISTED_RESOURCES);
-      return {
-        resources: files.map((f) => ({ uri: workspaceUri(f.path), name: f.path, mimeType: mimeTypeOf(f.path), size: f.size })),
-      };
+      const resources = await Promise.all(
+        files.map(async (f) => {
+          const shown = await toModel(ctx, f.path);
+          return { uri: workspaceUri(shown), name: shown, mimeType: mimeTypeOf(f.path), size: f.size };
+        }),
+      );
+      return { resources };
     },
     complete: {
-      path: async (value) => {
+      path: async (typed) => {
+        const value = await fromModel(forCall(ctx), typed);
         const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
         const dir = value.includes('/') ? value.slice(0, value.lastIndexOf('/')) : '';
         const entries = await ws.list(dir, { limit: 1000 }).catch(() => []);
-        return entries
+        const matches = entries
           .map((e) => (e.type === 'dir' ? `${e.path}/` : e.path))
           .filter((p) => p.startsWith(value))
           .slice(0, 100);
+        return Promise.all(matches.map((p) => toModel(ctx, p)));
       },
     },
   });
@@ -58,8 +67,15 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
     template,
     { title: 'Workspace file', description: 'A file in your sandgate workspace (/workspace in your sandbox).' },
     async (uri, variables): Promise<ReadResourceResult> => {
-      const rel = relFromVariable(variables.path);
-      if (!readable(rel)) throw new McpError(ErrorCode.InvalidParams, denialMessage('read', `/workspace/${rel}`));
+      const call = forCall(ctx);
+      // A failure's message names the real path: it passes the boundary like any text.
+      const failure = async (code: number, message: string) => {
+        const note = unknownTokensNote(call.unknownTokens);
+        const shown = await toModel(call, message);
+        return new McpError(code, note ? `${shown} ${note}` : shown);
+      };
+      const rel = await fromModel(call, relFromVariable(variables.path));
+      if (!readable(rel)) throw await failure(ErrorCode.InvalidParams, denialMessage('read', `/workspace/${rel}`));
       try {
         const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
         const st = await ws.stat(rel);
@@ -71,11 +87,13 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
         const decoded = decodeChunk(data, 0, true);
         const mimeType = decoded && mimeTypeOf(rel) === 'application/octet-stream' ? 'text/plain' : mimeTypeOf(rel);
         return {
-          contents: [decoded ? { uri: uri.href, mimeType, text: await toModel(ctx, decoded.text) } : { uri: uri.href, mimeType, blob: data.toString('base64') }],
+          contents: [decoded ? { uri: uri.href, mimeType, text: await toModel(call, decoded.text) } : { uri: uri.href, mimeType, blob: data.toString('base64') }],
         };
       } catch (e) {
-        if (e instanceof WorkspaceError) throw new McpError(e.code === 'ENOENT' ? -32002 : ErrorCode.InvalidParams, e.message);
-        throw e;
+        if (e instanceof WorkspaceError) throw await failure(e.code === 'ENOENT' ? -32002 : ErrorCode.InvalidParams, e.message);
+        if (e instanceof McpError) throw e;
+        ctx.logger.error({ err: e, user: ctx.owner.name, uri: uri.href }, 'resource read failed');
+        throw new McpError(ErrorCode.InternalError, 'The file could not be read because of an internal error in the gateway (it has been logged).');
       }
     },
   );

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { decodeChunk, formatBytes } from './text.js';
+import { decodeChunk, formatBytes, pageLength } from './text.js';
 
 describe('decodeChunk', () => {
   const text = 'héllo wörld — ✓ 😀 end';
@@ -43,6 +43,46 @@ describe('decodeChunk', () => {
     expect(decodeChunk(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0]), 0, true)).toBeUndefined();
     expect(decodeChunk(Buffer.from('abc\0def'), 0, true)).toBeUndefined();
     expect(decodeChunk(Buffer.from([0xff, 0xfe, 0x41]), 0, true)).toBeUndefined();
+  });
+});
+
+describe('pageLength', () => {
+  const file = Buffer.from('id,email\n1,ann@example.com\n2,bob@example.org\n3,cy@example.net\n');
+  /** The page read_file shows for (offset, length). */
+  const page = (offset: number, length: number) => {
+    const data = file.subarray(offset, offset + length);
+    return data.subarray(0, pageLength(data, offset, file.length)).toString();
+  };
+
+  it('ends a page after its last line break unless it reaches the end of the file', () => {
+    expect(page(0, 20)).toBe('id,email\n');
+    expect(page(0, file.length)).toBe(file.toString());
+    const tail = file.indexOf('3,');
+    expect(page(tail, 100)).toBe('3,cy@example.net\n');
+  });
+
+  it('in a line longer than the page, ends after a separator in its second half, else where asked', () => {
+    const json = Buffer.from('{"a":"ann@example.com","b":"bob@example.org","c":"cy@example.net"}');
+    const cut = (offset: number, length: number) => {
+      const data = json.subarray(offset, offset + length);
+      return data.subarray(0, pageLength(data, offset, json.length)).toString();
+    };
+    expect(cut(0, 30)).toBe('{"a":"ann@example.com",');
+    expect(cut(0, 10)).toBe('{"a":"ann@');
+  });
+
+  it('pages that follow each other cover the file exactly', () => {
+    for (const length of [1, 7, 10, 17, 25, 40]) {
+      let offset = 0;
+      let out = '';
+      while (offset < file.length) {
+        const p = page(offset, length);
+        expect(p.length, `length ${length} at ${offset}`).toBeGreaterThan(0);
+        out += p;
+        offset += Buffer.byteLength(p);
+      }
+      expect(out).toBe(file.toString());
+    }
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * Deciding whether bytes are text a model should see, and cutting byte ranges on
  * character boundaries so a page of a large file never ends in half a character, and
- * on line boundaries where it can, so a page never holds part of a value (half an email
- * address or card number would not be recognised, and would reach the model as it is).
+ * where a value cannot continue (a line break) when it can, so a page does not end in
+ * part of a value (half an email address or card number would not be recognised, and
+ * would reach the model as it is).
  */
 
 const decoder = new TextDecoder('utf-8', { fatal: true });
@@ -37,29 +38,23 @@ export function decodeChunk(data: Buffer, offset: number, reachesEnd: boolean): 
 }
 
 const NEWLINE = 0x0a;
+/** `,` `;` `}` `]` `>` and tab: where a value rarely continues (as records.ts cuts over-long lines). */
+const CUT_AFTER = new Set([0x2c, 0x3b, 0x7d, 0x5d, 0x3e, 0x09]);
 
 /**
- * Narrows a page of a file to whole lines where it can. `data` was read at `readAt`,
- * which is one byte before the offset asked for (`wanted`) when that is not 0, so the
- * byte before the page shows whether the page starts a line. The page then starts
- * after its first line break unless it starts a line, and ends after its last line
- * break unless it reaches the end of the file (`size`). A page with no line break
- * where one is needed keeps that end as it is (a line longer than a page).
- * A line break is one byte that is never part of another UTF-8 character, so the cuts
- * also fall between characters.
+ * How many bytes of a page read at `offset` to show, so that the page does not end
+ * inside a value: up to its last line break, else its last separator in the second
+ * half of the page (a line longer than a page), else all of it. A page that reaches the
+ * end of the file (`size`) is shown whole. Every cut byte is ASCII, so the cut also
+ * falls between characters. The next page, at offset + the returned length, then
+ * starts where a value may start too.
  */
-export function wholeLines(data: Buffer, readAt: number, wanted: number, size: number): { data: Buffer; offset: number } {
-  let from = wanted - readAt;
-  if (from > 0 && data[from - 1] !== NEWLINE) {
-    const nl = data.indexOf(NEWLINE, from);
-    if (nl >= 0 && nl + 1 < data.length) from = nl + 1;
-  }
-  let to = data.length;
-  if (readAt + to < size) {
-    const last = data.lastIndexOf(NEWLINE, to - 1);
-    if (last >= from) to = last + 1;
-  }
-  return { data: data.subarray(from, to), offset: readAt + from };
+export function pageLength(data: Buffer, offset: number, size: number): number {
+  if (offset + data.length >= size) return data.length;
+  const nl = data.lastIndexOf(NEWLINE);
+  if (nl >= 0) return nl + 1;
+  for (let i = data.length - 1; i > data.length / 2; i--) if (CUT_AFTER.has(data[i]!)) return i + 1;
+  return data.length;
 }
 
 export function formatBytes(n: number): string {

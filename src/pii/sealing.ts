@@ -9,15 +9,30 @@ import crypto from 'node:crypto';
 
 const IV_BYTES = 12;
 const TAG_BYTES = 16;
+/** IVs drawn from the CSPRNG at a time: one call per value cost more than the encryption. */
+const IV_POOL_BYTES = IV_BYTES * 512;
 
 export class Sealer {
-  private readonly encKey: Buffer;
-  private readonly macKey: Buffer;
+  private readonly encKey: crypto.KeyObject;
+  private readonly macKey: crypto.KeyObject;
+  private readonly ivPool = Buffer.alloc(IV_POOL_BYTES);
+  private ivAt = IV_POOL_BYTES;
 
   constructor(key: Buffer) {
     if (key.length !== 32) throw new Error('the PII vault key must be 32 bytes');
-    this.encKey = Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii aes-256-gcm', 32));
-    this.macKey = Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii hmac-sha256', 32));
+    this.encKey = crypto.createSecretKey(Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii aes-256-gcm', 32)));
+    this.macKey = crypto.createSecretKey(Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii hmac-sha256', 32)));
+  }
+
+  /** A fresh random IV. Each is used once: the pool is refilled, never reread. */
+  private nextIv(): Buffer {
+    if (this.ivAt + IV_BYTES > IV_POOL_BYTES) {
+      crypto.randomFillSync(this.ivPool);
+      this.ivAt = 0;
+    }
+    const iv = this.ivPool.subarray(this.ivAt, this.ivAt + IV_BYTES);
+    this.ivAt += IV_BYTES;
+    return iv;
   }
 
   /** Keyed digest of a value within a scope: equal values in one scope, equal digests. */
@@ -26,7 +41,7 @@ export class Sealer {
   }
 
   seal(value: string, aad: string): Buffer {
-    const iv = crypto.randomBytes(IV_BYTES);
+    const iv = this.nextIv();
     const cipher = crypto.createCipheriv('aes-256-gcm', this.encKey, iv);
     cipher.setAAD(Buffer.from(aad, 'utf8'));
     const ct = Buffer.concat([cipher.update(value, 'utf8'), cipher.final()]);

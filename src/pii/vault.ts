@@ -67,8 +67,11 @@ export interface PiiTokenStream {
   readonly found: readonly FoundToken[];
 }
 
+/** Prepared once per vault: an MCP request opens a scope per tool call, and preparing costs more than running. */
 function prepareStatements(db: Database.Database) {
   return {
+    addScope: db.prepare('INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
+    scopeId: db.prepare('SELECT id FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ?').pluck(),
     byMac: db.prepare('SELECT type, n, last_used_at FROM pii_values WHERE scope_id = ? AND mac = ?'),
     byToken: db.prepare('SELECT sealed, last_used_at FROM pii_values WHERE scope_id = ? AND type = ? AND n = ?'),
     touch: db.prepare('UPDATE pii_values SET last_used_at = ? WHERE scope_id = ? AND type = ? AND n = ?'),
@@ -82,6 +85,8 @@ function prepareStatements(db: Database.Database) {
   };
 }
 
+type Statements = ReturnType<typeof prepareStatements>;
+
 interface ValueRow {
   type: TokenType;
   n: number;
@@ -94,6 +99,7 @@ export class PiiVault {
   private readonly detector: Detector;
   private readonly now: () => number;
   private readonly memory = new VaultMemory();
+  private readonly stmts: Statements;
 
   constructor(
     private readonly db: Database.Database,
@@ -105,17 +111,18 @@ export class PiiVault {
     this.sealer = new Sealer(key);
     this.detector = options.detector ?? createDetector();
     this.now = options.now ?? Date.now;
+    this.stmts = prepareStatements(db);
   }
 
   /** The scope for a user and an API token or conversation, created on first use. */
   scope(ref: PiiScopeRef): PiiScope {
-    this.db
-      .prepare('INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING')
-      .run(ref.userId, ref.kind, ref.id, this.now());
-    const row = this.db
-      .prepare('SELECT id FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ?')
-      .get(ref.userId, ref.kind, ref.id) as { id: number };
-    return new PiiScope(this.db, this.sealer, this.detector, ref.userId, row.id, this.ttlMs, this.now, this.memory.forScope(row.id));
+    // Looked up on every call, not cached: a scope row can go (dropScope, a deleted user).
+    let id = this.stmts.scopeId.get(ref.userId, ref.kind, ref.id) as number | undefined;
+    if (id === undefined) {
+      this.stmts.addScope.run(ref.userId, ref.kind, ref.id, this.now());
+      id = this.stmts.scopeId.get(ref.userId, ref.kind, ref.id) as number;
+    }
+    return new PiiScope(this.db, this.stmts, this.sealer, this.detector, ref.userId, id, this.ttlMs, this.now, this.memory.forScope(id));
   }
 
   /** Deletes values unused for the TTL; returns how many. Run it periodically. */
@@ -134,11 +141,10 @@ export class PiiVault {
 }
 
 export class PiiScope {
-  private readonly stmts: ReturnType<typeof prepareStatements>;
-
   /** @internal Use PiiVault.scope(). */
   constructor(
     private readonly db: Database.Database,
+    private readonly stmts: Statements,
     private readonly sealer: Sealer,
     private readonly detector: Detector,
     private readonly userId: number,
@@ -146,9 +152,7 @@ export class PiiScope {
     private readonly ttlMs: number,
     private readonly now: () => number,
     private readonly memory: ScopeMemory,
-  ) {
-    this.stmts = prepareStatements(db);
-  }
+  ) {}
 
   /** Replaces every detected value with its token; for text headed to a model. */
   tokenize(text: string): TokenizeResult {
@@ -194,31 +198,48 @@ export class PiiScope {
   private replaceSpans(segment: Segment, found: FoundToken[]): string {
     const { text, spans } = segment;
     if (!spans.length) return text;
-    // IMMEDIATE: counters are read then written, so take the write lock up front.
-    let tokens: string[];
-    try {
-      tokens = this.db
-        .transaction(() => {
-          const counters = new Map<TokenType, number>();
-          const out = spans.map((s) => this.tokenFor(s.type, text.slice(s.start, s.end), counters));
-          for (const [type, n] of counters) this.stmts.saveN.run(this.scopeId, type, n);
-          return out;
-        })
-        .immediate();
-    } catch (e) {
-      // The rows were rolled back: what memory learned in the transaction is not true.
-      this.memory.clear();
-      throw e;
+    const values = spans.map((s) => text.slice(s.start, s.end));
+    // Values the scope used lately need no database at all (most output repeats them);
+    // the rest are looked up or issued in one transaction, however many there are.
+    const tokens = values.map((v) => this.rememberedToken(v));
+    if (tokens.includes(undefined)) {
+      // IMMEDIATE: counters are read then written, so take the write lock up front.
+      try {
+        this.db
+          .transaction(() => {
+            const counters = new Map<TokenType, number>();
+            spans.forEach((s, i) => (tokens[i] ??= this.tokenFor(s.type, values[i]!, counters)));
+            for (const [type, n] of counters) this.stmts.saveN.run(this.scopeId, type, n);
+          })
+          .immediate();
+      } catch (e) {
+        // The rows were rolled back: what memory learned in the transaction is not true.
+        this.memory.clear();
+        throw e;
+      }
     }
     const parts: string[] = [];
     let at = 0;
     spans.forEach((s, i) => {
-      parts.push(text.slice(at, s.start), tokens[i]);
-      found.push({ type: s.type, token: tokens[i] });
+      parts.push(text.slice(at, s.start), tokens[i]!);
+      found.push({ type: s.type, token: tokens[i]! });
       at = s.end;
     });
     parts.push(text.slice(at));
     return parts.join('');
+  }
+
+  /** The token of a value used lately, when using it now needs no write (see `touch`). */
+  private rememberedToken(value: string): string | undefined {
+    const known = this.memory.byValue.get(value);
+    if (!known) return undefined;
+    const now = this.now();
+    return now - known.lastUsedAt <= this.touchInterval() ? known.token : undefined;
+  }
+
+  /** How stale a recorded use may get before the next use is written. */
+  private touchInterval(): number {
+    return Math.min(this.ttlMs / 100, 60_000);
   }
 
   private aad(type: TokenType, n: number): string {
@@ -235,7 +256,7 @@ export class PiiScope {
    * (and at most a minute).
    */
   private touch(v: RememberedValue, now: number): void {
-    if (now - v.lastUsedAt <= Math.min(this.ttlMs / 100, 60_000)) return;
+    if (now - v.lastUsedAt <= this.touchInterval()) return;
     this.stmts.touch.run(now, this.scopeId, v.type, v.n);
     v.lastUsedAt = now;
   }

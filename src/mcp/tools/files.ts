@@ -1,8 +1,8 @@
 /**
  * read_file, write_file, list_files: the user's /workspace (read-write, within their
  * permission ceiling) and the built-in /skills (read-only), served host-side without
- * starting a sandbox. Text comes back in pages of bytes (cut at line breaks where
- * possible, so no page holds part of a value); binary files are described, never dumped
+ * starting a sandbox. Text comes back in pages of bytes (ending at a line break where
+ * possible, so a page does not end in part of a value); binary files are described, never dumped
  * into the model's context. Paths and written content pass `fromModel`: the workspace
  * keeps real values, and what a model reads of it passes the boundary back.
  */
@@ -14,7 +14,7 @@ import { WorkspaceError } from '../../sandboxes/workspace.js';
 import { errorResult, forCall, fromModel, modelResourceLink, supportsResourceLinks, textResult, workspaceUri, type ToolContext } from '../context.js';
 import { mimeTypeOf } from '../mime.js';
 import type { SkillsDir } from '../skills.js';
-import { decodeChunk, formatBytes, wholeLines } from '../text.js';
+import { decodeChunk, formatBytes, pageLength } from '../text.js';
 
 /** Bytes read_file returns when no length is given, and at most. */
 export const DEFAULT_READ_BYTES = 64 * 1024;
@@ -96,12 +96,11 @@ export function registerFileTools(server: McpServer, ctx: ToolContext): void {
         const st = await area.files.stat(area.rel);
         if (st.type === 'dir') throw new WorkspaceError('EISDIR', `${area.shown} is a directory; use list_files to see what is in it.`);
         if (offset > 0 && offset >= st.size) return textResult(call, `${area.shown} has ${st.size} bytes; offset ${offset} is past its end.`);
-        // One byte more in front shows whether the page starts a line (see wholeLines).
-        const readAt = offset > 0 ? offset - 1 : 0;
-        const { data: raw, size } = await area.files.read(area.rel, { offset: readAt, length: length + (offset - readAt) });
-        const page = wholeLines(raw, readAt, offset, size);
-        const reachesEnd = page.offset + page.data.length >= size;
-        const decoded = decodeChunk(page.data, page.offset, reachesEnd);
+        const read = await area.files.read(area.rel, { offset, length });
+        const { size } = read;
+        const data = read.data.subarray(0, pageLength(read.data, offset, size));
+        const reachesEnd = offset + data.length >= size;
+        const decoded = decodeChunk(data, offset, reachesEnd);
         if (!decoded) return textResult(call, describeBinary(area, size));
         if (decoded.start === 0 && decoded.end >= size) return textResult(call, decoded.text);
         const more = decoded.end < size ? ` Continue with offset=${decoded.end}.` : ' That is the end of the file.';

@@ -1,0 +1,85 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import { openTestVault } from '../pii/testing.js';
+import type { Principal } from '../tokens/tokens.js';
+import { IDENTITY_BOUNDARY } from './boundary.js';
+import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from './context.js';
+import { createPiiBoundary } from './pii-boundary.js';
+
+const t = openTestVault();
+afterAll(() => t.cleanup());
+const boundary = createPiiBoundary(t.vault);
+const ann = { userId: t.userId('ann'), name: 'ann' };
+const bob = { userId: t.userId('bob'), name: 'bob' };
+const laptop = { tokenId: 1, tokenName: 'laptop' };
+const phone = { tokenId: 2, tokenName: 'phone' };
+
+const toModel = (owner: typeof ann, p: typeof laptop, text: string) => boundary.toModel(owner, p, text) as string;
+const fromModelText = (owner: typeof ann, p: typeof laptop, text: string) => boundary.fromModel(owner, p, text) as { text: string; unknown: string[] };
+
+/** Just enough of a tool context for the helpers that pass the boundary. */
+function contextFor(owner: typeof ann, p: typeof laptop): ToolContext {
+  const principal: Principal = { user: { id: owner.userId, name: owner.name } as Principal['user'], tokenId: p.tokenId, tokenName: p.tokenName };
+  return { boundary, owner, principal, unknownTokens: new Set() } as unknown as ToolContext;
+}
+
+describe('the PII boundary', () => {
+  it('gives a value the same token in every call with the same user and API token', () => {
+    const first = toModel(ann, laptop, 'mail ann.lee@example.com please');
+    expect(first).toBe('mail [EMAIL_1] please');
+    expect(toModel(ann, laptop, 'again: ann.lee@example.com')).toBe('again: [EMAIL_1]');
+    expect(fromModelText(ann, laptop, 'send to [EMAIL_1]')).toEqual({ text: 'send to ann.lee@example.com', unknown: [] });
+  });
+
+  it('scopes tokens per API token: another token of the same user has its own', () => {
+    expect(fromModelText(ann, phone, '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    toModel(ann, phone, 'first zoe.k@example.org then ann.lee@example.com');
+    expect(toModel(ann, phone, 'ann.lee@example.com')).toBe('[EMAIL_2]');
+    expect(fromModelText(ann, phone, '[EMAIL_1]').text).toBe('zoe.k@example.org');
+  });
+
+  it("never resolves one user's token text for another, whatever API token id they present", () => {
+    expect(fromModelText(bob, laptop, 'x [EMAIL_1] y')).toEqual({ text: 'x [EMAIL_1] y', unknown: ['[EMAIL_1]'] });
+    expect(toModel(bob, laptop, 'bob.r@example.net')).toBe('[EMAIL_1]');
+    expect(fromModelText(bob, laptop, '[EMAIL_1]').text).toBe('bob.r@example.net');
+    expect(fromModelText(ann, laptop, '[EMAIL_1]').text).toBe('ann.lee@example.com');
+  });
+
+  it('streams output without ever sending part of a value, and ends equal to toModel', () => {
+    const text = 'customer Ann Lee <ann.lee@example.com>, card 4111 1111 1111 1111\ndone\n';
+    const stream = boundary.toModelStream!(ann, laptop);
+    const sent = [...text].map((ch) => stream.push(ch));
+    sent.push(stream.end());
+    expect(sent.join('')).toBe(toModel(ann, laptop, text));
+    for (const piece of sent) expect(piece).not.toMatch(/ann|Lee|4111/);
+  });
+});
+
+describe('the tool context helpers', () => {
+  it('collect unknown tokens per call and note them after the boundary, so they stay as the model wrote them', async () => {
+    const ctx = contextFor(ann, laptop);
+    const call = forCall(ctx);
+    expect(await fromModel(call, 'print("[EMAIL_1]", "[PHONE_7]")')).toBe('print("ann.lee@example.com", "[PHONE_7]")');
+    expect(await fromModelDeep(call, { read: ['/workspace/[NAME_4]'], write: true })).toEqual({ read: ['/workspace/[NAME_4]'], write: true });
+    expect([...call.unknownTokens]).toEqual(['[PHONE_7]', '[NAME_4]']);
+    expect(ctx.unknownTokens.size).toBe(0);
+    const result = await textResult(call, 'sent to ann.lee@example.com');
+    expect(result.content[0]).toEqual({
+      type: 'text',
+      text: 'sent to [EMAIL_1]\n\nNote: [PHONE_7] and [NAME_4] are not tokens this conversation knows; they were passed on unchanged.',
+    });
+    expect((await textResult(forCall(ctx), 'ok')).content[0]).toEqual({ type: 'text', text: 'ok' });
+  });
+
+  it('phrase the note for one token and for several', () => {
+    expect(unknownTokensNote([])).toBeUndefined();
+    expect(unknownTokensNote(['[EMAIL_9]'])).toBe('Note: [EMAIL_9] is not a token this conversation knows; it was passed on unchanged.');
+    expect(unknownTokensNote(['[A_1]', '[B_2]', '[C_3]'])).toBe('Note: [A_1], [B_2] and [C_3] are not tokens this conversation knows; they were passed on unchanged.');
+  });
+
+  it('pass chunks through each on its own for a boundary without a stream of its own', async () => {
+    const ctx = { ...contextFor(ann, laptop), boundary: { ...IDENTITY_BOUNDARY, toModelStream: undefined, toModel: (_o: unknown, _p: unknown, s: string) => s.toUpperCase() } };
+    const stream = toModelStream(ctx);
+    expect(await stream.push('ab')).toBe('AB');
+    expect(await stream.end()).toBe('');
+  });
+});

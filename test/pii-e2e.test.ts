@@ -1,0 +1,355 @@
+/**
+ * PII tokenization end to end, over MCP: the gateway as main.ts serves it (createGateway,
+ * with its real vault and key file), the SDK client over real HTTP, the real sandbox.
+ *
+ * A workspace file of customer records (the user's view: real values) → execute_code
+ * prints it → the client sees only tokens → the client sends code and files that use
+ * tokens → the sandbox and the workspace get the real values. Nothing the client
+ * receives, streamed progress included, and nothing in the store holds a raw value.
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { configFor } from '../src/config.js';
+import { createGateway, type Gateway } from '../src/gateway.js';
+import { createLogger } from '../src/logger.js';
+import { KEY_FILE } from '../src/pii/index.js';
+import { card, createFakers, iban, person, phone } from '../src/pii/corpus-values.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
+import type { Workspace } from '../src/sandboxes/workspace.js';
+import { ensureUser } from '../src/store/users.js';
+import { createToken } from '../src/tokens/tokens.js';
+
+interface Customer {
+  id: number;
+  name: string;
+  email: string;
+  phone: string;
+  card: string;
+  iban: string;
+}
+
+/** Seeded customer records, with Faker values in the variety real exports show. */
+function customers(seed: number, n: number): Customer[] {
+  const fk = createFakers(seed);
+  return Array.from({ length: n }, (_, i) => {
+    const p = person(fk);
+    return { id: 1001 + i, name: p.full, email: p.email, phone: phone(fk), card: card(fk), iban: iban(fk) };
+  });
+}
+
+const CUSTOMERS = customers(42, 25);
+const CSV = ['customer_id,name,email,phone,card_number,iban', ...CUSTOMERS.map((c) => [c.id, c.name, c.email, c.phone, c.card, c.iban].join(','))].join('\n') + '\n';
+const RAW_VALUES = CUSTOMERS.flatMap((c) => [c.name, ...c.name.split(' ').filter((w) => w.length > 3), c.email, c.phone, c.card, c.iban]);
+const TOKEN_ROW = /^(\d+),(\[NAME_\d+\]),(\[EMAIL_\d+\]),(\[PHONE_\d+\]),(\[CARD_\d+\]),(\[IBAN_\d+\])$/;
+
+let gateway: Gateway;
+let server: http.Server;
+let mcpUrl: string;
+let dataDir: string;
+let alice: SandboxOwner;
+let aliceWs: Workspace;
+const tokens: Record<'laptop' | 'phone' | 'bob', string> = { laptop: '', phone: '', bob: '' };
+
+function rawValuesIn(s: string): string[] {
+  return RAW_VALUES.filter((v) => s.includes(v));
+}
+
+async function connect(token: string): Promise<Client> {
+  const client = new Client({ name: 'pii-e2e', version: '1.0.0' });
+  await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  return client;
+}
+
+function text(r: CallToolResult): string {
+  return r.content
+    .filter((c) => c.type === 'text')
+    .map((c) => (c as { text: string }).text)
+    .join('\n');
+}
+
+async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
+  return (await client.callTool({ name, arguments: args })) as CallToolResult;
+}
+
+const python = (client: Client, code: string) => call(client, 'execute_code', { language: 'python', code });
+
+/** The tokens the client was shown for one customer, from a tokenized CSV. */
+function tokensOf(csv: string, id: number): { name: string; email: string; phone: string; card: string; iban: string } {
+  const line = csv.split('\n').find((l) => l.startsWith(`${id},`));
+  const m = line && TOKEN_ROW.exec(line);
+  if (!m) throw new Error(`no tokenized row for ${id} in:\n${csv}`);
+  return { name: m[2]!, email: m[3]!, phone: m[4]!, card: m[5]!, iban: m[6]! };
+}
+
+beforeAll(async () => {
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-e2e-'));
+  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
+  expect(config.piiTokenize).toBe(true);
+  gateway = createGateway(config, createLogger(config.logLevel));
+  const preflight = await gateway.start();
+  expect(preflight.ok, preflight.detail).toBe(true);
+  server = http.createServer(gateway.app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  mcpUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
+
+  const db = gateway.store.db;
+  const a = ensureUser(db, 'alice');
+  const b = ensureUser(db, 'bob');
+  tokens.laptop = createToken(db, { userId: a.id, name: 'laptop' }).token;
+  tokens.phone = createToken(db, { userId: a.id, name: 'phone' }).token;
+  tokens.bob = createToken(db, { userId: b.id, name: 'desktop' }).token;
+  alice = { userId: a.id, name: a.name };
+  // The user's view: the workspace holds real values.
+  aliceWs = await gateway.manager.openWorkspace(alice);
+  await aliceWs.write('customers.csv', CSV);
+});
+
+afterAll(async () => {
+  server?.closeAllConnections();
+  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  await gateway?.close({ stopAll: true, releaseVolumes: true });
+  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe('PII tokenization over MCP', () => {
+  let laptop: Client;
+  /** The CSV as the laptop client was first shown it. */
+  let shownCsv = '';
+
+  beforeAll(async () => {
+    laptop = await connect(tokens.laptop);
+  });
+  afterAll(async () => {
+    await laptop?.close();
+  });
+
+  it('the gateway made a vault key file only its owner can read', () => {
+    expect(gateway.vault).toBeDefined();
+    expect(fs.statSync(path.join(dataDir, KEY_FILE)).mode & 0o777).toBe(0o600);
+  });
+
+  it('execute_code printing the customer file: the client sees tokens, never a value', async () => {
+    const r = await python(laptop, "print(open('customers.csv').read())");
+    expect(r.isError).toBeFalsy();
+    const out = text(r);
+    expect(rawValuesIn(out)).toEqual([]);
+    shownCsv = out.slice(0, out.indexOf('\n[python'));
+    const rows = shownCsv.split('\n').filter((l) => /^\d/.test(l));
+    expect(rows).toHaveLength(CUSTOMERS.length);
+    for (const row of rows) expect(row).toMatch(TOKEN_ROW);
+    // Distinct values, distinct tokens.
+    expect(new Set(rows.map((l) => TOKEN_ROW.exec(l)![3])).size).toBe(new Set(CUSTOMERS.map((c) => c.email)).size);
+  });
+
+  it('pandas output of the same records is tokenized with the same tokens', async () => {
+    const r = await python(laptop, "import pandas as pd\ndf = pd.read_csv('customers.csv', dtype=str)\nprint(df.head(5).to_string())\ndf.shape");
+    const out = text(r);
+    expect(rawValuesIn(out)).toEqual([]);
+    const first = tokensOf(shownCsv, CUSTOMERS[0]!.id);
+    expect(out).toContain(first.email);
+    expect(out).toMatch(/\[result\] \(25, 6\)/);
+  });
+
+  it('code using a token reaches the sandbox with the real value; the workspace keeps it', async () => {
+    const c = CUSTOMERS[0]!;
+    const t = tokensOf(shownCsv, c.id);
+    const r = await python(
+      laptop,
+      `import os\nos.makedirs('out', exist_ok=True)\nemail = "${t.email}"\nprint(len(email), email.count("@"))\n` +
+        `open('out/picked.txt', 'w').write(f"${t.name} <{email}> ${t.phone}")\nprint(email)`,
+    );
+    const out = text(r);
+    expect(out).toMatch(new RegExp(`^${c.email.length} 1\\n`));
+    // Printed back, the real value is shown as the same token.
+    expect(out).toContain(`\n${t.email}\n`);
+    expect(rawValuesIn(out)).toEqual([]);
+    // The file the code wrote holds real values: the user's view.
+    expect((await aliceWs.read('out/picked.txt')).data.toString()).toBe(`${c.name} <${c.email}> ${c.phone}`);
+  });
+
+  it('read_file and resources/read of the file return the same tokens', async () => {
+    const read = text(await call(laptop, 'read_file', { path: 'customers.csv' }));
+    expect(rawValuesIn(read)).toEqual([]);
+    expect(read.trimEnd()).toBe(shownCsv.trimEnd());
+    const res = await laptop.readResource({ uri: 'file:///workspace/customers.csv' });
+    expect((res.contents[0] as { text: string }).text.trimEnd()).toBe(shownCsv.trimEnd());
+  });
+
+  it('read_file pages end at a line break, so no page ends in part of a value', async () => {
+    const first = text(await call(laptop, 'read_file', { path: 'customers.csv', length: 200 }));
+    const body = first.slice(0, first.indexOf('\n\n['));
+    expect(body.endsWith('\n')).toBe(true);
+    expect(rawValuesIn(first)).toEqual([]);
+    const next = Number(/Continue with offset=(\d+)/.exec(first)![1]);
+    expect(CSV.slice(0, next).endsWith('\n')).toBe(true);
+    const second = text(await call(laptop, 'read_file', { path: 'customers.csv', offset: next, length: 300 }));
+    expect(second).toMatch(/^\d+,\[NAME_\d+\],\[EMAIL_/);
+    expect(rawValuesIn(second)).toEqual([]);
+  });
+
+  it('write_file with tokens stores the real values', async () => {
+    const c = CUSTOMERS[1]!;
+    const t = tokensOf(shownCsv, c.id);
+    const note = (v: { name: string; phone: string; card: string }) => `# Follow-up\n- customer: ${v.name}\n- phone: ${v.phone}\n- card: ${v.card}\n`;
+    const r = await call(laptop, 'write_file', { path: 'notes/follow-up.md', content: note(t) });
+    expect(r.isError).toBeFalsy();
+    expect((await aliceWs.read('notes/follow-up.md')).data.toString()).toBe(note(c));
+    expect(text(await call(laptop, 'read_file', { path: 'notes/follow-up.md' }))).toBe(note(t));
+  });
+
+  it('file names are personal data too: listings, links and resource URIs carry tokens and resolve back', async () => {
+    const c = CUSTOMERS[2]!;
+    await aliceWs.write(`by-customer/${c.email}.txt`, `${c.name}\n`);
+    const t = tokensOf(shownCsv, c.id);
+    // `<email>.txt` reads as one address (.txt could be a top-level domain): a token of its own.
+    const list = text(await call(laptop, 'list_files', { path: 'by-customer' }));
+    expect(rawValuesIn(list)).toEqual([]);
+    expect(list).toMatch(/^\/workspace\/by-customer:\n\[EMAIL_\d+\] {2}\d+ B$/);
+    const { resources } = await laptop.listResources();
+    expect(rawValuesIn(JSON.stringify(resources))).toEqual([]);
+    const listed = resources.find((r) => r.name.startsWith('by-customer/'))!;
+    expect(listed.name).toMatch(/^by-customer\/\[EMAIL_\d+\]/);
+    const completion = await laptop.complete({ ref: { type: 'ref/resource', uri: 'file:///workspace/{+path}' }, argument: { name: 'path', value: 'by-customer/' } });
+    expect(completion.completion.values).toEqual([expect.stringMatching(/^by-customer\/\[EMAIL_\d+\]$/)]);
+    // The client reads the file by the URI it was given: the token resolves to the real path.
+    const content = await laptop.readResource({ uri: listed.uri });
+    expect((content.contents[0] as { text: string }).text).toBe(`${t.name}\n`);
+    // A tool creating such a file links it by token.
+    const w = await python(laptop, `open('by-customer/${t.email}.json', 'w').write('{}')`);
+    const link = w.content.find((x) => x.type === 'resource_link') as { uri: string; name: string } | undefined;
+    expect(link).toBeDefined();
+    expect(rawValuesIn(JSON.stringify(w.content))).toEqual([]);
+    expect((await aliceWs.stat(`by-customer/${c.email}.json`)).type).toBe('file');
+    // Errors name paths by token as well.
+    const missing = await call(laptop, 'read_file', { path: `by-customer/${t.email}.pdf` });
+    expect(missing.isError).toBe(true);
+    expect(rawValuesIn(text(missing))).toEqual([]);
+    expect(text(missing)).toMatch(/by-customer\/\[EMAIL_\d+\]/);
+  });
+
+  it('instructions show the user skills by token', async () => {
+    const c = CUSTOMERS[3]!;
+    await aliceWs.write('skills/vip/SKILL.md', `---\nname: vip\ndescription: Weekly report for ${c.name} (${c.email}).\n---\n`);
+    const again = await connect(tokens.laptop);
+    const instructions = again.getInstructions()!;
+    await again.close();
+    expect(instructions).toMatch(/- vip: Weekly report for \[NAME_\d+\] \(\[EMAIL_\d+\]\)/);
+    expect(rawValuesIn(instructions)).toEqual([]);
+  });
+
+  it('a token the vault does not know is passed on unchanged and reported', async () => {
+    const r = await python(laptop, 'print(len("[EMAIL_999]"))');
+    expect(text(r)).toMatch(/^11\n/);
+    expect(text(r)).toMatch(/Note: \[EMAIL_999\] is not a token this conversation knows; it was passed on unchanged\.$/);
+    const known = tokensOf(shownCsv, CUSTOMERS[0]!.id).email;
+    const two = await call(laptop, 'write_file', { path: 'notes/two.txt', content: `${known} [PHONE_998] [CARD_997]` });
+    expect(text(two)).toMatch(/Note: \[PHONE_998\] and \[CARD_997\] are not tokens this conversation knows; they were passed on unchanged\.$/);
+    expect((await aliceWs.read('notes/two.txt')).data.toString()).toBe(`${CUSTOMERS[0]!.email} [PHONE_998] [CARD_997]`);
+    // A call without unknown tokens carries no note.
+    expect(text(await python(laptop, 'print(1)'))).not.toMatch(/Note:/);
+  });
+
+  it('streamed progress never carries a raw value, even printed a character at a time', async () => {
+    const c = CUSTOMERS[4]!;
+    const t = tokensOf(shownCsv, c.id);
+    const record = `${t.name},${t.email},${t.phone},${t.card},${t.iban}`;
+    const progress: string[] = [];
+    let notifications = 0;
+    const r = (await laptop.callTool(
+      {
+        name: 'execute_code',
+        arguments: {
+          language: 'python',
+          code: `import sys, time\nfor ch in "${record}":\n    sys.stdout.write(ch)\n    sys.stdout.flush()\n    time.sleep(0.01)\nprint(flush=True)\ntime.sleep(0.2)\nprint("done", flush=True)`,
+        },
+      },
+      undefined,
+      {
+        onprogress: (p) => {
+          notifications++;
+          if (p.message) progress.push(p.message);
+        },
+      },
+    )) as CallToolResult;
+    const raw = `${c.name},${c.email},${c.phone},${c.card},${c.iban}`;
+    expect(text(r)).toMatch(new RegExp(`^${record.replace(/[[\]]/g, '\\$&')}\\ndone\\n`));
+    // The output arrived in many pieces, yet every message is whole tokens.
+    expect(notifications).toBeGreaterThan(2);
+    const all = progress.join('');
+    expect(all).toContain(`stdout: ${record}\n`);
+    expect(rawValuesIn(all)).toEqual([]);
+    // Not even a fragment: no 4 characters of the raw record outside tokens and labels.
+    const rest = all.replace(/\[[A-Z]+_\d+\]/g, ' ').replace(/stdout: /g, ' ');
+    for (let i = 0; i + 4 <= raw.length; i++) {
+      const piece = raw.slice(i, i + 4);
+      if (/[A-Za-z0-9@]{4}/.test(piece)) expect(rest, piece).not.toContain(piece);
+    }
+  });
+
+  it('the same value keeps its token across requests and connections with the same API token', async () => {
+    const again = await connect(tokens.laptop);
+    const out = text(await python(again, "print(open('customers.csv').read())"));
+    await again.close();
+    expect(out.slice(0, out.indexOf('\n[python'))).toBe(shownCsv);
+  });
+
+  it("another API token of the same user has its own scope: the laptop's tokens mean nothing there", async () => {
+    // A customer far down the file: the new client has been shown only the skills index yet.
+    const c = CUSTOMERS[20]!;
+    const t = tokensOf(shownCsv, c.id);
+    const phoneClient = await connect(tokens.phone);
+    try {
+      const before = await python(phoneClient, `print(len("${t.email}"))`);
+      expect(text(before)).toMatch(new RegExp(`^${t.email.length}\\n`));
+      expect(text(before)).toContain(`Note: ${t.email} is not a token this conversation knows`);
+      // Once this client has been shown the value, it has a token of its own for it.
+      const shown = text(await call(phoneClient, 'read_file', { path: 'customers.csv' }));
+      expect(rawValuesIn(shown)).toEqual([]);
+      const own = tokensOf(shown, c.id).email;
+      expect(text(await python(phoneClient, `print(len("${own}"))`))).toMatch(new RegExp(`^${c.email.length}\\n`));
+    } finally {
+      await phoneClient.close();
+    }
+  });
+
+  it("another user's token text never resolves to the first user's value", async () => {
+    const t = tokensOf(shownCsv, CUSTOMERS[0]!.id);
+    const bob = await connect(tokens.bob);
+    try {
+      const r = await python(bob, `v = "${t.email}"\nopen('leak.txt', 'w').write(v)\nprint(len(v))`);
+      expect(text(r)).toMatch(new RegExp(`^${t.email.length}\\n`));
+      expect(text(r)).toContain(`Note: ${t.email} is not a token this conversation knows`);
+      const bobWs = await gateway.manager.openWorkspace({ userId: ensureUser(gateway.store.db, 'bob').id, name: 'bob' });
+      expect((await bobWs.read('leak.txt')).data.toString()).toBe(t.email);
+      const w = await call(bob, 'write_file', { path: 'leak2.txt', content: `${t.name} ${t.email}` });
+      expect(text(w)).toMatch(/are not tokens this conversation knows/);
+      expect((await bobWs.read('leak2.txt')).data.toString()).toBe(`${t.name} ${t.email}`);
+    } finally {
+      await bob.close();
+    }
+  });
+
+  it('neither the audit log nor anything else in the store holds a raw value', async () => {
+    const db = gateway.store.db;
+    const rows = db.prepare('SELECT * FROM audit_log').all();
+    expect(rows.length).toBeGreaterThan(15);
+    expect(rawValuesIn(JSON.stringify(rows))).toEqual([]);
+    // The vault holds the values sealed; the database files hold no value in clear.
+    db.pragma('wal_checkpoint(TRUNCATE)');
+    const files = fs.readdirSync(dataDir).filter((f) => f.startsWith('sandgate.db'));
+    expect(files.length).toBeGreaterThan(0);
+    for (const f of files) {
+      const bytes = fs.readFileSync(path.join(dataDir, f));
+      const inClear = RAW_VALUES.filter((v) => bytes.includes(Buffer.from(v)));
+      expect(inClear, f).toEqual([]);
+    }
+    expect((db.prepare('SELECT COUNT(*) FROM pii_values').pluck().get() as number) >= CUSTOMERS.length * 5).toBe(true);
+  });
+});
