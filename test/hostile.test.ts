@@ -149,16 +149,17 @@ describe('hostile code', () => {
   });
 
   it('narrowed permissions cannot be undone', async () => {
-    // Every trick that could make /workspace writable or show /skills and /tools again
-    // from inside a narrowed execution; each line says whether it worked.
+    // Every trick that could make /workspace writable or show /skills and /tools again,
+    // tried from inside a narrowed execution; each line says whether it worked. (Nothing
+    // is written to /tmp: an earlier test may have filled it.)
     const syscalls = [
-      'import ctypes, sys',
+      'import ctypes',
       'libc = ctypes.CDLL(None, use_errno=True)',
       'calls = [(165, b"/workspace", b"/workspace", None, ctypes.c_ulong(32 | 4096), None), (166, b"/skills", 2),',
       '         (272, 0x10000000 | 0x20000), (56, ctypes.c_ulong(0x10000000 | 17), None, None, None, None),',
       '         (308, 0, 0), (428, -100, b"/workspace", 1), (430, b"tmpfs", 0), (442, -100, b"/workspace", 0, None, 0),',
       '         (155, b"/tmp", b"/tmp"), (161, b"/tmp",)]',
-      'sys.exit(0 if any(libc.syscall(*c) >= 0 for c in calls) else 1)',
+      'print("raw system calls:", "UNDONE" if any(libc.syscall(*c) >= 0 for c in calls) else "blocked")',
     ].join('\n');
     const code = String.raw`
 attempt() { if sh -c "$2" >/dev/null 2>&1; then echo "$1: UNDONE"; else echo "$1: blocked"; fi; }
@@ -170,22 +171,29 @@ attempt "unshare + umount" 'unshare -rm sh -c "umount -l /skills; ls -A /skills 
 attempt "unshare + bind over /workspace" 'unshare -rm sh -c "mount --bind /tmp /workspace"'
 attempt "nsenter the runner" 'nsenter -t 1 -U -m --preserve-credentials touch /workspace/undone'
 attempt "runner visible" 'ps -eo args | grep -q "[r]unner.py"'
-attempt "raw system calls" 'python3 /tmp/undo-syscalls.py'
 attempt "write /workspace" 'touch /workspace/undone'
 attempt "list /skills" 'ls -A /skills | grep -q .'
 attempt "list /tools" 'ls -A /tools | grep -q .'
+python3 -c '${syscalls}'
 setsid sleep 300 > /dev/null 2>&1 &
 echo end`;
-    await h.manager.execute(mallory, { language: 'bash', code: `cat > /tmp/undo-syscalls.py <<'EOF'\n${syscalls}\nEOF` });
-    const r = await h.manager.execute(mallory, { language: 'bash', code, permissions: { write: false, read: ['/workspace'] } });
+    const narrowed = { write: false as const, read: ['/workspace'] };
+    const r = await h.manager.execute(mallory, { language: 'bash', code, permissions: narrowed });
     expect(r.stdout, r.stderr).toMatch(/end\n$/);
     expect(r.stdout.match(/: blocked$/gm)?.length, r.stdout).toBe(12);
     // Nothing was written, nothing outlived the execution, and plain executions are unaffected.
-    const after = await h.manager.execute(mallory, { language: 'bash', code: 'ls /workspace/undone 2>&1; ps -eo args | grep -c "[s]leep 300"; ls -A /skills | wc -l; touch /workspace/ok && echo writable' });
+    const after = await h.manager.execute(mallory, {
+      language: 'bash',
+      code: 'ls /workspace/undone 2>&1; ps -eo args | grep -c "[s]leep 300"; ls -A /skills | wc -l; touch /workspace/ok && echo writable',
+    });
     expect(after.stdout).toMatch(/No such file or directory\n0\n[1-9]\d*\nwritable\n$/);
-    // The Python kernel of a narrowed execution is just as locked.
-    const py = await h.manager.execute(mallory, { language: 'python', code: 'import subprocess\nsubprocess.run(["python3", "/tmp/undo-syscalls.py"]).returncode', permissions: { write: false, read: ['/workspace'] } });
-    expect(py.result, py.stderr).toBe('1');
+    // The Python interpreter of a narrowed execution is just as locked in.
+    const py = await h.manager.execute(mallory, {
+      language: 'python',
+      code: `import subprocess\nsubprocess.run(["python3", "-c", ${JSON.stringify(syscalls)}], capture_output=True, text=True).stdout`,
+      permissions: narrowed,
+    });
+    expect(py.result, py.stderr).toBe("'raw system calls: blocked\\n'");
   });
 
   it('root and capabilities cannot be gained', async () => {
