@@ -584,9 +584,9 @@ export class SandboxManager {
       } else {
         (sb.handle as { detach?: () => void }).detach?.();
       }
-      if (opts.releaseVolumes) await this.deps.volumes.release(sb.workspaceId).catch(() => {});
     }
     this.users.clear();
+    if (opts.releaseVolumes) await this.deps.volumes.releaseAll();
   }
 }
 

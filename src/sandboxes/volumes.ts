@@ -123,6 +123,12 @@ export class WorkspaceVolumes {
     }
   }
 
+  /** Unmounts every workspace this instance mounted (gateway shutdown, tests). */
+  async releaseAll(): Promise<void> {
+    await Promise.all([...this.pending.values()].map((p) => p.catch(() => {})));
+    for (const id of [...this.ready.keys()]) await this.release(id).catch(() => {});
+  }
+
   /** Deletes a workspace and its data for good. */
   async destroy(id: string): Promise<void> {
     await this.release(id);

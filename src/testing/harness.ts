@@ -59,6 +59,8 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
     async close() {
       await manager.shutdown({ stopAll: true, releaseVolumes: true });
       store.close();
+      // A data directory this harness made is removed; one it was given is kept.
+      if (!opts.dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     },
   };
 }
