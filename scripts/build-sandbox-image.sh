@@ -97,3 +97,12 @@ if ! DOCKER_BUILDKIT=0 docker build -q -f "$ctx/sandbox/Dockerfile" \
 fi
 rm -rf "$ctx"
 log "built $IMAGE_TAG in $(elapsed)"
+
+# Older builds of this image would pile up with every runner change; drop those no
+# container uses (docker refuses to remove an image in use, which is what we want).
+for old in $(docker images "$REPO" --format '{{.Tag}}' | grep -v -x -e latest -e "$image_hash"); do
+  docker rmi "$REPO:$old" >/dev/null 2>&1 || true
+done
+for old in $(docker images sandgate/sandbox-base --format '{{.Tag}}' | grep -v -x -e "$base_hash"); do
+  docker rmi "sandgate/sandbox-base:$old" >/dev/null 2>&1 || true
+done
