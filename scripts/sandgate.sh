@@ -21,8 +21,11 @@ prepare() {
   command -v python3 >/dev/null 2>&1 || need+=(python3)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    log "installing npm dependencies (npm ci; better-sqlite3 may build from source for a minute)"
-    npm ci --no-audit --no-fund --loglevel=error
+    log "installing npm dependencies (better-sqlite3 may build from source for a minute)"
+    # `npm install`, not `npm ci`: npm 11 leaves other platforms' optional packages
+    # (deno's darwin/win32 builds) out of the lock file, then `npm ci` calls it out of sync.
+    # The lock file still pins every version installed here.
+    npm install --no-audit --no-fund --loglevel=error
   fi
   bash "$here/setup-runtime.sh"
   bash "$here/build-sandbox-image.sh"
