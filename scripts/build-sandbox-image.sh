@@ -22,7 +22,7 @@ suite=bookworm
 
 hash_of() { sha256sum | cut -c1-16; }
 base_hash=$( { echo "$suite"; cat "$root/sandbox/packages.txt" "$root/sandbox/provision.sh"; } | hash_of)
-[ -x "$DENO_BIN" ] || die "Deno binary missing at $DENO_BIN: run npm ci first"
+[ -x "$DENO_BIN" ] || die "Deno binary missing at $DENO_BIN: run npm install first"
 image_hash=$( {
   echo "$base_hash"
   cat "$root/sandbox/Dockerfile"
