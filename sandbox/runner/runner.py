@@ -481,6 +481,58 @@ class NarrowingError(Exception):
         self.refused = refused  # by lockdown.py itself (not: its helper died)
 
 
+def _process_table():
+    """(pid, ppid, pid namespace) of every process the runner can see."""
+    table = []
+    for name in os.listdir('/proc'):
+        if not name.isdigit():
+            continue
+        try:
+            ns = os.readlink('/proc/%s/ns/pid' % name)
+            with open('/proc/%s/stat' % name, 'rb') as f:
+                stat = f.read()
+            ppid = int(stat[stat.rfind(b')') + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        table.append((int(name), ppid, ns))
+    return table
+
+
+def sweep_namespaces(spares, limit=GROUP_KILL_SECONDS):
+    """Kills every process in a pid namespace other than the runner's, except the
+    spare lockdown helpers and their descendants, and waits until none is left.
+
+    A narrowed execution runs as init of its own pid namespace; when it ends, the
+    kernel kills the rest of that namespace, but under gVisor not at once. Without
+    this, a `setsid` child of a narrowed run could still be alive when the next
+    execution starts."""
+    own = os.readlink('/proc/self/ns/pid')
+    deadline = time.monotonic() + limit
+    while True:
+        table = _process_table()
+        children = {}
+        for pid, ppid, _ in table:
+            children.setdefault(ppid, []).append(pid)
+        spared, stack = set(), [h.proc.pid for h in spares]
+        while stack:
+            pid = stack.pop()
+            if pid not in spared:
+                spared.add(pid)
+                stack.extend(children.get(pid, ()))
+        strays = [pid for pid, _, ns in table if ns != own and pid not in spared]
+        if not strays:
+            return
+        if time.monotonic() > deadline:
+            diag('%d processes of finished narrowed executions are still alive' % len(strays))
+            return
+        for pid in strays:
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.005)
+
+
 class Helper:
     """lockdown.py's helper under unshare(1), in new user, mount and pid namespaces.
     It takes one request and becomes that execution's process (see lockdown.py); it
@@ -1246,6 +1298,8 @@ class Worker:
             status = proc.wait()
             duration = time.monotonic() - started
             end_group(proc)  # again, until no member is left (fork bombs)
+            if job.req.get('fs'):
+                sweep_namespaces(self.spares)
             self._drain(output, streams, DRAIN_GRACE)
         finally:
             self.running_pgid = None
@@ -1326,6 +1380,7 @@ class Worker:
         finally:
             if kernel.alive:
                 self._lose_kernel(Discard(), kernel)
+            sweep_namespaces(self.spares)
 
     def _kernel_exec(self, job, output, kernel, lost):
         """Runs the job's code in a ready kernel. On a timeout, cancel or death the kernel
