@@ -67,6 +67,20 @@ async function main() {
   try {
     const owner = h.user('bench');
     await h.manager.execute(owner, { language: 'python', code: '1' });
+
+    // Memory first, while the sandbox has run nothing but the runner's own start.
+    await new Promise((r) => setTimeout(r, 1000));
+    const bare = await hostMemoryMb(h, 'bench');
+    await h.manager.execute(owner, { language: 'python', code: 'import numpy, pandas' });
+    await new Promise((r) => setTimeout(r, 1000));
+    const stack = await hostMemoryMb(h, 'bench');
+    for (const [name, m] of [['bare', bare], ['numpy+pandas', stack]] as const) {
+      console.log(
+        `${`idle sandbox host memory, ${name}`.padEnd(52)} own ${m.own.toFixed(1)} MB (${Math.floor((24 * 1024) / m.own)} fit in 24 GiB)   docker stats ${m.dockerStats.toFixed(1)} MB`,
+      );
+    }
+    await h.manager.stopUser(owner.userId);
+    await h.manager.execute(owner, { language: 'python', code: '1' });
     const [sb] = await h.manager.list();
 
     const dockerExec = await timeIt(quick ? 5 : 30, () => run('docker', ['exec', sb!.containerId, 'python3', '-c', '1+1']));
@@ -79,16 +93,6 @@ async function main() {
     report('typescript via deno (console.log(1+1))', await timeIt(quick ? 5 : 30, () => h.manager.execute(owner, { language: 'typescript', code: 'console.log(1+1)' })));
     report('bash (echo)', await timeIt(quick ? 5 : 30, () => h.manager.execute(owner, { language: 'bash', code: 'echo 2' })));
 
-    await new Promise((r) => setTimeout(r, 1000));
-    const bare = await hostMemoryMb(h, 'bench');
-    await h.manager.execute(owner, { language: 'python', code: 'import numpy, pandas' });
-    await new Promise((r) => setTimeout(r, 1000));
-    const stack = await hostMemoryMb(h, 'bench');
-    for (const [name, m] of [['bare', bare], ['numpy+pandas', stack]] as const) {
-      console.log(
-        `${`idle sandbox host memory, ${name}`.padEnd(52)} own ${m.own.toFixed(1)} MB (${Math.floor((24 * 1024) / m.own)} fit in 24 GiB)   docker stats ${m.dockerStats.toFixed(1)} MB`,
-      );
-    }
   } finally {
     await h.close();
   }
