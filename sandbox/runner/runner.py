@@ -1015,6 +1015,9 @@ class Worker:
         self.spares = []          # a lockdown helper started ahead for the next narrowed execution
         self.trim_at = None       # when to hand freed heap back, if still idle then
         self.seq = 0
+        # The workspace scan that ended the previous execution: the next one may start
+        # from it when the gateway says nothing outside the sandbox wrote in between.
+        self.last_scan = None
         self.wake_r, self.wake_w = os.pipe()
         set_nonblocking(self.wake_r, self.wake_w)
         self.woken = False        # something was written to wake_w (saves a read per execution)
@@ -1219,7 +1222,10 @@ class Worker:
             self.woken = False
             drain_fd(self.wake_r)
         output = Output(self.emitter, job.id, req['outputLimit'])
-        before, partial_before = snapshot(WORKSPACE)
+        if req.get('reuseSnapshot') and self.last_scan is not None:
+            before, partial_before = self.last_scan
+        else:
+            before, partial_before = snapshot(WORKSPACE)
         self.bridge.open_exec(job.id)
         try:
             if req['language'] == 'python':
@@ -1230,6 +1236,7 @@ class Worker:
             self.bridge.close_exec(job.id)
         output.finish()
         after, partial_after = snapshot(WORKSPACE)
+        self.last_scan = (after, partial_after)
         notices = [outcome.pop('notice', None)]
         changes = file_changes(before, after, partial_before or partial_after)
         if partial_before or partial_after:

@@ -71,6 +71,18 @@ describe('SandboxManager: executions', () => {
     expect(byPath).toMatchObject({ 'keep.txt': 'modified', 'gone.txt': 'deleted', 'd/new.txt': 'created' });
   });
 
+  it('does not count the gateway\'s own writes as the next execution\'s changes', async () => {
+    await h.manager.execute(alice, { language: 'bash', code: 'true' });
+    const ws = await h.manager.openWorkspace(alice);
+    await ws.write('from-host/note.txt', 'written by the gateway');
+    const r = await h.manager.execute(alice, { language: 'bash', code: 'cat from-host/note.txt; echo x > from-code.txt' });
+    expect(r.stdout).toBe('written by the gateway');
+    expect(r.files.map((f) => f.path)).toEqual(['from-code.txt']);
+    // And with no host write in between, changes are still found from the last scan.
+    const next = await h.manager.execute(alice, { language: 'bash', code: 'echo y >> from-code.txt' });
+    expect(next.files).toEqual([expect.objectContaining({ path: 'from-code.txt', change: 'modified' })]);
+  });
+
   it('saves matplotlib figures automatically', async () => {
     const r = await h.manager.execute(alice, {
       language: 'python',

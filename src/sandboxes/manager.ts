@@ -87,6 +87,8 @@ interface Live {
   /** Mounted read-write? (from the ceiling when the container was made) */
   workspaceWritable: boolean;
   ceilingKey: string;
+  /** The gateway wrote to the workspace since the last execution began. */
+  hostWrote: boolean;
 }
 
 interface UserSandbox extends Live {
@@ -135,13 +137,19 @@ export class SandboxManager {
   workspace(owner: SandboxOwner): Workspace {
     const id = this.workspaceIdFor(owner, false);
     if (!id) throw new SandboxError('this user has no workspace yet', 'invalid_request');
-    return new Workspace(this.deps.volumes.hostPath(id));
+    return new Workspace(this.deps.volumes.hostPath(id), () => this.touched(owner));
   }
 
   /** The workspace, created and mounted if needed (host-side file access before any run). */
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
     const id = this.workspaceIdFor(owner, true)!;
-    return new Workspace(await this.deps.volumes.ensure(id));
+    return new Workspace(await this.deps.volumes.ensure(id), () => this.touched(owner));
+  }
+
+  /** The gateway wrote to this user's workspace: the next execution must scan it afresh. */
+  private touched(owner: SandboxOwner): void {
+    const sb = this.users.get(owner.userId);
+    if (sb) sb.hostWrote = true;
   }
 
   /** The user's permission ceiling: their own row, else the configured default. */
@@ -209,7 +217,9 @@ export class SandboxManager {
         }),
       ],
       fs: fsNarrowing(perms, sb.workspaceWritable),
+      reuseSnapshot: !sb.hostWrote,
     };
+    sb.hostWrote = false;
     sb.running++;
     sb.lastActivity = Date.now();
     const stdout: string[] = [];
@@ -358,7 +368,7 @@ export class SandboxManager {
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool' },
     });
     const now = Date.now();
-    return { handle, workspaceId, toolsDir, startedAt: now, lastActivity: now, running: 0, queued: 0, tail: Promise.resolve(), workspaceWritable: writable, ceilingKey: '' };
+    return { handle, workspaceId, toolsDir, startedAt: now, lastActivity: now, running: 0, queued: 0, tail: Promise.resolve(), workspaceWritable: writable, ceilingKey: '', hostWrote: true };
   }
 
   /** Routes bridge calls and notices death. */
@@ -542,6 +552,7 @@ export class SandboxManager {
           tail: Promise.resolve(),
           workspaceWritable: allows(ceiling, 'write', '/workspace'),
           ceilingKey: JSON.stringify(ceiling),
+          hostWrote: true,
         };
         this.users.set(user.id, sb);
         this.watch(sb);

@@ -31,6 +31,12 @@ export interface ExecRequest {
    * nests one more namespace so the code cannot undo either.
    */
   fs?: { readOnly: string[]; hidden: string[] };
+  /**
+   * Nothing outside the sandbox wrote to /workspace since the previous execution
+   * ended, so the runner may take that execution's closing scan as this one's starting
+   * point instead of walking the workspace again (one walk fewer per execution).
+   */
+  reuseSnapshot?: boolean;
 }
 
 export interface PingRequest { op: 'ping'; id: string }

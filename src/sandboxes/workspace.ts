@@ -40,8 +40,14 @@ export interface WorkspaceEntry {
 export const MAX_READ_BYTES = 8 * 1024 * 1024;
 
 export class Workspace {
-  /** @param root absolute host path of the workspace (its realpath). */
-  constructor(readonly root: string) {}
+  /**
+   * @param root absolute host path of the workspace (its realpath).
+   * @param onChange called after every change the gateway makes (write, mkdir, remove).
+   */
+  constructor(
+    readonly root: string,
+    private readonly onChange: () => void = () => {},
+  ) {}
 
   /**
    * Turns a user path into a safe relative path. Accepts `a/b`, `/workspace/a/b`;
@@ -145,6 +151,7 @@ export class Workspace {
       const st = await fh.stat();
       if (!st.isFile()) throw new WorkspaceError('EINVAL', `"${rel}" is not a regular file`);
       await fh.chown(SANDBOX_UID, SANDBOX_GID).catch(() => {});
+      this.onChange();
       await fh.writeFile(data);
       return { size: (await fh.stat()).size };
     } catch (e) {
@@ -164,6 +171,7 @@ export class Workspace {
       const p = path.join(this.root, cur);
       try {
         await fsp.mkdir(p, { mode: 0o755 });
+        this.onChange();
         await fsp.chown(p, SANDBOX_UID, SANDBOX_GID).catch(() => {});
       } catch (e) {
         if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw mapFsError(e, cur);
@@ -181,6 +189,7 @@ export class Workspace {
     if (parent) await this.resolve(parent, { mustExist: true });
     const p = path.join(this.root, rel);
     // rm never follows a symlink it removes; parents were checked above.
+    this.onChange();
     await fsp.rm(p, { recursive: true, force: false }).catch((e) => {
       throw mapFsError(e, rel);
     });
