@@ -47,6 +47,21 @@ describe('app', () => {
     expect(res.body.checks.image).toEqual({ ok: false, detail: 'inspect failed' });
   });
 
+  it('serves the landing page with the MCP endpoint, and static files', async () => {
+    const app = createApp({ config, store, logger });
+    const page = await request(app).get('/');
+    expect(page.status).toBe(200);
+    expect(page.type).toBe('text/html');
+    expect(page.text).toContain(`${config.publicUrl}/mcp`);
+    const css = await request(app).get('/static/sandgate.css');
+    expect(css.status).toBe(200);
+    expect(css.type).toBe('text/css');
+    const climb = await request(app).get('/static/../package.json');
+    expect(climb.status).toBe(403);
+    expect(climb.text).not.toContain('"dependencies"');
+    expect((await request(app).get('/static/nope.css')).status).toBe(404);
+  });
+
   it('unknown routes are JSON 404s', async () => {
     const res = await request(createApp({ config, store, logger })).get('/nope');
     expect(res.status).toBe(404);

@@ -7,6 +7,7 @@ import type { Config } from './config.js';
 import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
+import { homeRoutes } from './http/home.js';
 
 export interface AppDeps {
   config: Config;
@@ -23,6 +24,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.disable('x-powered-by');
   app.set('trust proxy', false);
   app.use(healthRoutes(deps.store, deps.readiness ?? {}));
+  app.use(homeRoutes(deps.config.publicUrl));
   deps.mount?.(app);
   app.use((_req, res) => {
     res.status(404).json({ error: 'not found' });
