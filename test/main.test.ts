@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { until } from '../src/testing/until.js';
 
 function startGateway(env: Record<string, string>) {
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
@@ -20,20 +21,12 @@ function startGateway(env: Record<string, string>) {
   return { child, exited, output: () => out };
 }
 
-async function waitFor(pred: () => boolean, ms: number) {
-  const t0 = Date.now();
-  while (!pred()) {
-    if (Date.now() - t0 > ms) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
 describe('gateway process', () => {
   it('starts, reports ready, and stops on SIGTERM', async () => {
     const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-main-'));
     const g = startGateway({ SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0' });
     try {
-      await waitFor(() => /sandgate is running at (http:\/\/\S+)/.test(g.output()), 60_000);
+      await until(() => /sandgate is running at (http:\/\/\S+)/.test(g.output()), 60_000);
       const url = /sandgate is running at (http:\/\/\S+)/.exec(g.output())![1]!;
       expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
       const ready = await fetch(`${url}/readyz`);

@@ -15,7 +15,7 @@ import { isWellFormedToken } from '../src/tokens/format.js';
 import { verifyToken } from '../src/tokens/tokens.js';
 import { createHarness, type Harness } from '../src/testing/harness.js';
 import { openStore } from '../src/store/store.js';
-import { TEST_MIGRATIONS } from './mcp-helpers.js';
+import { ALL_MIGRATIONS } from '../src/store/registry.js';
 
 let h: Harness;
 
@@ -23,7 +23,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
-    openStore: () => openStore(h.dataDir, TEST_MIGRATIONS),
+    openStore: () => openStore(h.dataDir, ALL_MIGRATIONS),
     driver: () => createDriver(h.config, h.logger),
     out: (s) => out.push(s),
     err: (s) => err.push(s),
@@ -33,7 +33,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
 }
 
 beforeAll(async () => {
-  h = await createHarness({ migrations: TEST_MIGRATIONS });
+  h = await createHarness();
 });
 afterAll(async () => {
   await h?.close();

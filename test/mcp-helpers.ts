@@ -1,7 +1,6 @@
 /**
- * Shared set-up for the MCP, token and audit tests: the store schema they need, and a
- * real gateway (createApp + the /mcp router + the real sandbox manager) listening on a
- * free port.
+ * Shared set-up for the MCP, token and audit tests: a real gateway (createApp + the /mcp
+ * router + the real sandbox manager) listening on a free port.
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -9,21 +8,12 @@ import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { createApp } from '../src/app.js';
 import { recordAudit } from '../src/audit/audit.js';
-import { auditMigration } from '../src/audit/schema.js';
 import { mcpRouter, type McpRouterDeps } from '../src/mcp/router.js';
 import { copyStaticTools } from '../src/sandboxes/index.js';
-import { createUpstream, UPSTREAM_MIGRATION, type Upstream } from '../src/upstream/index.js';
-import type { Migration } from '../src/store/migrations.js';
-import { MIGRATIONS } from '../src/store/migrations.js';
+import { createUpstream, type Upstream } from '../src/upstream/index.js';
 import { ensureUser } from '../src/store/users.js';
 import { createHarness, type Harness, type HarnessOptions } from '../src/testing/harness.js';
 import { createToken } from '../src/tokens/tokens.js';
-import { tokensMigration } from '../src/tokens/schema.js';
-
-/** Version 2 belongs to the PII vault; these tests only need its slot filled. */
-const RESERVED_V2: Migration = { version: 2, description: 'reserved (PII vault)', up() {} };
-
-export const TEST_MIGRATIONS: readonly Migration[] = [...MIGRATIONS, RESERVED_V2, tokensMigration, auditMigration, UPSTREAM_MIGRATION];
 
 export interface Gateway {
   harness: Harness;
@@ -47,7 +37,6 @@ let tokenSeq = 0;
 export async function startGateway(opts: { harness?: HarnessOptions; router?: Partial<McpRouterDeps>; upstream?: Record<string, unknown> } = {}): Promise<Gateway> {
   let upstream: Upstream | undefined;
   const harness = await createHarness({
-    migrations: TEST_MIGRATIONS,
     // Bound late: the hub needs the store the harness opens.
     prepareTools: (dir, owner) => (upstream ? upstream.prepareTools(dir, owner) : copyStaticTools(dir)),
     ...opts.harness,

@@ -14,6 +14,7 @@ import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credenti
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
 import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
+import { until } from '../src/testing/until.js';
 
 let dataDir: string;
 let store: Store;
@@ -63,14 +64,6 @@ async function rejection(p: Promise<unknown>): Promise<UpstreamError> {
     return e as UpstreamError;
   }
   throw new Error('expected the call to fail');
-}
-
-async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 describe('UpstreamHub with real npm MCP servers', () => {

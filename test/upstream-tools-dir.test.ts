@@ -12,6 +12,7 @@ import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credenti
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
+import { until } from '../src/testing/until.js';
 
 let dataDir: string;
 let store: Store;
@@ -25,14 +26,6 @@ afterAll(() => {
   store.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
-
-async function until(cond: () => boolean, ms = 10_000): Promise<void> {
-  const end = Date.now() + ms;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('tools directories', () => {
   it('syncs in place: same directory, changed files rewritten, stale ones removed', () => {

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { TEST_MIGRATIONS } from '../../test/mcp-helpers.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { argsShape, listAudit, recordAudit } from './audit.js';
@@ -36,7 +36,7 @@ describe('audit log', () => {
   let store: Store;
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-audit-'));
-    store = openStore(dir, TEST_MIGRATIONS);
+    store = openStore(dir, ALL_MIGRATIONS);
   });
   afterEach(() => {
     store.close();
