@@ -178,7 +178,7 @@ export class SandboxManager {
     }
     const ceiling = this.ceiling(owner);
     // Network is refused whatever the ceiling says: say why before anything else.
-    const net = networkUnavailable(narrowPermissions({ ...ceiling, net: true }, { net: opts.permissions?.net ?? ceiling.net }));
+    const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
     if (net) throw new PermissionError(net, 'net');
     const effective = narrowPermissions(ceiling, opts.permissions);
 
