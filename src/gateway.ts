@@ -10,7 +10,7 @@ import type { Config } from './config.js';
 import type { Logger } from './logger.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './mcp/boundary.js';
 import { mcpRouter } from './mcp/router.js';
-import { createPiiBoundary } from './mcp/pii-boundary.js';
+import { createPiiBoundary, dropInactiveTokenScopes } from './mcp/pii-boundary.js';
 import { createDetector, detectorOptions, loadOrCreateKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createSandboxManager, dockerClient } from './sandboxes/index.js';
 import type { SandboxManager } from './sandboxes/manager.js';
@@ -88,8 +88,12 @@ export function createGateway(config: Config, logger: Logger): Gateway {
     async start() {
       if (vault) {
         preloadWordKnowledge();
-        vault.purgeExpired();
-        purge = setInterval(() => vault!.purgeExpired(), PURGE_INTERVAL_MS);
+        const sweep = () => {
+          dropInactiveTokenScopes(store.db, vault);
+          vault!.purgeExpired();
+        };
+        sweep();
+        purge = setInterval(sweep, PURGE_INTERVAL_MS);
         purge.unref();
       }
       await runPreflight();

@@ -3,7 +3,8 @@ import { openTestVault } from '../pii/testing.js';
 import type { Principal } from '../tokens/tokens.js';
 import { IDENTITY_BOUNDARY } from './boundary.js';
 import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from './context.js';
-import { createPiiBoundary } from './pii-boundary.js';
+import { createToken, revokeToken } from '../tokens/tokens.js';
+import { createPiiBoundary, dropInactiveTokenScopes } from './pii-boundary.js';
 
 const t = openTestVault();
 afterAll(() => t.cleanup());
@@ -81,5 +82,30 @@ describe('the tool context helpers', () => {
     const stream = toModelStream(ctx);
     expect(await stream.push('ab')).toBe('AB');
     expect(await stream.end()).toBe('');
+  });
+});
+
+describe('dropInactiveTokenScopes', () => {
+  it('forgets what the clients of revoked and expired tokens were shown, and nothing else', () => {
+    const v = openTestVault();
+    try {
+      const carl = { userId: v.userId('carl'), name: 'carl' };
+      const b = createPiiBoundary(v.vault);
+      const now = Date.now();
+      const kept = createToken(v.store.db, { userId: carl.userId, name: 'kept' }).record;
+      const revoked = createToken(v.store.db, { userId: carl.userId, name: 'revoked' }).record;
+      const expired = createToken(v.store.db, { userId: carl.userId, name: 'expired', expiresAt: now + 1000 }).record;
+      for (const r of [kept, revoked, expired]) b.toModel(carl, { tokenId: r.id, tokenName: r.name }, 'carl@example.com');
+      revokeToken(v.store.db, revoked.id);
+      expect(dropInactiveTokenScopes(v.store.db, v.vault, now)).toBe(1);
+      expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(1);
+      expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(0);
+      const resolves = (r: typeof kept) => (b.fromModel(carl, { tokenId: r.id, tokenName: r.name }, '[EMAIL_1]') as { text: string }).text;
+      expect(resolves(kept)).toBe('carl@example.com');
+      expect(resolves(revoked)).toBe('[EMAIL_1]');
+      expect(resolves(expired)).toBe('[EMAIL_1]');
+    } finally {
+      v.cleanup();
+    }
   });
 });

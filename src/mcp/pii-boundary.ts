@@ -12,12 +12,29 @@
  * The user id is part of every lookup, so one user's token text never resolves for
  * another user, whatever API token id they present.
  */
-import type { PiiScopeRef, PiiVault } from '../pii/index.js';
+import type Database from 'better-sqlite3';
+import type { PiiVault } from '../pii/index.js';
+import { dropPiiScope, type PiiScopeRef } from '../pii/scopes.js';
+import { inactiveTokens } from '../tokens/tokens.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { BoundaryPrincipal, ModelBoundary } from './boundary.js';
 
 export function piiScopeRef(owner: Pick<SandboxOwner, 'userId'>, principal: Pick<BoundaryPrincipal, 'tokenId'>): PiiScopeRef {
   return { userId: owner.userId, kind: 'token', id: String(principal.tokenId) };
+}
+
+/**
+ * Forgets what the clients of revoked and expired API tokens were shown. The command
+ * line drops a token's scope when it revokes it; this catches expiry and anything
+ * revoked while the vault was not looking. Returns how many scopes went.
+ */
+export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault | undefined, now = Date.now()): number {
+  let dropped = 0;
+  for (const t of inactiveTokens(db, now)) {
+    const ref = piiScopeRef({ userId: t.userId }, { tokenId: t.id });
+    if (vault ? vault.dropScope(ref) : dropPiiScope(db, ref) !== undefined) dropped++;
+  }
+  return dropped;
 }
 
 export function createPiiBoundary(vault: PiiVault): ModelBoundary {

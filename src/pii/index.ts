@@ -8,9 +8,10 @@
  */
 export { PII_ENTITY_TYPES, TOKEN_TYPES, type PiiEntityType, type Span, type TokenType } from './entities.js';
 export { createDetector, type Detector, type DetectorOptions, type DetectionSession, type Segment } from './detector.js';
+export { dropPiiScope } from './scopes.js';
 export { formatToken, parseToken } from './token-format.js';
 export { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
-export { piiMigration } from './schema.js';
+export { piiBatchesMigration, piiMigration } from './schema.js';
 export { preloadWordKnowledge } from './recognizers/word-knowledge.js';
 export { DEFAULT_PII_TTL_HOURS, detectorOptions, parsePiiSettings, piiSettingsSchema, ttlMs, type PiiSettings } from './settings.js';
 export {

@@ -1,9 +1,7 @@
 /**
- * Encryption at rest for vault values: AES-256-GCM with a fresh 96-bit IV per value and
- * the row's identity as associated data (a sealed value moved to another row, or
- * another user's scope, fails to open), plus the HMAC used to find a value's token
- * without storing the value. Both keys are derived from the vault key with HKDF, so
- * one configured secret serves both purposes without reuse.
+ * Encryption at rest for vault values: AES-256-GCM with a fresh 96-bit IV per record
+ * and the record's owner as associated data (a record moved to another user's scope
+ * fails to open). The key is derived from the configured vault key with HKDF.
  */
 import crypto from 'node:crypto';
 
@@ -14,14 +12,12 @@ const IV_POOL_BYTES = IV_BYTES * 512;
 
 export class Sealer {
   private readonly encKey: crypto.KeyObject;
-  private readonly macKey: crypto.KeyObject;
   private readonly ivPool = Buffer.alloc(IV_POOL_BYTES);
   private ivAt = IV_POOL_BYTES;
 
   constructor(key: Buffer) {
     if (key.length !== 32) throw new Error('the PII vault key must be 32 bytes');
     this.encKey = crypto.createSecretKey(Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii aes-256-gcm', 32)));
-    this.macKey = crypto.createSecretKey(Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), 'sandgate pii hmac-sha256', 32)));
   }
 
   /** A fresh random IV. Each is used once: the pool is refilled, never reread. */
@@ -33,11 +29,6 @@ export class Sealer {
     const iv = this.ivPool.subarray(this.ivAt, this.ivAt + IV_BYTES);
     this.ivAt += IV_BYTES;
     return iv;
-  }
-
-  /** Keyed digest of a value within a scope: equal values in one scope, equal digests. */
-  mac(scopeId: number, value: string): Buffer {
-    return crypto.createHmac('sha256', this.macKey).update(`${scopeId}\u0000`).update(value, 'utf8').digest();
   }
 
   seal(value: string, aad: string): Buffer {

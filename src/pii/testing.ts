@@ -1,15 +1,14 @@
 /**
- * Helpers for the PII tests and the benchmark: a throw-away store with the vault's
- * migration, a user to own scopes, and a seeded random source for property tests.
+ * Helpers for the PII tests and the benchmark: a throw-away store with the full schema,
+ * a user to own scopes, and a seeded random source for property tests.
  */
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { openStoreFile, type Store } from '../store/store.js';
-import { MIGRATIONS } from '../store/migrations.js';
 import { ensureUser } from '../store/users.js';
-import { piiMigration } from './schema.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
 import { PiiVault, type PiiVaultOptions } from './vault.js';
 
 export interface TestVault {
@@ -24,7 +23,7 @@ export interface TestVault {
 /** A vault over a fresh SQLite file in a temporary directory. */
 export function openTestVault(options: Partial<PiiVaultOptions> = {}): TestVault {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-'));
-  const store = openStoreFile(path.join(dir, 'sandgate.db'), [...MIGRATIONS, piiMigration]);
+  const store = openStoreFile(path.join(dir, 'sandgate.db'), ALL_MIGRATIONS);
   const key = crypto.randomBytes(32);
   const vault = new PiiVault(store.db, key, { ttlMs: 7 * 24 * 3_600_000, ...options });
   return {

@@ -1,9 +1,16 @@
+import crypto from 'node:crypto';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDetector } from './detector.js';
 import { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
 import { openTestVault, seededRandom, type TestVault } from './testing.js';
+import { ALL_MIGRATIONS } from '../store/registry.js';
+import { openStoreFile } from '../store/store.js';
+import { ensureUser } from '../store/users.js';
+import { piiBatchesMigration } from './schema.js';
+import { Sealer } from './sealing.js';
 import { PiiVault } from './vault.js';
 
 const open: TestVault[] = [];
@@ -123,15 +130,62 @@ describe('PiiVault storage', () => {
     }
   });
 
-  it('a sealed value moved to another row does not open', () => {
+  it('a batch moved to another scope, or altered, does not open', () => {
     const t = testVault();
-    const scope = t.vault.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
-    scope.tokenize('a@x.io b@x.io');
-    t.store.db.exec(`UPDATE pii_values SET sealed = (SELECT sealed FROM pii_values WHERE n = 1) WHERE n = 2`);
+    const ana = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    const bob = { userId: t.userId('bob'), kind: 'token' as const, id: 'tok1' };
+    t.vault.scope(ana).tokenize('a@x.io b@x.io');
+    t.vault.scope(bob).tokenize('c@x.io');
+    const scopeOf = (userId: number) => t.store.db.prepare('SELECT id FROM pii_scopes WHERE user_id = ?').pluck().get(userId) as number;
+    // Ana's sealed values copied into Bob's scope, with entries claiming them.
+    t.store.db.prepare('UPDATE pii_batches SET sealed = (SELECT sealed FROM pii_batches WHERE scope_id = ?) WHERE scope_id = ?').run(scopeOf(ana.userId), scopeOf(bob.userId));
+    t.store.db.prepare("INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) SELECT ?, 'EMAIL', 2, batch_id, last_used_at FROM pii_values WHERE scope_id = ?").run(scopeOf(bob.userId), scopeOf(bob.userId));
     // A new vault (a restarted gateway) reads from the database, not from memory.
     const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
-    const fresh = restarted.scope({ userId: t.userId('ana'), kind: 'token', id: 'tok1' });
-    expect(fresh.detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: 'a@x.io [EMAIL_2]', unknown: ['[EMAIL_2]'] });
+    expect(restarted.scope(bob).detokenize('[EMAIL_1] [EMAIL_2]').unknown).toEqual(['[EMAIL_1]', '[EMAIL_2]']);
+    expect(restarted.scope(ana).detokenize('[EMAIL_1] [EMAIL_2]').text).toBe('a@x.io b@x.io');
+    // One flipped bit and the whole batch is refused, not misread.
+    t.store.db.prepare('UPDATE pii_batches SET sealed = CAST(sealed AS BLOB) || x\'00\' WHERE scope_id = ?').run(scopeOf(ana.userId));
+    const again = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
+    expect(again.scope(ana).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+  });
+
+  it('reads values sealed one by one by the previous schema, and moves them into a batch', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-legacy-'));
+    try {
+      const file = path.join(dir, 'sandgate.db');
+      const key = crypto.randomBytes(32);
+      const old = openStoreFile(file, ALL_MIGRATIONS.filter((m) => m.version < piiBatchesMigration.version));
+      const userId = ensureUser(old.db, 'ana').id;
+      old.db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', 'tok1', 0)").run(userId);
+      const scopeId = old.db.prepare('SELECT id FROM pii_scopes').pluck().get() as number;
+      const sealer = new Sealer(key);
+      const now = Date.now();
+      const put = (type: string, n: number, value: string, lastUsedAt: number) =>
+        old.db
+          .prepare('INSERT INTO pii_values (scope_id, type, n, mac, sealed, last_used_at) VALUES (?, ?, ?, ?, ?, ?)')
+          .run(scopeId, type, n, crypto.randomBytes(32), sealer.seal(value, `${userId}:${scopeId}:${type}:${n}`), lastUsedAt);
+      put('EMAIL', 1, 'a@x.io', now);
+      put('IP', 1, '10.0.0.1', now);
+      put('EMAIL', 2, 'stale@x.io', now - 7_200_000);
+      old.db.prepare("INSERT INTO pii_counters (scope_id, type, last_n) VALUES (?, 'EMAIL', 2), (?, 'IP', 1)").run(scopeId, scopeId);
+      old.close();
+
+      const store = openStoreFile(file, ALL_MIGRATIONS);
+      try {
+        const vault = new PiiVault(store.db, key, { ttlMs: 3_600_000 });
+        const scope = vault.scope({ userId, kind: 'token', id: 'tok1' });
+        expect(scope.detokenize('[EMAIL_1] [IP_1] [EMAIL_2]')).toEqual({ text: 'a@x.io 10.0.0.1 [EMAIL_2]', unknown: ['[EMAIL_2]'] });
+        expect(scope.tokenize('b@x.io a@x.io stale@x.io').text).toBe('[EMAIL_3] [EMAIL_1] [EMAIL_4]');
+        expect(store.db.prepare('SELECT COUNT(*) FROM pii_values_v1').pluck().get()).toBe(0);
+        const restarted = new PiiVault(store.db, key, { ttlMs: 3_600_000 });
+        expect(restarted.scope({ userId, kind: 'token', id: 'tok1' }).detokenize('[EMAIL_1] [IP_1] [EMAIL_3]').text).toBe('a@x.io 10.0.0.1 b@x.io');
+      } finally {
+        store.close();
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a vault with another key reads nothing back', () => {
@@ -163,6 +217,9 @@ describe('PiiVault storage', () => {
     expect(t.vault.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: '[EMAIL_1] b@x.io', unknown: ['[EMAIL_1]'] });
     expect(t.vault.purgeExpired()).toBe(1);
     expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_values').get()).toEqual({ n: 1 });
+    // Its batch was sealed again without it: a vault that would keep values forever finds only b.
+    const forever = new PiiVault(t.store.db, t.key, { ttlMs: Number.MAX_SAFE_INTEGER, now: () => now });
+    expect(forever.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]').text).toBe('[EMAIL_1] b@x.io');
     // Seen again, a gets a new number: [EMAIL_1] may still be in some model's context.
     expect(t.vault.scope(ref).tokenize('a@x.io c@x.io').text).toBe('[EMAIL_3] [EMAIL_4]');
   });
@@ -177,6 +234,21 @@ describe('PiiVault storage', () => {
     t.store.db.exec('DROP TRIGGER fail');
     // b@x.io was never stored: it must not keep a token only memory knows.
     expect(t.vault.scope(ref).tokenize('c@x.io b@x.io a@x.io').text).toBe('[EMAIL_2] [EMAIL_3] [EMAIL_1]');
+  });
+
+  it("a dropped scope's id taken by another user's scope shows that user nothing of the old one", () => {
+    const t = testVault();
+    const ana = { userId: t.userId('ana'), kind: 'token' as const, id: '7' };
+    const held = t.vault.scope(ana);
+    held.tokenize('a@x.io');
+    const anaScopeId = t.store.db.prepare('SELECT id FROM pii_scopes').pluck().get();
+    t.vault.dropScope(ana);
+    const bob = t.vault.scope({ userId: t.userId('bob'), kind: 'token', id: '8' });
+    expect(t.store.db.prepare('SELECT id FROM pii_scopes').pluck().get()).toBe(anaScopeId); // SQLite reuses the largest id
+    expect(bob.detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+    expect(bob.tokenize('b@x.io').text).toBe('[EMAIL_1]');
+    // A request of the dropped scope still in flight fails rather than read Bob's values.
+    expect(() => held.detokenize('[EMAIL_1]')).toThrow(/dropped/);
   });
 
   it('dropping a scope forgets it', () => {

@@ -13,21 +13,23 @@
  * - a token the scope does not know (never issued, purged, another scope's) is left as
  *   it is and reported, never guessed;
  * - a value unused for `ttlMs` is gone: its token no longer resolves, even before
- *   `purgeExpired` deletes the row.
+ *   `purgeExpired` deletes it, and after the purge it is not on disk, even sealed.
+ *
+ * Storage (schema.ts): the values one call issues are sealed together in one record,
+ * their tokens inside the ciphertext, plus an entry per value for its last use. A scope
+ * is read whole into memory on first use (vault-memory.ts) and written through, so a
+ * value new to the scope costs a map insert and a share of one seal and one transaction,
+ * not a keyed hash, a seal and a unique-index insert of its own.
  */
 import type Database from 'better-sqlite3';
 import { createDetector, type Detector, type Segment } from './detector.js';
 import type { TokenType } from './entities.js';
 import { Sealer } from './sealing.js';
 import { formatToken, tokenRegex } from './token-format.js';
+import { dropPiiScope, type PiiScopeRef } from './scopes.js';
 import { VaultMemory, type RememberedValue, type ScopeMemory } from './vault-memory.js';
 
-export interface PiiScopeRef {
-  userId: number;
-  kind: 'token' | 'conversation';
-  /** The API token's or the conversation's stable id (never the token secret itself). */
-  id: string;
-}
+export type { PiiScopeRef } from './scopes.js';
 
 export interface PiiVaultOptions {
   /** A value unused (neither tokenized nor resolved) for this long is forgotten. */
@@ -67,30 +69,49 @@ export interface PiiTokenStream {
   readonly found: readonly FoundToken[];
 }
 
+const ENTRIES_PER_INSERT = 32;
+
 /** Prepared once per vault: an MCP request opens a scope per tool call, and preparing costs more than running. */
 function prepareStatements(db: Database.Database) {
   return {
     addScope: db.prepare('INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING'),
     scopeId: db.prepare('SELECT id FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ?').pluck(),
-    byMac: db.prepare('SELECT type, n, last_used_at FROM pii_values WHERE scope_id = ? AND mac = ?'),
-    byToken: db.prepare('SELECT sealed, last_used_at FROM pii_values WHERE scope_id = ? AND type = ? AND n = ?'),
-    touch: db.prepare('UPDATE pii_values SET last_used_at = ? WHERE scope_id = ? AND type = ? AND n = ?'),
-    forget: db.prepare('DELETE FROM pii_values WHERE scope_id = ? AND type = ? AND n = ?'),
+    counters: db.prepare('SELECT type, last_n FROM pii_counters WHERE scope_id = ?'),
     // Counters only grow: a number once issued in a scope is never issued again.
-    lastN: db.prepare('SELECT last_n FROM pii_counters WHERE scope_id = ? AND type = ?').pluck(),
     saveN: db.prepare(
       'INSERT INTO pii_counters (scope_id, type, last_n) VALUES (?, ?, ?) ON CONFLICT (scope_id, type) DO UPDATE SET last_n = excluded.last_n',
     ),
-    insert: db.prepare('INSERT INTO pii_values (scope_id, type, n, mac, sealed, last_used_at) VALUES (?, ?, ?, ?, ?, ?)'),
+    entries: db.prepare('SELECT type, n, last_used_at FROM pii_values WHERE scope_id = ?'),
+    batches: db.prepare('SELECT id, sealed FROM pii_batches WHERE scope_id = ?'),
+    addBatch: db.prepare('INSERT INTO pii_batches (scope_id, sealed) VALUES (?, ?)'),
+    addEntry: db.prepare('INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) VALUES (?, ?, ?, ?, ?)'),
+    // Rows bound to one statement cost less than a statement run per row.
+    addEntries: db.prepare(`INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) VALUES ${Array(ENTRIES_PER_INSERT).fill('(?, ?, ?, ?, ?)').join(', ')}`),
+    touch: db.prepare('UPDATE pii_values SET last_used_at = ? WHERE scope_id = ? AND type = ? AND n = ?'),
+    legacy: db.prepare('SELECT type, n, sealed, last_used_at FROM pii_values_v1 WHERE scope_id = ?'),
+    dropLegacy: db.prepare('DELETE FROM pii_values_v1 WHERE scope_id = ?'),
   };
 }
 
 type Statements = ReturnType<typeof prepareStatements>;
 
-interface ValueRow {
-  type: TokenType;
-  n: number;
-  last_used_at: number;
+/** What a batch's ciphertext holds: each value with its token's type and number. */
+type BatchItem = [type: TokenType, n: number, value: string];
+
+/** A batch is bound to its user and scope: moved to another scope, it does not open. */
+function batchAad(userId: number, scopeId: number): string {
+  return `${userId}:${scopeId}`;
+}
+
+/** Seals and stores values just issued, with their entries; runs inside a transaction. */
+function storeBatch(stmts: Statements, sealer: Sealer, userId: number, scopeId: number, values: readonly RememberedValue[]): void {
+  const items: BatchItem[] = values.map((v) => [v.type, v.n, v.value]);
+  const batchId = stmts.addBatch.run(scopeId, sealer.seal(JSON.stringify(items), batchAad(userId, scopeId))).lastInsertRowid;
+  let i = 0;
+  for (; i + ENTRIES_PER_INSERT <= values.length; i += ENTRIES_PER_INSERT) {
+    stmts.addEntries.run(values.slice(i, i + ENTRIES_PER_INSERT).flatMap((v) => [scopeId, v.type, v.n, batchId, v.lastUsedAt]));
+  }
+  for (; i < values.length; i++) stmts.addEntry.run(scopeId, values[i]!.type, values[i]!.n, batchId, values[i]!.lastUsedAt);
 }
 
 export class PiiVault {
@@ -116,27 +137,105 @@ export class PiiVault {
 
   /** The scope for a user and an API token or conversation, created on first use. */
   scope(ref: PiiScopeRef): PiiScope {
-    // Looked up on every call, not cached: a scope row can go (dropScope, a deleted user).
+    // Looked up on every call, not cached: a scope row can go (dropScope, a revoked token, a deleted user).
     let id = this.stmts.scopeId.get(ref.userId, ref.kind, ref.id) as number | undefined;
     if (id === undefined) {
       this.stmts.addScope.run(ref.userId, ref.kind, ref.id, this.now());
       id = this.stmts.scopeId.get(ref.userId, ref.kind, ref.id) as number;
     }
-    return new PiiScope(this.db, this.stmts, this.sealer, this.detector, ref.userId, id, this.ttlMs, this.now, this.memory.forScope(id));
+    const memory = this.memory.forScope(id, `${ref.userId}:${ref.kind}:${ref.id}`);
+    if (!memory.loaded) this.load(ref.userId, id, memory);
+    const scopeId = id;
+    return new PiiScope(this.db, this.stmts, this.sealer, this.detector, ref.userId, id, this.ttlMs, this.now, memory, () =>
+      this.load(ref.userId, scopeId, memory),
+    );
   }
 
-  /** Deletes values unused for the TTL; returns how many. Run it periodically. */
+  /**
+   * Reads a scope whole: its counters and every value still live. A batch that does not
+   * open (another key, or moved from another scope) contributes nothing.
+   */
+  private load(userId: number, scopeId: number, memory: ScopeMemory): void {
+    memory.unload();
+    this.moveLegacyValues(userId, scopeId);
+    for (const { type, last_n } of this.stmts.counters.all(scopeId) as Array<{ type: TokenType; last_n: number }>) {
+      memory.counters.set(type, last_n);
+    }
+    const now = this.now();
+    const lastUse = new Map<string, number>();
+    for (const e of this.stmts.entries.all(scopeId) as Array<{ type: TokenType; n: number; last_used_at: number }>) {
+      if (e.last_used_at >= now - this.ttlMs) lastUse.set(formatToken(e.type, e.n), e.last_used_at);
+    }
+    for (const b of this.stmts.batches.all(scopeId) as Array<{ id: number; sealed: Buffer }>) {
+      for (const [type, n, value] of this.openBatch(userId, scopeId, b.sealed) ?? []) {
+        const token = formatToken(type, n);
+        const lastUsedAt = lastUse.get(token);
+        if (lastUsedAt !== undefined) memory.remember({ value, token, type, n, lastUsedAt });
+      }
+    }
+    memory.loaded = true;
+  }
+
+  private openBatch(userId: number, scopeId: number, sealed: Buffer): BatchItem[] | undefined {
+    const json = this.sealer.open(sealed, batchAad(userId, scopeId));
+    return json === undefined ? undefined : (JSON.parse(json) as BatchItem[]);
+  }
+
+  /** Values sealed one by one (schema version 2) move into one batch of their scope. */
+  private moveLegacyValues(userId: number, scopeId: number): void {
+    const rows = this.stmts.legacy.all(scopeId) as Array<{ type: TokenType; n: number; sealed: Buffer; last_used_at: number }>;
+    if (!rows.length) return;
+    const live: RememberedValue[] = [];
+    for (const r of rows) {
+      if (r.last_used_at < this.now() - this.ttlMs) continue;
+      const value = this.sealer.open(r.sealed, `${userId}:${scopeId}:${r.type}:${r.n}`);
+      if (value !== undefined) live.push({ value, token: formatToken(r.type, r.n), type: r.type, n: r.n, lastUsedAt: r.last_used_at });
+    }
+    this.db.transaction(() => {
+      if (live.length) storeBatch(this.stmts, this.sealer, userId, scopeId, live);
+      this.stmts.dropLegacy.run(scopeId);
+    })();
+  }
+
+  /**
+   * Deletes values unused for the TTL; returns how many. Run it periodically. A batch
+   * that held one is sealed again without it, so no expired value stays on disk, even
+   * encrypted.
+   */
   purgeExpired(): number {
-    this.memory.clear();
-    return this.db.prepare('DELETE FROM pii_values WHERE last_used_at < ?').run(this.now() - this.ttlMs).changes;
+    const cutoff = this.now() - this.ttlMs;
+    const purged = this.db.transaction(() => {
+      const scopes = this.db
+        .prepare('SELECT DISTINCT v.scope_id AS id, s.user_id AS userId FROM pii_values v JOIN pii_scopes s ON s.id = v.scope_id WHERE v.last_used_at < ?')
+        .all(cutoff) as Array<{ id: number; userId: number }>;
+      const n = this.db.prepare('DELETE FROM pii_values WHERE last_used_at < ?').run(cutoff).changes;
+      for (const s of scopes) this.compact(s.userId, s.id);
+      return n + this.db.prepare('DELETE FROM pii_values_v1 WHERE last_used_at < ?').run(cutoff).changes;
+    })();
+    this.memory.unloadAll();
+    return purged;
   }
 
-  /** Forgets a scope entirely (API token revoked, conversation deleted). */
-  dropScope(ref: PiiScopeRef): void {
-    const row = this.db
-      .prepare('DELETE FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ? RETURNING id')
-      .get(ref.userId, ref.kind, ref.id) as { id: number } | undefined;
-    if (row) this.memory.forgetScope(row.id);
+  /** Reseals a scope's batches without the values that no longer have an entry. */
+  private compact(userId: number, scopeId: number): void {
+    const live = new Set((this.stmts.entries.all(scopeId) as Array<{ type: TokenType; n: number }>).map((e) => formatToken(e.type, e.n)));
+    const reseal = this.db.prepare('UPDATE pii_batches SET sealed = ? WHERE id = ?');
+    const remove = this.db.prepare('DELETE FROM pii_batches WHERE id = ?');
+    for (const b of this.stmts.batches.all(scopeId) as Array<{ id: number; sealed: Buffer }>) {
+      const items = this.openBatch(userId, scopeId, b.sealed);
+      if (!items) continue;
+      const kept = items.filter(([type, n]) => live.has(formatToken(type, n)));
+      if (kept.length === items.length) continue;
+      if (kept.length) reseal.run(this.sealer.seal(JSON.stringify(kept), batchAad(userId, scopeId)), b.id);
+      else remove.run(b.id);
+    }
+  }
+
+  /** Forgets a scope entirely (API token revoked, conversation deleted); false if there was none. */
+  dropScope(ref: PiiScopeRef): boolean {
+    const id = dropPiiScope(this.db, ref);
+    if (id !== undefined) this.memory.forgetScope(id);
+    return id !== undefined;
   }
 }
 
@@ -152,6 +251,8 @@ export class PiiScope {
     private readonly ttlMs: number,
     private readonly now: () => number,
     private readonly memory: ScopeMemory,
+    /** Reads the scope again when memory was unloaded since (a purge, the memory bound, a failed write). */
+    private readonly reload: () => void,
   ) {}
 
   /** Replaces every detected value with its token; for text headed to a model. */
@@ -195,29 +296,42 @@ export class PiiScope {
     return { value: walk(value) as T, unknown: [...unknown] };
   }
 
+  private ready(): ScopeMemory {
+    if (this.memory.retired) throw new Error('this PII scope was dropped (its API token was revoked or its conversation deleted)');
+    if (!this.memory.loaded) this.reload();
+    return this.memory;
+  }
+
   private replaceSpans(segment: Segment, found: FoundToken[]): string {
     const { text, spans } = segment;
     if (!spans.length) return text;
-    const values = spans.map((s) => text.slice(s.start, s.end));
-    // Values the scope used lately need no database at all (most output repeats them);
-    // the rest are looked up or issued in one transaction, however many there are.
-    const tokens = values.map((v) => this.rememberedToken(v));
-    if (tokens.includes(undefined)) {
-      // IMMEDIATE: counters are read then written, so take the write lock up front.
-      try {
-        this.db
-          .transaction(() => {
-            const counters = new Map<TokenType, number>();
-            spans.forEach((s, i) => (tokens[i] ??= this.tokenFor(s.type, values[i]!, counters)));
-            for (const [type, n] of counters) this.stmts.saveN.run(this.scopeId, type, n);
-          })
-          .immediate();
-      } catch (e) {
-        // The rows were rolled back: what memory learned in the transaction is not true.
-        this.memory.clear();
-        throw e;
+    const memory = this.ready();
+    const now = this.now();
+    // Values the scope knows are looked up in memory; new ones are numbered there and
+    // written, sealed together, in one transaction with the uses that need recording.
+    const issued: RememberedValue[] = [];
+    const touched: RememberedValue[] = [];
+    const tokens = spans.map((s) => {
+      const value = text.slice(s.start, s.end);
+      let v = memory.byValue.get(value);
+      if (v && this.expired(v.lastUsedAt, now)) {
+        // Seen again after its TTL: a new number, since the old token may still sit in some context.
+        memory.forget(v);
+        v = undefined;
       }
-    }
+      if (v) {
+        if (this.touchDue(v, now)) touched.push(v);
+      } else {
+        // The same value keeps its token even if it is later found as another type.
+        const n = (memory.counters.get(s.type) ?? 0) + 1;
+        memory.counters.set(s.type, n);
+        v = { value, token: formatToken(s.type, n), type: s.type, n, lastUsedAt: now };
+        memory.remember(v);
+        issued.push(v);
+      }
+      return v.token;
+    });
+    if (issued.length || touched.length) this.write(issued, touched, now);
     const parts: string[] = [];
     let at = 0;
     spans.forEach((s, i) => {
@@ -229,95 +343,59 @@ export class PiiScope {
     return parts.join('');
   }
 
-  /** The token of a value used lately, when using it now needs no write (see `touch`). */
-  private rememberedToken(value: string): string | undefined {
-    const known = this.memory.byValue.get(value);
-    if (!known) return undefined;
-    const now = this.now();
-    return now - known.lastUsedAt <= this.touchInterval() ? known.token : undefined;
+  private write(issued: readonly RememberedValue[], touched: readonly RememberedValue[], now: number): void {
+    try {
+      // IMMEDIATE: take the write lock up front rather than upgrading mid-way.
+      this.db
+        .transaction(() => {
+          if (issued.length) {
+            storeBatch(this.stmts, this.sealer, this.userId, this.scopeId, issued);
+            const counters = new Map(issued.map((v) => [v.type, this.memory.counters.get(v.type)!]));
+            for (const [type, n] of counters) this.stmts.saveN.run(this.scopeId, type, n);
+          }
+          for (const v of touched) this.stmts.touch.run(now, this.scopeId, v.type, v.n);
+        })
+        .immediate();
+      for (const v of touched) v.lastUsedAt = now;
+    } catch (e) {
+      // The rows were rolled back: what memory learned here is not true.
+      this.memory.unload();
+      throw e;
+    }
   }
 
-  /** How stale a recorded use may get before the next use is written. */
-  private touchInterval(): number {
-    return Math.min(this.ttlMs / 100, 60_000);
-  }
-
-  private aad(type: TokenType, n: number): string {
-    return `${this.userId}:${this.scopeId}:${type}:${n}`;
+  /**
+   * Whether a use must be written: not when one was written lately, since a write per
+   * value per call would cost more than the rest of tokenizing it. Expiry is late by at
+   * most 1% of the TTL (and at most a minute).
+   */
+  private touchDue(v: RememberedValue, now: number): boolean {
+    return now - v.lastUsedAt > Math.min(this.ttlMs / 100, 60_000);
   }
 
   private expired(lastUsedAt: number, now: number): boolean {
     return lastUsedAt < now - this.ttlMs;
   }
 
-  /**
-   * Records a use, unless one was recorded lately: a write per value per call would
-   * cost more than the rest of tokenizing it. Expiry is late by at most 1% of the TTL
-   * (and at most a minute).
-   */
-  private touch(v: RememberedValue, now: number): void {
-    if (now - v.lastUsedAt <= this.touchInterval()) return;
-    this.stmts.touch.run(now, this.scopeId, v.type, v.n);
-    v.lastUsedAt = now;
-  }
-
-  /**
-   * The token for a value, issuing one if the scope has none. Runs inside a transaction;
-   * `counters` holds the counters it advanced, for the caller to save.
-   */
-  private tokenFor(type: TokenType, value: string, counters: Map<TokenType, number>): string {
-    const now = this.now();
-    const known = this.memory.byValue.get(value);
-    if (known && !this.expired(known.lastUsedAt, now)) {
-      this.touch(known, now);
-      return known.token;
-    }
-    if (known) this.memory.forget(known);
-    const mac = this.sealer.mac(this.scopeId, value);
-    let row = this.stmts.byMac.get(this.scopeId, mac) as ValueRow | undefined;
-    if (row && this.expired(row.last_used_at, now)) {
-      this.stmts.forget.run(this.scopeId, row.type, row.n);
-      row = undefined;
-    }
-    if (row) {
-      // The same value keeps its token even if it is now found as another type.
-      const v = { value, token: formatToken(row.type, row.n), type: row.type, n: row.n, lastUsedAt: row.last_used_at };
-      this.touch(v, now);
-      this.memory.remember(v);
-      return v.token;
-    }
-    const n = (counters.get(type) ?? ((this.stmts.lastN.get(this.scopeId, type) as number | undefined) ?? 0)) + 1;
-    counters.set(type, n);
-    this.stmts.insert.run(this.scopeId, type, n, mac, this.sealer.seal(value, this.aad(type, n)), now);
-    const v = { value, token: formatToken(type, n), type, n, lastUsedAt: now };
-    this.memory.remember(v);
-    return v.token;
-  }
-
   private resolveIn(text: string, unknown: Set<string>): string {
     if (!text.includes('_')) return text;
-    return text.replace(tokenRegex(), (literal, type: TokenType, n: string) => {
-      const value = this.valueFor(literal, type, Number(n));
+    return text.replace(tokenRegex(), (literal) => {
+      const value = this.valueFor(literal);
       if (value === undefined) unknown.add(literal);
       return value ?? literal;
     });
   }
 
-  private valueFor(literal: string, type: TokenType, n: number): string | undefined {
+  private valueFor(literal: string): string | undefined {
+    const memory = this.ready();
+    const v = memory.byToken.get(literal);
+    if (!v) return undefined;
     const now = this.now();
-    const known = this.memory.byToken.get(literal);
-    if (known && !this.expired(known.lastUsedAt, now)) {
-      this.touch(known, now);
-      return known.value;
+    if (this.expired(v.lastUsedAt, now)) {
+      memory.forget(v);
+      return undefined;
     }
-    if (known) this.memory.forget(known);
-    const row = this.stmts.byToken.get(this.scopeId, type, n) as { sealed: Buffer; last_used_at: number } | undefined;
-    if (!row || this.expired(row.last_used_at, now)) return undefined;
-    const value = this.sealer.open(row.sealed, this.aad(type, n));
-    if (value === undefined) return undefined;
-    const v = { value, token: literal, type, n, lastUsedAt: row.last_used_at };
-    this.touch(v, now);
-    this.memory.remember(v);
-    return value;
+    if (this.touchDue(v, now)) this.write([], [v], now);
+    return v.value;
   }
 }

@@ -3,9 +3,9 @@
  * gateway, the CLI and the test harness open the store with ALL_MIGRATIONS.
  */
 import { auditMigration } from '../audit/schema.js';
-import { piiMigration } from '../pii/schema.js';
+import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
 import { tokensMigration } from '../tokens/schema.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import { MIGRATIONS, type Migration } from './migrations.js';
 
-export const ALL_MIGRATIONS: readonly Migration[] = [...MIGRATIONS, piiMigration, tokensMigration, auditMigration, UPSTREAM_MIGRATION];
+export const ALL_MIGRATIONS: readonly Migration[] = [...MIGRATIONS, piiMigration, tokensMigration, auditMigration, UPSTREAM_MIGRATION, piiBatchesMigration];

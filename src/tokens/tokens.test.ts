@@ -127,7 +127,7 @@ describe('token store', () => {
     const a = createToken(store.db, { userId: alice, name: 'laptop' });
     expect(revokeToken(store.db, a.record.id, { userId: bob })).toBe(false);
     expect(verifyToken(store.db, a.token).ok).toBe(true);
-    expect(revokeTokenByName(store.db, alice, 'laptop')).toBe(true);
+    expect(revokeTokenByName(store.db, alice, 'laptop')).toBe(a.record.id);
     expect(verifyToken(store.db, a.token).ok).toBe(false);
   });
 

@@ -167,8 +167,19 @@ export function revokeToken(db: Db, id: number, opts: { userId?: number; now?: n
   return db.prepare(sql).run(...args).changes > 0;
 }
 
-export function revokeTokenByName(db: Db, userId: number, name: string, now = Date.now()): boolean {
-  return db.prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL').run(now, userId, name).changes > 0;
+/** Tokens that can no longer be used (revoked, or past their expiry), with their users. */
+export function inactiveTokens(db: Db, now = Date.now()): Array<{ id: number; userId: number }> {
+  return db
+    .prepare('SELECT id, user_id AS userId FROM api_tokens WHERE revoked_at IS NOT NULL OR (expires_at IS NOT NULL AND expires_at <= ?)')
+    .all(now) as Array<{ id: number; userId: number }>;
+}
+
+/** Revokes a user's active token by name; returns its id, or undefined when there is none. */
+export function revokeTokenByName(db: Db, userId: number, name: string, now = Date.now()): number | undefined {
+  return db
+    .prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL RETURNING id')
+    .pluck()
+    .get(now, userId, name) as number | undefined;
 }
 
 /** Finds the record of a token given in clear (e.g. one found leaked), whatever its state. */

@@ -1,0 +1,21 @@
+/**
+ * Whose tokens a vault scope holds, and dropping a scope without the vault: it needs no
+ * key, so the command line can forget what a revoked token's client was shown. Kept
+ * apart from vault.ts so that importing it loads no detector.
+ */
+import type Database from 'better-sqlite3';
+
+export interface PiiScopeRef {
+  userId: number;
+  kind: 'token' | 'conversation';
+  /** The API token's or the conversation's stable id (never the token secret itself). */
+  id: string;
+}
+
+/** Deletes a scope with everything in it. Returns the scope's id, if it existed. */
+export function dropPiiScope(db: Database.Database, ref: PiiScopeRef): number | undefined {
+  const row = db.prepare('DELETE FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ? RETURNING id').get(ref.userId, ref.kind, ref.id) as
+    | { id: number }
+    | undefined;
+  return row?.id;
+}
