@@ -81,11 +81,19 @@ describe('sandgate tokens', () => {
     const t1 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'one')).out;
     const t2 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'two')).out;
     const t3 = (await cli('tokens', 'create', '--user', 'alice', '--name', 'three')).out;
-    const id1 = (JSON.parse((await cli('tokens', 'list', '--json')).out) as { id: number; name: string }[]).find((t) => t.name === 'one')!.id;
+    const ids = JSON.parse((await cli('tokens', 'list', '--json')).out) as { id: number; name: string }[];
+    const id1 = ids.find((t) => t.name === 'one')!.id;
+    // What each token's client was shown (a PII vault scope) goes with the token.
+    const alice = findUser(h.store.db, 'alice')!.id;
+    const addScope = h.store.db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', ?, 0)");
+    for (const t of ids) addScope.run(alice, String(t.id));
+    const scopes = () => h.store.db.prepare("SELECT COUNT(*) FROM pii_scopes WHERE kind = 'token' AND ref IN (SELECT CAST(id AS TEXT) FROM api_tokens WHERE name IN ('one', 'two', 'three'))").pluck().get();
+    expect(scopes()).toBe(3);
     expect((await cli('tokens', 'revoke', String(id1))).out).toBe(`Revoked token ${id1} ("one" of alice).`);
     expect((await cli('tokens', 'revoke', '--user', 'alice', '--name', 'two')).out).toBe('Revoked token "two" of alice.');
     expect((await cli('tokens', 'revoke', t3)).out).toMatch(/^Revoked token \d+ \("three" of alice\)\.$/);
     for (const t of [t1, t2, t3]) expect(verifyToken(h.store.db, t)).toMatchObject({ ok: false, reason: 'revoked' });
+    expect(scopes()).toBe(0);
     expect((await cli('tokens', 'revoke', String(id1))).out).toMatch(/already revoked/);
     expect((await cli('tokens', 'list', '--all')).out).toMatch(/one\s+revoked/);
     expect(await cli('tokens', 'revoke')).toMatchObject({ code: 1, err: expect.stringMatching(/say which token/) });
