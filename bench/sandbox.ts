@@ -7,7 +7,8 @@
  * - first execution of a brand-new user, with and without the warm pool;
  * - TypeScript through Deno;
  * - host memory of an idle sandbox, bare and with numpy+pandas imported, and how many
- *   idle sandboxes fit in 24 GiB.
+ *   idle sandboxes fit in 24 GiB: the container's own cgroup figures, and what each
+ *   added sandbox takes from the host as a whole.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -99,6 +100,39 @@ async function main() {
 
 }
 
+/** Memory in use on the host (MemTotal - MemAvailable), MiB. */
+function hostUsedMb(): number {
+  const m = Object.fromEntries(
+    fs.readFileSync('/proc/meminfo', 'utf8').split('\n').filter(Boolean).map((l) => [l.split(':')[0]!, parseInt(l.split(':')[1]!, 10)]),
+  );
+  return (m.MemTotal! - m.MemAvailable!) / 1024;
+}
+
+/**
+ * What one more idle sandbox costs the host, everything included: the gVisor sentry and
+ * gofer, containerd's shim, the runner and kernel, the gateway's own share, page cache
+ * the sandboxes do not share. Starts `n` sandboxes and divides the rise in the host's
+ * used memory by `n`; one sandbox is started first so the image's shared files are
+ * already cached.
+ */
+async function marginalMemory(n: number): Promise<{ bare: number; stack: number }> {
+  const hm = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'silent' } });
+  const settle = () => new Promise((r) => setTimeout(r, 3000));
+  try {
+    await hm.manager.execute(hm.user('mem-first'), { language: 'python', code: 'import numpy, pandas' });
+    await settle();
+    const before = hostUsedMb();
+    for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: '1' });
+    await settle();
+    const bare = (hostUsedMb() - before) / n;
+    for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: 'import numpy, pandas' });
+    await settle();
+    return { bare, stack: (hostUsedMb() - before) / n };
+  } finally {
+    await hm.close();
+  }
+}
+
 async function firstRun(pool: number): Promise<number[]> {
   const hp = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: String(pool), SANDGATE_WARM_POOL_PRELOAD: 'numpy,pandas', SANDGATE_LOG_LEVEL: 'silent' } });
   const out: number[] = [];
@@ -119,6 +153,11 @@ async function firstRun(pool: number): Promise<number[]> {
 }
 
 await main().then(async () => {
+  const n = Number(process.env.BENCH_MEMORY_SANDBOXES ?? (quick ? 4 : 10));
+  const m = await marginalMemory(n);
+  console.log(
+    `${`host memory per added idle sandbox (${n} started)`.padEnd(52)} bare ${m.bare.toFixed(1)} MB (${Math.floor((24 * 1024) / m.bare)} fit in 24 GiB)   numpy+pandas ${m.stack.toFixed(1)} MB (${Math.floor((24 * 1024) / m.stack)} fit)`,
+  );
   report('first run of a new user, warm pool (numpy+pandas)', await firstRun(1));
   report('first run of a new user, no pool (cold start)', await firstRun(0));
 });
