@@ -17,7 +17,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
-import type { Db } from '../store/store.js';
+import { statement, type Db } from '../store/store.js';
 import { getUser } from '../store/users.js';
 import { SandboxError } from './errors.js';
 import {
@@ -286,9 +286,7 @@ export class SandboxManager {
           finish(died(`The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
         }
       });
-      this.deps.db
-        .prepare('UPDATE sandboxes SET last_used_at = ?, executions = executions + 1 WHERE user_id = ?')
-        .run(Date.now(), owner.userId);
+      statement(this.deps.db, 'UPDATE sandboxes SET last_used_at = ?, executions = executions + 1 WHERE user_id = ?').run(Date.now(), owner.userId);
       const { type: _t, id: _i, ...rest } = done;
       return { ...rest, language: opts.language, stdout: stdout.join(''), stderr: stderr.join('') };
     } finally {

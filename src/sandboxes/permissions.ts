@@ -36,9 +36,24 @@ export class PermissionError extends Error {
   }
 }
 
+/** Ceilings parsed from JSON text (each execution reads one), by their text. */
+const parsedCeilings = new Map<string, Permissions>();
+const MAX_PARSED_CEILINGS = 1000;
+
 /** Parses a JSON or object ceiling, filling missing grants with deny. */
 export function parsePermissions(input: unknown): Permissions {
-  const obj = typeof input === 'string' ? (JSON.parse(input) as unknown) : input;
+  if (typeof input !== 'string') return parsePermissionsObject(input);
+  let p = parsedCeilings.get(input);
+  if (!p) {
+    p = parsePermissionsObject(JSON.parse(input) as unknown);
+    if (parsedCeilings.size >= MAX_PARSED_CEILINGS) parsedCeilings.clear();
+    parsedCeilings.set(input, p);
+  }
+  // A copy: callers may narrow or extend what they get.
+  return Object.fromEntries(Object.entries(p).map(([g, v]) => [g, Array.isArray(v) ? [...v] : v])) as Permissions;
+}
+
+function parsePermissionsObject(obj: unknown): Permissions {
   const parsed = permissionsSchema.parse(obj);
   const out: Permissions = { ...DENY_ALL };
   for (const g of GRANT_NAMES) {

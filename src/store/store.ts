@@ -13,6 +13,20 @@ import { MIGRATIONS, type Migration } from './migrations.js';
 
 export type Db = Database.Database;
 
+const statements = new WeakMap<Db, Map<string, Database.Statement>>();
+
+/**
+ * A prepared statement for `sql`, prepared once per database: for queries on hot paths
+ * (every execution, every request), where preparing costs more than running.
+ */
+export function statement(db: Db, sql: string): Database.Statement {
+  let m = statements.get(db);
+  if (!m) statements.set(db, (m = new Map()));
+  let s = m.get(sql);
+  if (!s) m.set(sql, (s = db.prepare(sql)));
+  return s;
+}
+
 export class StoreError extends Error {
   override name = 'StoreError';
 }

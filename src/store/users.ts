@@ -2,7 +2,7 @@
  * Users: a stable numeric id per login name. Sign-in (GitHub or the local link) and
  * operator commands create them; everything per-user is keyed by the id.
  */
-import type { Db } from './store.js';
+import { statement, type Db } from './store.js';
 
 export interface User {
   id: number;
@@ -36,12 +36,12 @@ const toUser = (r: UserRow): User => ({
 export const USER_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$/;
 
 export function findUser(db: Db, name: string): User | undefined {
-  const r = db.prepare('SELECT * FROM users WHERE name = ?').get(name) as UserRow | undefined;
+  const r = statement(db, 'SELECT * FROM users WHERE name = ?').get(name) as UserRow | undefined;
   return r && toUser(r);
 }
 
 export function getUser(db: Db, id: number): User | undefined {
-  const r = db.prepare('SELECT * FROM users WHERE id = ?').get(id) as UserRow | undefined;
+  const r = statement(db, 'SELECT * FROM users WHERE id = ?').get(id) as UserRow | undefined;
   return r && toUser(r);
 }
 
