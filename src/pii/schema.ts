@@ -45,8 +45,10 @@ export const piiMigration: Migration = {
 /**
  * Values sealed in batches: every value a tokenizing call issues goes into one
  * AES-256-GCM record, with its token inside the plaintext, instead of one record, one
- * HMAC and one unique index entry per value. A scope is read whole into memory on first
- * use (vault-memory.ts), so finding a value's token needs no keyed digest on disk.
+ * HMAC and one unique index entry per value. Each record keeps its values' last uses
+ * (for the TTL) in clear: times, nothing about the values. A scope is read whole into
+ * memory on first use (vault-memory.ts), so finding a value's token needs no keyed
+ * digest on disk.
  *
  * Rows sealed one by one under version 2 move to `pii_values_v1`; the vault moves each
  * scope's live ones into a batch the first time it reads that scope.
@@ -60,17 +62,11 @@ export const piiBatchesMigration: Migration = {
       CREATE TABLE pii_batches (
         id INTEGER PRIMARY KEY,
         scope_id INTEGER NOT NULL REFERENCES pii_scopes(id) ON DELETE CASCADE,
-        sealed BLOB NOT NULL         -- AES-256-GCM of [[type, n, value], ...]: iv (12) | tag (16) | ciphertext
+        sealed BLOB NOT NULL,        -- AES-256-GCM of [[type, n, value], ...]: iv (12) | tag (16) | ciphertext
+        uses TEXT NOT NULL,          -- JSON: last use (ms) of each value, in the same order
+        oldest_use INTEGER NOT NULL  -- the smallest of uses, for the purge
       );
       CREATE INDEX pii_batches_scope ON pii_batches (scope_id);
-      CREATE TABLE pii_values (
-        scope_id INTEGER NOT NULL REFERENCES pii_scopes(id) ON DELETE CASCADE,
-        type TEXT NOT NULL,
-        n INTEGER NOT NULL,
-        batch_id INTEGER NOT NULL,   -- the pii_batches row holding the value
-        last_used_at INTEGER NOT NULL,
-        PRIMARY KEY (scope_id, type, n)
-      ) WITHOUT ROWID;
     `);
   },
 };

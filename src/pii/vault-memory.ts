@@ -24,6 +24,14 @@ export interface RememberedValue {
   type: TokenType;
   n: number;
   lastUsedAt: number;
+  /** The stored batch holding it; set once the value is written. */
+  batch?: StoredBatch;
+}
+
+/** A pii_batches row: its values in order, whose uses are written back together. */
+export interface StoredBatch {
+  id: number;
+  items: RememberedValue[];
 }
 
 export class ScopeMemory {

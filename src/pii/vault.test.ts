@@ -137,9 +137,10 @@ describe('PiiVault storage', () => {
     t.vault.scope(ana).tokenize('a@x.io b@x.io');
     t.vault.scope(bob).tokenize('c@x.io');
     const scopeOf = (userId: number) => t.store.db.prepare('SELECT id FROM pii_scopes WHERE user_id = ?').pluck().get(userId) as number;
-    // Ana's sealed values copied into Bob's scope, with entries claiming them.
-    t.store.db.prepare('UPDATE pii_batches SET sealed = (SELECT sealed FROM pii_batches WHERE scope_id = ?) WHERE scope_id = ?').run(scopeOf(ana.userId), scopeOf(bob.userId));
-    t.store.db.prepare("INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) SELECT ?, 'EMAIL', 2, batch_id, last_used_at FROM pii_values WHERE scope_id = ?").run(scopeOf(bob.userId), scopeOf(bob.userId));
+    // Ana's sealed values, with their uses, copied into Bob's scope.
+    t.store.db
+      .prepare('UPDATE pii_batches SET (sealed, uses) = (SELECT sealed, uses FROM pii_batches WHERE scope_id = ?) WHERE scope_id = ?')
+      .run(scopeOf(ana.userId), scopeOf(bob.userId));
     // A new vault (a restarted gateway) reads from the database, not from memory.
     const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
     expect(restarted.scope(bob).detokenize('[EMAIL_1] [EMAIL_2]').unknown).toEqual(['[EMAIL_1]', '[EMAIL_2]']);
@@ -215,8 +216,11 @@ describe('PiiVault storage', () => {
     now += 600;
     // a is past its TTL: it no longer resolves, before and after the purge.
     expect(t.vault.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: '[EMAIL_1] b@x.io', unknown: ['[EMAIL_1]'] });
+    // The use of b was written, not only remembered: a restarted vault agrees.
+    const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 1000, now: () => now });
+    expect(restarted.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]')).toEqual({ text: '[EMAIL_1] b@x.io', unknown: ['[EMAIL_1]'] });
     expect(t.vault.purgeExpired()).toBe(1);
-    expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_values').get()).toEqual({ n: 1 });
+    expect(t.store.db.prepare('SELECT SUM(json_array_length(uses)) FROM pii_batches').pluck().get()).toBe(1);
     // Its batch was sealed again without it: a vault that would keep values forever finds only b.
     const forever = new PiiVault(t.store.db, t.key, { ttlMs: Number.MAX_SAFE_INTEGER, now: () => now });
     expect(forever.scope(ref).detokenize('[EMAIL_1] [EMAIL_2]').text).toBe('[EMAIL_1] b@x.io');
@@ -229,7 +233,7 @@ describe('PiiVault storage', () => {
     const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
     const scope = t.vault.scope(ref);
     scope.tokenize('a@x.io');
-    t.store.db.exec(`CREATE TRIGGER fail BEFORE INSERT ON pii_values BEGIN SELECT RAISE(ABORT, 'disk full'); END`);
+    t.store.db.exec(`CREATE TRIGGER fail BEFORE INSERT ON pii_batches BEGIN SELECT RAISE(ABORT, 'disk full'); END`);
     expect(() => scope.tokenize('b@x.io c@x.io')).toThrow(/disk full/);
     t.store.db.exec('DROP TRIGGER fail');
     // b@x.io was never stored: it must not keep a token only memory knows.
@@ -256,7 +260,7 @@ describe('PiiVault storage', () => {
     const ref = { userId: t.userId('ana'), kind: 'token' as const, id: 'tok1' };
     t.vault.scope(ref).tokenize('a@x.io');
     t.vault.dropScope(ref);
-    expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_values').get()).toEqual({ n: 0 });
+    expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_batches').get()).toEqual({ n: 0 });
     expect(t.vault.scope(ref).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
   });
 });

@@ -16,10 +16,10 @@
  *   `purgeExpired` deletes it, and after the purge it is not on disk, even sealed.
  *
  * Storage (schema.ts): the values one call issues are sealed together in one record,
- * their tokens inside the ciphertext, plus an entry per value for its last use. A scope
- * is read whole into memory on first use (vault-memory.ts) and written through, so a
- * value new to the scope costs a map insert and a share of one seal and one transaction,
- * not a keyed hash, a seal and a unique-index insert of its own.
+ * their tokens inside the ciphertext and their last uses beside it. A scope is read
+ * whole into memory on first use (vault-memory.ts) and written through, so a value new
+ * to the scope costs map inserts and a share of one seal and one row insert, not a
+ * keyed hash, a seal and indexed rows of its own.
  */
 import type Database from 'better-sqlite3';
 import { createDetector, type Detector, type Segment } from './detector.js';
@@ -27,7 +27,7 @@ import type { TokenType } from './entities.js';
 import { Sealer } from './sealing.js';
 import { formatToken, tokenRegex } from './token-format.js';
 import { dropPiiScope, type PiiScopeRef } from './scopes.js';
-import { VaultMemory, type RememberedValue, type ScopeMemory } from './vault-memory.js';
+import { VaultMemory, type RememberedValue, type ScopeMemory, type StoredBatch } from './vault-memory.js';
 
 export type { PiiScopeRef } from './scopes.js';
 
@@ -69,8 +69,6 @@ export interface PiiTokenStream {
   readonly found: readonly FoundToken[];
 }
 
-const ENTRIES_PER_INSERT = 32;
-
 /** Prepared once per vault: an MCP request opens a scope per tool call, and preparing costs more than running. */
 function prepareStatements(db: Database.Database) {
   return {
@@ -81,13 +79,9 @@ function prepareStatements(db: Database.Database) {
     saveN: db.prepare(
       'INSERT INTO pii_counters (scope_id, type, last_n) VALUES (?, ?, ?) ON CONFLICT (scope_id, type) DO UPDATE SET last_n = excluded.last_n',
     ),
-    entries: db.prepare('SELECT type, n, last_used_at FROM pii_values WHERE scope_id = ?'),
-    batches: db.prepare('SELECT id, sealed FROM pii_batches WHERE scope_id = ?'),
-    addBatch: db.prepare('INSERT INTO pii_batches (scope_id, sealed) VALUES (?, ?)'),
-    addEntry: db.prepare('INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) VALUES (?, ?, ?, ?, ?)'),
-    // Rows bound to one statement cost less than a statement run per row.
-    addEntries: db.prepare(`INSERT INTO pii_values (scope_id, type, n, batch_id, last_used_at) VALUES ${Array(ENTRIES_PER_INSERT).fill('(?, ?, ?, ?, ?)').join(', ')}`),
-    touch: db.prepare('UPDATE pii_values SET last_used_at = ? WHERE scope_id = ? AND type = ? AND n = ?'),
+    batches: db.prepare('SELECT id, sealed, uses FROM pii_batches WHERE scope_id = ?'),
+    addBatch: db.prepare('INSERT INTO pii_batches (scope_id, sealed, uses, oldest_use) VALUES (?, ?, ?, ?)'),
+    setUses: db.prepare('UPDATE pii_batches SET uses = ?, oldest_use = ? WHERE id = ?'),
     legacy: db.prepare('SELECT type, n, sealed, last_used_at FROM pii_values_v1 WHERE scope_id = ?'),
     dropLegacy: db.prepare('DELETE FROM pii_values_v1 WHERE scope_id = ?'),
   };
@@ -103,15 +97,23 @@ function batchAad(userId: number, scopeId: number): string {
   return `${userId}:${scopeId}`;
 }
 
-/** Seals and stores values just issued, with their entries; runs inside a transaction. */
-function storeBatch(stmts: Statements, sealer: Sealer, userId: number, scopeId: number, values: readonly RememberedValue[]): void {
+interface BatchRow {
+  id: number;
+  sealed: Buffer;
+  uses: string;
+}
+
+function usesOf(items: readonly RememberedValue[]): [uses: string, oldest: number] {
+  const uses = items.map((v) => v.lastUsedAt);
+  return [JSON.stringify(uses), Math.min(...uses)];
+}
+
+/** Seals and stores values just issued as one batch; runs inside a transaction. */
+function storeBatch(stmts: Statements, sealer: Sealer, userId: number, scopeId: number, values: RememberedValue[]): void {
   const items: BatchItem[] = values.map((v) => [v.type, v.n, v.value]);
-  const batchId = stmts.addBatch.run(scopeId, sealer.seal(JSON.stringify(items), batchAad(userId, scopeId))).lastInsertRowid;
-  let i = 0;
-  for (; i + ENTRIES_PER_INSERT <= values.length; i += ENTRIES_PER_INSERT) {
-    stmts.addEntries.run(values.slice(i, i + ENTRIES_PER_INSERT).flatMap((v) => [scopeId, v.type, v.n, batchId, v.lastUsedAt]));
-  }
-  for (; i < values.length; i++) stmts.addEntry.run(scopeId, values[i]!.type, values[i]!.n, batchId, values[i]!.lastUsedAt);
+  const id = Number(stmts.addBatch.run(scopeId, sealer.seal(JSON.stringify(items), batchAad(userId, scopeId)), ...usesOf(values)).lastInsertRowid);
+  const batch = { id, items: values };
+  for (const v of values) v.batch = batch;
 }
 
 export class PiiVault {
@@ -161,24 +163,28 @@ export class PiiVault {
     for (const { type, last_n } of this.stmts.counters.all(scopeId) as Array<{ type: TokenType; last_n: number }>) {
       memory.counters.set(type, last_n);
     }
-    const now = this.now();
-    const lastUse = new Map<string, number>();
-    for (const e of this.stmts.entries.all(scopeId) as Array<{ type: TokenType; n: number; last_used_at: number }>) {
-      if (e.last_used_at >= now - this.ttlMs) lastUse.set(formatToken(e.type, e.n), e.last_used_at);
-    }
-    for (const b of this.stmts.batches.all(scopeId) as Array<{ id: number; sealed: Buffer }>) {
-      for (const [type, n, value] of this.openBatch(userId, scopeId, b.sealed) ?? []) {
-        const token = formatToken(type, n);
-        const lastUsedAt = lastUse.get(token);
-        if (lastUsedAt !== undefined) memory.remember({ value, token, type, n, lastUsedAt });
-      }
+    const cutoff = this.now() - this.ttlMs;
+    for (const b of this.stmts.batches.all(scopeId) as BatchRow[]) {
+      const opened = this.openBatch(userId, scopeId, b);
+      if (!opened) continue;
+      // Expired values stay in the batch's list (their uses are written back with it) but not in the maps.
+      const batch: StoredBatch = { id: b.id, items: [] };
+      opened.forEach(([type, n, value], i) => {
+        const v: RememberedValue = { value, token: formatToken(type, n), type, n, lastUsedAt: opened.uses[i]!, batch };
+        batch.items.push(v);
+        if (v.lastUsedAt >= cutoff) memory.remember(v);
+      });
     }
     memory.loaded = true;
   }
 
-  private openBatch(userId: number, scopeId: number, sealed: Buffer): BatchItem[] | undefined {
-    const json = this.sealer.open(sealed, batchAad(userId, scopeId));
-    return json === undefined ? undefined : (JSON.parse(json) as BatchItem[]);
+  /** A batch's values with their last uses, or undefined when it does not open or does not add up. */
+  private openBatch(userId: number, scopeId: number, row: BatchRow): (BatchItem[] & { uses: number[] }) | undefined {
+    const json = this.sealer.open(row.sealed, batchAad(userId, scopeId));
+    if (json === undefined) return undefined;
+    const items = JSON.parse(json) as BatchItem[];
+    const uses = JSON.parse(row.uses) as number[];
+    return Array.isArray(uses) && uses.length === items.length ? Object.assign(items, { uses }) : undefined;
   }
 
   /** Values sealed one by one (schema version 2) move into one batch of their scope. */
@@ -205,30 +211,30 @@ export class PiiVault {
   purgeExpired(): number {
     const cutoff = this.now() - this.ttlMs;
     const purged = this.db.transaction(() => {
-      const scopes = this.db
-        .prepare('SELECT DISTINCT v.scope_id AS id, s.user_id AS userId FROM pii_values v JOIN pii_scopes s ON s.id = v.scope_id WHERE v.last_used_at < ?')
-        .all(cutoff) as Array<{ id: number; userId: number }>;
-      const n = this.db.prepare('DELETE FROM pii_values WHERE last_used_at < ?').run(cutoff).changes;
-      for (const s of scopes) this.compact(s.userId, s.id);
+      const stale = this.db
+        .prepare('SELECT b.id, b.scope_id AS scopeId, s.user_id AS userId, b.sealed, b.uses FROM pii_batches b JOIN pii_scopes s ON s.id = b.scope_id WHERE b.oldest_use < ?')
+        .all(cutoff) as Array<BatchRow & { scopeId: number; userId: number }>;
+      const reseal = this.db.prepare('UPDATE pii_batches SET sealed = ?, uses = ?, oldest_use = ? WHERE id = ?');
+      const remove = this.db.prepare('DELETE FROM pii_batches WHERE id = ?');
+      let n = 0;
+      for (const b of stale) {
+        const uses = JSON.parse(b.uses) as number[];
+        const keep = uses.map((u) => u >= cutoff);
+        n += keep.filter((k) => !k).length;
+        if (!keep.includes(true)) {
+          remove.run(b.id);
+          continue;
+        }
+        const items = this.openBatch(b.userId, b.scopeId, b);
+        if (!items) continue; // unreadable with this key: its live values are unreachable either way
+        const kept = items.filter((_, i) => keep[i]);
+        const keptUses = uses.filter((_, i) => keep[i]);
+        reseal.run(this.sealer.seal(JSON.stringify(kept), batchAad(b.userId, b.scopeId)), JSON.stringify(keptUses), Math.min(...keptUses), b.id);
+      }
       return n + this.db.prepare('DELETE FROM pii_values_v1 WHERE last_used_at < ?').run(cutoff).changes;
     })();
     this.memory.unloadAll();
     return purged;
-  }
-
-  /** Reseals a scope's batches without the values that no longer have an entry. */
-  private compact(userId: number, scopeId: number): void {
-    const live = new Set((this.stmts.entries.all(scopeId) as Array<{ type: TokenType; n: number }>).map((e) => formatToken(e.type, e.n)));
-    const reseal = this.db.prepare('UPDATE pii_batches SET sealed = ? WHERE id = ?');
-    const remove = this.db.prepare('DELETE FROM pii_batches WHERE id = ?');
-    for (const b of this.stmts.batches.all(scopeId) as Array<{ id: number; sealed: Buffer }>) {
-      const items = this.openBatch(userId, scopeId, b.sealed);
-      if (!items) continue;
-      const kept = items.filter(([type, n]) => live.has(formatToken(type, n)));
-      if (kept.length === items.length) continue;
-      if (kept.length) reseal.run(this.sealer.seal(JSON.stringify(kept), batchAad(userId, scopeId)), b.id);
-      else remove.run(b.id);
-    }
   }
 
   /** Forgets a scope entirely (API token revoked, conversation deleted); false if there was none. */
@@ -343,7 +349,7 @@ export class PiiScope {
     return parts.join('');
   }
 
-  private write(issued: readonly RememberedValue[], touched: readonly RememberedValue[], now: number): void {
+  private write(issued: RememberedValue[], touched: readonly RememberedValue[], now: number): void {
     try {
       // IMMEDIATE: take the write lock up front rather than upgrading mid-way.
       this.db
@@ -353,10 +359,11 @@ export class PiiScope {
             const counters = new Map(issued.map((v) => [v.type, this.memory.counters.get(v.type)!]));
             for (const [type, n] of counters) this.stmts.saveN.run(this.scopeId, type, n);
           }
-          for (const v of touched) this.stmts.touch.run(now, this.scopeId, v.type, v.n);
+          // A use is recorded in the batch that holds the value, one write per batch.
+          for (const v of touched) v.lastUsedAt = now;
+          for (const b of new Set(touched.map((v) => v.batch!))) this.stmts.setUses.run(...usesOf(b.items), b.id);
         })
         .immediate();
-      for (const v of touched) v.lastUsedAt = now;
     } catch (e) {
       // The rows were rolled back: what memory learned here is not true.
       this.memory.unload();
