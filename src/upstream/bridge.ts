@@ -53,7 +53,7 @@ export interface BridgeToolInfo {
 const callParams = z.object({
   server: z.string().min(1),
   tool: z.string().min(1),
-  arguments: z.record(z.unknown()).optional(),
+  arguments: z.record(z.string(), z.unknown()).optional(),
 });
 const listParams = z.object({ server: z.string().min(1).optional() }).optional();
 const describeParams = z.object({ server: z.string().min(1), tool: z.string().min(1) });

@@ -100,16 +100,16 @@ const serverSchema = z
     type: z.enum(['stdio', 'http', 'streamable-http', 'streamableHttp', 'sse']).optional(),
     command: z.string().min(1).optional(),
     args: z.array(z.string()).default([]),
-    env: z.record(z.string()).default({}),
+    env: z.record(z.string(), z.string()).default({}),
     cwd: z.string().min(1).optional(),
     url: z.string().url().optional(),
-    headers: z.record(z.string()).default({}),
+    headers: z.record(z.string(), z.string()).default({}),
     disabled: z.boolean().default(false),
     sandgate: sandgateSchema.optional(),
   })
   .strict();
 
-const fileSchema = z.object({ mcpServers: z.record(z.unknown()) }).passthrough();
+const fileSchema = z.object({ mcpServers: z.record(z.string(), z.unknown()) }).passthrough();
 
 /**
  * Validates a parsed config file. Throws UpstreamConfigError listing every problem,
