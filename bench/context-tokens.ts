@@ -15,9 +15,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { Client as SandgateClient, InMemoryTransport } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
 import { configFor } from '../src/config.js';
@@ -126,7 +126,7 @@ async function main(): Promise<void> {
   const server = createMcpServer(ctx, { instructions });
   const [clientSide, serverSide] = InMemoryTransport.createLinkedPair();
   await server.connect(serverSide);
-  const client = new Client({ name: 'bench', version: '0' });
+  const client = new SandgateClient({ name: 'bench', version: '0' });
   await client.connect(clientSide);
   const own = await client.listTools();
   const sandgateInstructions = client.getInstructions() ?? '';

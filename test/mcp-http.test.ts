@@ -373,7 +373,8 @@ describe('tools', () => {
     expect(calls.find((e) => e.tool === 'read_file' && e.errorClass === 'ENOENT')).toBeDefined();
     expect(entries.find((e) => e.method === 'tools/list' && e.outcome === 'ok')).toBeDefined();
     expect(entries.find((e) => e.method === 'initialize')).toBeDefined();
-    expect(entries.filter((e) => e.method === 'resources/read' && e.outcome === 'error').map((e) => e.errorClass)).toEqual(expect.arrayContaining(['jsonrpc:-32002', 'jsonrpc:-32602']));
+    // A missing resource and a refused path are both -32602 (the SDK no longer sends -32002).
+    expect(entries.filter((e) => e.method === 'resources/read' && e.outcome === 'error').map((e) => e.errorClass)).toEqual(['jsonrpc:-32602', 'jsonrpc:-32602']);
     const all = JSON.stringify(entries);
     expect(all).not.toMatch(/todo|ünïcode|ZeroDivision\(|time\.sleep|weekly-report/);
   });

@@ -1,11 +1,16 @@
 /**
- * A Transport decorator that writes one audit entry per JSON-RPC request: it sees the
- * request going in (method, tool, argument shape) and the response going out (outcome),
- * so nothing in the tools has to remember to audit. Requests still pending when the
- * transport closes (the client went away) are recorded as errors.
+ * One audit entry per JSON-RPC request, taken at the transport: the request going in
+ * (method, tool, argument shape) and the response going out (outcome), so nothing in
+ * the tools has to remember to audit. Requests still pending when the transport closes
+ * (the client went away) are recorded as errors.
+ *
+ * The SDK builds the transport for each exchange itself (a per-request transport for
+ * 2026-07-28, a stateless Streamable HTTP transport for 2025 versions) and checks what
+ * kind it is, so the audit taps the transport it was given instead of wrapping it: it
+ * sets `onmessage` and `onclose` before the server connects (Protocol.connect keeps
+ * callbacks already set and calls them first) and wraps that instance's `send`.
  */
-import type { Transport, TransportSendOptions } from '@modelcontextprotocol/sdk/shared/transport.js';
-import type { JSONRPCMessage, MessageExtraInfo, RequestId } from '@modelcontextprotocol/sdk/types.js';
+import type { JSONRPCMessage, RequestId, Transport } from '@modelcontextprotocol/server';
 import type { AuditEntry } from '../audit/audit.js';
 
 /** Result `_meta` key by which a tool tells the audit log why it failed; removed before sending. */
@@ -17,7 +22,7 @@ interface Pending {
   args: unknown;
 }
 
-type Outcome = Pick<AuditEntry, 'method' | 'tool' | 'args' | 'outcome' | 'errorClass'>;
+export type Outcome = Pick<AuditEntry, 'method' | 'tool' | 'args' | 'outcome' | 'errorClass'>;
 
 /** What an incoming request is, for the audit log. Values never leave here except as a shape. */
 export function describeRequest(msg: { method: string; params?: unknown }): Pending {
@@ -29,70 +34,52 @@ export function describeRequest(msg: { method: string; params?: unknown }): Pend
   return { method: msg.method, tool: null, args: params === undefined ? undefined : rest };
 }
 
-export class AuditedTransport implements Transport {
-  onclose?: () => void;
-  onerror?: (error: Error) => void;
-  onmessage?: (message: JSONRPCMessage, extra?: MessageExtraInfo) => void;
-  private readonly pending = new Map<RequestId, Pending>();
-
-  constructor(
-    private readonly inner: Transport,
-    /** `at`: performance.now() when the response was handed to the HTTP layer. */
-    private readonly record: (o: Outcome, at: number) => void,
-  ) {
-    inner.onmessage = (message, extra) => {
-      if ('method' in message && 'id' in message) this.pending.set(message.id, describeRequest(message));
-      this.onmessage?.(message, extra);
-    };
-    inner.onerror = (e) => this.onerror?.(e);
-    inner.onclose = () => {
-      for (const p of this.pending.values()) this.record({ ...p, outcome: 'error', errorClass: 'aborted' }, performance.now());
-      this.pending.clear();
-      this.onclose?.();
-    };
+/** The outcome of the response to `p`; strips ERROR_CLASS_META from a result in place. */
+function outcomeOf(p: Pending, message: JSONRPCMessage): Outcome {
+  if ('error' in message) return { ...p, outcome: 'error', errorClass: `jsonrpc:${message.error.code}` };
+  const result = (message as { result: { isError?: boolean; _meta?: Record<string, unknown> } }).result;
+  const errorClass = result._meta?.[ERROR_CLASS_META];
+  if (result._meta && errorClass !== undefined) {
+    delete result._meta[ERROR_CLASS_META];
+    if (!Object.keys(result._meta).length) delete result._meta;
   }
+  return { ...p, outcome: result.isError ? 'error' : 'ok', errorClass: result.isError ? String(errorClass ?? 'tool_error') : null };
+}
 
-  get sessionId(): string | undefined {
-    return this.inner.sessionId;
-  }
+/**
+ * Audits every request that passes `transport`. Call before the server connects to it.
+ * @param record `at`: performance.now() when the response was handed to the HTTP layer.
+ */
+export function auditTransport(transport: Transport, record: (o: Outcome, at: number) => void): void {
+  const pending = new Map<RequestId, Pending>();
+  const previous = { onmessage: transport.onmessage, onclose: transport.onclose };
 
-  start(): Promise<void> {
-    return this.inner.start();
-  }
+  transport.onmessage = (message, extra) => {
+    if ('method' in message && 'id' in message) pending.set(message.id, describeRequest(message));
+    previous.onmessage?.(message, extra);
+  };
+  transport.onclose = () => {
+    for (const p of pending.values()) record({ ...p, outcome: 'error', errorClass: 'aborted' }, performance.now());
+    pending.clear();
+    previous.onclose?.();
+  };
 
-  close(): Promise<void> {
-    return this.inner.close();
-  }
-
-  async send(message: JSONRPCMessage, options?: TransportSendOptions): Promise<void> {
+  const send = transport.send.bind(transport);
+  transport.send = async (message, options) => {
     let outcome: Outcome | undefined;
     if (('result' in message || 'error' in message) && 'id' in message && message.id !== undefined) {
-      const p = this.pending.get(message.id);
+      const p = pending.get(message.id);
       if (p) {
-        this.pending.delete(message.id);
-        if ('error' in message) {
-          outcome = { ...p, outcome: 'error', errorClass: `jsonrpc:${message.error.code}` };
-        } else {
-          const result = message.result as { isError?: boolean; _meta?: Record<string, unknown> };
-          const errorClass = result._meta?.[ERROR_CLASS_META];
-          if (result._meta && errorClass !== undefined) {
-            delete result._meta[ERROR_CLASS_META];
-            if (!Object.keys(result._meta).length) delete result._meta;
-          }
-          outcome = { ...p, outcome: result.isError ? 'error' : 'ok', errorClass: result.isError ? String(errorClass ?? 'tool_error') : null };
-        }
+        pending.delete(message.id);
+        outcome = outcomeOf(p, message);
       }
     }
-    await this.inner.send(message, options);
+    await send(message, options);
     // The entry is written once the response is on its way, off the caller's latency.
     if (outcome) {
       const o = outcome;
       const at = performance.now();
-      setImmediate(() => this.record(o, at));
+      setImmediate(() => record(o, at));
     }
-  }
-
-  setProtocolVersion(version: string): void {
-    this.inner.setProtocolVersion?.(version);
-  }
+  };
 }

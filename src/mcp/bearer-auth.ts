@@ -19,6 +19,12 @@ const SHORT_REASON: Record<Exclude<TokenFailure, 'missing'>, string> = {
   revoked: 'The token has been revoked',
 };
 
+/** The token of an `Authorization: Bearer <token>` header, if the request has one. */
+export function bearerToken(req: Request): string | undefined {
+  const header = req.headers.authorization;
+  return header ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
+}
+
 /** The principal `bearerAuth` attached to the request. */
 export function principalOf(req: Request): Principal {
   const p = (req as Request & { principal?: Principal }).principal;
@@ -30,8 +36,7 @@ export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {
   return function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
-    const m = header ? /^Bearer\s+(\S+)\s*$/i.exec(header) : null;
-    const result = verifyToken(deps.db, m?.[1]);
+    const result = verifyToken(deps.db, bearerToken(req));
     if (result.ok) {
       (req as Request & { principal?: Principal }).principal = result.principal;
       return next();

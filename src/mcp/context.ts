@@ -9,7 +9,7 @@
  * boundary could not resolve on the call's context, and `textResult` tells the model
  * about them, so a tool handler never has to remember to.
  */
-import type { CallToolResult, ResourceLink } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, ResourceLink } from '@modelcontextprotocol/server';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { SandboxManager } from '../sandboxes/manager.js';

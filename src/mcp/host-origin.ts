@@ -1,12 +1,14 @@
 /**
- * DNS-rebinding protection for /mcp (CVE-2025-66414: the SDK leaves it off unless asked).
- * The Host header must name this gateway (the host of SANDGATE_PUBLIC_URL, localhost,
- * or SANDGATE_MCP_ALLOWED_HOSTS), checked with the SDK's own middleware; a request that
- * carries an Origin header must come from the gateway's own origin, a loopback origin
- * when the gateway itself is on loopback, or SANDGATE_MCP_ALLOWED_ORIGINS.
+ * DNS-rebinding protection for /mcp (CVE-2025-66414: the SDK's HTTP handler performs no
+ * validation of its own). The Host header must name this gateway (the host of
+ * SANDGATE_PUBLIC_URL, localhost, or SANDGATE_MCP_ALLOWED_HOSTS), checked with the SDK's
+ * `validateHostHeader`; a request that carries an Origin header must come from the
+ * gateway's own origin, a loopback origin when the gateway itself is on loopback, or
+ * SANDGATE_MCP_ALLOWED_ORIGINS. The Origin check is ours: the SDK's `validateOriginHeader`
+ * compares host names only, so it would admit any scheme and port of an allowed host.
  */
 import type { RequestHandler } from 'express';
-import { hostHeaderValidation } from '@modelcontextprotocol/sdk/server/middleware/hostHeaderValidation.js';
+import { validateHostHeader } from '@modelcontextprotocol/server';
 import type { Config } from '../config.js';
 
 const LOOPBACK_HOSTNAMES = ['localhost', '127.0.0.1', '[::1]'];
@@ -49,6 +51,14 @@ function forbidden(message: string) {
   return { jsonrpc: '2.0' as const, error: { code: -32000, message }, id: null };
 }
 
+export function hostValidation(allowed: string[]): RequestHandler {
+  return function validateHost(req, res, next) {
+    const result = validateHostHeader(req.headers.host, allowed);
+    if (result.ok) return next();
+    res.status(403).json(forbidden(result.message));
+  };
+}
+
 export function originValidation(policy: OriginPolicy): RequestHandler {
   return function validateOrigin(req, res, next) {
     const origin = req.headers.origin;
@@ -57,7 +67,7 @@ export function originValidation(policy: OriginPolicy): RequestHandler {
   };
 }
 
-/** Host check (the SDK's middleware) then Origin check, for every method on /mcp. */
+/** Host check then Origin check, for every method on /mcp. */
 export function hostAndOriginValidation(config: Config): RequestHandler[] {
-  return [hostHeaderValidation(allowedHostnames(config)), originValidation(originPolicy(config))];
+  return [hostValidation(allowedHostnames(config)), originValidation(originPolicy(config))];
 }

@@ -6,9 +6,7 @@
  * token), and URIs and completion input come back through `fromModel`. Binary files
  * come back as base64 blobs, which the boundary cannot read.
  */
-import { ResourceTemplate, type McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import type { ReadResourceResult } from '@modelcontextprotocol/sdk/types.js';
-import { McpError, ErrorCode } from '@modelcontextprotocol/sdk/types.js';
+import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError, ResourceTemplate, type McpServer, type ReadResourceResult } from '@modelcontextprotocol/server';
 import { allows, denialMessage } from '../sandboxes/permissions.js';
 import { WorkspaceError } from '../sandboxes/workspace.js';
 import { forCall, fromModel, toModel, unknownTokensNote, workspaceUri, type ToolContext } from './context.js';
@@ -27,7 +25,7 @@ function relFromVariable(v: string | string[] | undefined): string {
   try {
     return raw.split('/').map(decodeURIComponent).join('/');
   } catch {
-    throw new McpError(ErrorCode.InvalidParams, `bad percent-encoding in resource path "${raw}"`);
+    throw new ProtocolError(ProtocolErrorCode.InvalidParams, `bad percent-encoding in resource path "${raw}"`);
   }
 }
 
@@ -69,13 +67,14 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
     async (uri, variables): Promise<ReadResourceResult> => {
       const call = forCall(ctx);
       // A failure's message names the real path: it passes the boundary like any text.
-      const failure = async (code: number, message: string) => {
+      const failureText = async (message: string) => {
         const note = unknownTokensNote(call.unknownTokens);
         const shown = await toModel(call, message);
-        return new McpError(code, note ? `${shown} ${note}` : shown);
+        return note ? `${shown} ${note}` : shown;
       };
+      const failure = async (message: string) => new ProtocolError(ProtocolErrorCode.InvalidParams, await failureText(message));
       const rel = await fromModel(call, relFromVariable(variables.path));
-      if (!readable(rel)) throw await failure(ErrorCode.InvalidParams, denialMessage('read', `/workspace/${rel}`));
+      if (!readable(rel)) throw await failure(denialMessage('read', `/workspace/${rel}`));
       try {
         const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
         const st = await ws.stat(rel);
@@ -90,10 +89,12 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
           contents: [decoded ? { uri: uri.href, mimeType, text: await toModel(call, decoded.text) } : { uri: uri.href, mimeType, blob: data.toString('base64') }],
         };
       } catch (e) {
-        if (e instanceof WorkspaceError) throw await failure(e.code === 'ENOENT' ? -32002 : ErrorCode.InvalidParams, e.message);
-        if (e instanceof McpError) throw e;
+        // The SDK answers a missing resource with -32602 and the URI as data, on every protocol version.
+        if (e instanceof WorkspaceError && e.code === 'ENOENT') throw new ResourceNotFoundError(uri.href, await failureText(e.message));
+        if (e instanceof WorkspaceError) throw await failure(e.message);
+        if (e instanceof ProtocolError) throw e;
         ctx.logger.error({ err: e, user: ctx.owner.name, uri: uri.href }, 'resource read failed');
-        throw new McpError(ErrorCode.InternalError, 'The file could not be read because of an internal error in the gateway (it has been logged).');
+        throw new ProtocolError(ProtocolErrorCode.InternalError, 'The file could not be read because of an internal error in the gateway (it has been logged).');
       }
     },
   );

@@ -1,20 +1,23 @@
 /**
- * The /mcp endpoint: Streamable HTTP in stateless mode. Each POST is checked (Host and
- * Origin, then the bearer token, then the token's rate limit), then answered by a fresh
- * McpServer bound to the token's user; nothing survives between requests but the user's
- * own state (sandbox, files), which is keyed by user id, never by an MCP session id.
- * Stateless mode has no server-to-client stream, so GET and DELETE answer 405 (clients
- * take that as "no stream", as the transport spec allows).
+ * The /mcp endpoint: Streamable HTTP through the SDK's `createMcpHandler`, which serves
+ * protocol 2026-07-28 (stateless by design: every request carries its `_meta` envelope)
+ * and, for clients on 2025 versions, falls back to stateless Streamable HTTP. Each POST
+ * is checked (Host and Origin, then the bearer token, then the token's rate limit), then
+ * answered by a fresh McpServer bound to the token's user; nothing survives between
+ * requests but the user's own state (sandbox, files), which is keyed by user id, never
+ * by an MCP session id. Neither era has a server-to-client stream here, so GET and
+ * DELETE answer 405 (clients take that as "no stream", as the transport spec allows).
  *
  * Order matters: Host/Origin before anything else (DNS rebinding), authentication before
  * the body is parsed, the rate limit before any work is done for the request.
  */
-import express, { Router, type ErrorRequestHandler, type RequestHandler, type Response } from 'express';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import express, { Router, type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
+import { toNodeHandler } from '@modelcontextprotocol/node';
 import { recordAudit, type AuditEntry } from '../audit/audit.js';
 import type { Principal } from '../tokens/tokens.js';
-import { AuditedTransport, describeRequest } from './audited-transport.js';
-import { bearerAuth, principalOf } from './bearer-auth.js';
+import { auditTransport, describeRequest } from './audited-transport.js';
+import { bearerAuth, bearerToken, principalOf } from './bearer-auth.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
 import type { McpDeps } from './context.js';
 import { hostAndOriginValidation } from './host-origin.js';
@@ -51,6 +54,30 @@ const markArrival: RequestHandler = function markArrival(_req, res, next) {
 };
 const arrivalOf = (res: Response): { at: number; t0: number } => res.locals.arrival as { at: number; t0: number };
 
+/** Methods whose answer carries the instructions: 2025 `initialize`, 2026-07-28 `server/discover`. */
+const ANSWERED_WITH_INSTRUCTIONS = new Set(['initialize', 'server/discover']);
+
+/**
+ * What the server factory needs to know about one HTTP request. The SDK hands the
+ * factory only the request and its AuthInfo, so it travels in `AuthInfo.extra`.
+ */
+interface Exchange {
+  principal: Principal;
+  arrival: { at: number; t0: number };
+  wantsInstructions: boolean;
+}
+const EXCHANGE = 'org.sandgate/exchange';
+
+function authInfoFor(req: Request, exchange: Exchange): AuthInfo {
+  return { token: bearerToken(req) ?? '', clientId: `sandgate-token-${exchange.principal.tokenId}`, scopes: [], extra: { [EXCHANGE]: exchange } };
+}
+
+function exchangeOf(authInfo: AuthInfo | undefined): Exchange {
+  const x = authInfo?.extra?.[EXCHANGE] as Exchange | undefined;
+  if (!x) throw new Error('the MCP handler was called without the exchange the /mcp router attaches');
+  return x;
+}
+
 export function mcpRouter(input: McpRouterDeps): Router {
   const deps: McpDeps = { ...input, skills: input.skills ?? new SkillsDir(), boundary: input.boundary ?? IDENTITY_BOUNDARY };
   const limiter = input.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
@@ -83,25 +110,32 @@ export function mcpRouter(input: McpRouterDeps): Router {
       );
   };
 
-  const serve: RequestHandler = async function serveMcp(req, res) {
-    const { at, t0 } = arrivalOf(res);
-    const principal = principalOf(req);
-    const protocolVersion = typeof req.headers['mcp-protocol-version'] === 'string' ? req.headers['mcp-protocol-version'] : undefined;
+  /** One McpServer per request, for either protocol era, bound to the caller. */
+  const serverFor: McpServerFactory = async ({ authInfo, requestInfo }) => {
+    const { principal, arrival, wantsInstructions } = exchangeOf(authInfo);
+    // Both eras send MCP-Protocol-Version after the handshake (2026-07-28 requires it on every request).
+    const protocolVersion = requestInfo?.headers.get('mcp-protocol-version') ?? undefined;
     const ctx = toolContext(deps, { principal, protocolVersion });
-    const requests = requestsIn(req.body);
-    // A method check, not the SDK's schema check: the transport validates messages anyway.
-    const instructions = requests.some((r) => r.method === 'initialize') ? await instructionsFor(ctx) : undefined;
-    const server = createMcpServer(ctx, { instructions });
-    // A plain JSON answer is cheaper than an SSE stream; stream only when the client asked for progress.
-    const wantsProgress = requests.some((r) => (r.params as { _meta?: { progressToken?: unknown } } | undefined)?._meta?.progressToken !== undefined);
-    const http = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: !wantsProgress });
-    const transport = new AuditedTransport(http, (o, sentAt) => audit(principal, { ...o, ts: at, durationMs: sentAt - t0 }));
-    res.on('close', () => {
-      void transport.close();
-      void server.close();
+    return createMcpServer(ctx, {
+      instructions: wantsInstructions ? await instructionsFor(ctx) : undefined,
+      beforeConnect: (transport) => auditTransport(transport, (o, sentAt) => audit(principal, { ...o, ts: arrival.at, durationMs: sentAt - arrival.t0 })),
     });
-    await server.connect(transport);
-    await http.handleRequest(req, res, req.body);
+  };
+  const handler = toNodeHandler(
+    createMcpHandler(serverFor, {
+      onerror: (err) => log.warn({ err }, 'MCP request rejected or failed'),
+    }),
+    { onerror: (err) => log.error({ err }, 'MCP handler failed') },
+  );
+
+  const serve: RequestHandler = async function serveMcp(req, res) {
+    const exchange: Exchange = {
+      principal: principalOf(req),
+      arrival: arrivalOf(res),
+      // A method check, not the SDK's schema check: the SDK validates messages anyway.
+      wantsInstructions: requestsIn(req.body).some((r) => ANSWERED_WITH_INSTRUCTIONS.has(r.method)),
+    };
+    await handler(Object.assign(req, { auth: authInfoFor(req, exchange) }), res, req.body);
   };
 
   const noStream: RequestHandler = function statelessHasNoStream(_req, res) {

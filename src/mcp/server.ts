@@ -5,8 +5,8 @@
  * caller's user, never to an MCP session, so a new server per request (stateless
  * Streamable HTTP) sees exactly the same sandbox and files as a long-lived one.
  */
-import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import { McpServer, type Transport } from '@modelcontextprotocol/server';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
 import { ownerOf, toModel, type McpDeps, type ToolContext } from './context.js';
 import { buildInstructions } from './instructions.js';
 import { registerWorkspaceResources } from './resources.js';
@@ -59,15 +59,44 @@ export async function instructionsFor(ctx: ToolContext): Promise<string> {
 }
 
 /**
- * Builds the server for one caller. `instructions` is only needed when answering
- * `initialize`; computing it reads the skills, so callers pass it only then.
+ * An McpServer that lets its owner see each transport before the server takes it over
+ * (the audit log observes every message that way). Protocol.connect keeps callbacks
+ * already set on a transport and calls them first.
  */
-export function createMcpServer(ctx: ToolContext, opts: { instructions?: string } = {}): McpServer {
-  const server = new McpServer(SERVER_INFO, {
-    capabilities: { tools: { listChanged: false }, resources: { listChanged: false }, completions: {} },
-    instructions: opts.instructions,
-    jsonSchemaValidator: SHARED_VALIDATOR,
-  });
+class ObservedMcpServer extends McpServer {
+  constructor(
+    options: ConstructorParameters<typeof McpServer>[1],
+    private readonly beforeConnect?: (transport: Transport) => void,
+  ) {
+    super(SERVER_INFO, options);
+  }
+
+  override async connect(transport: Transport): Promise<void> {
+    this.beforeConnect?.(transport);
+    await super.connect(transport);
+  }
+}
+
+export interface CreateServerOptions {
+  /**
+   * Only needed when answering `initialize` (2025 protocol versions) or `server/discover`
+   * (2026-07-28); computing it reads the skills, so callers pass it only then.
+   */
+  instructions?: string;
+  /** Called with each transport the server is connected to, before it is started. */
+  beforeConnect?: (transport: Transport) => void;
+}
+
+/** Builds the server for one caller. */
+export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}): McpServer {
+  const server = new ObservedMcpServer(
+    {
+      capabilities: { tools: { listChanged: false }, resources: { listChanged: false }, completions: {} },
+      instructions: opts.instructions,
+      jsonSchemaValidator: SHARED_VALIDATOR,
+    },
+    opts.beforeConnect,
+  );
   registerExecuteCode(server, ctx);
   registerFileTools(server, ctx);
   registerSearchTools(server, ctx);

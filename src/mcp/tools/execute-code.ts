@@ -7,8 +7,7 @@
  * sandbox works with); everything reported, progress included, passes the boundary
  * back, so the sandbox and the workspace hold real values and the model sees tokens.
  */
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { Config } from '../../config.js';
 import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
@@ -96,7 +95,7 @@ export function failureClass(r: ExecuteResult): string | undefined {
 /** The input schema depends on the configured time limits only; built once per configuration. */
 const inputs = new WeakMap<Config, ReturnType<typeof buildInput>>();
 function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
-  return {
+  return z.object({
     language: z.enum(LANGUAGES as [Language, ...Language[]]).describe('python, typescript, javascript or bash'),
     code: z.string().min(1).describe('The program to run'),
     timeout_seconds: z
@@ -107,7 +106,7 @@ function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
       .optional()
       .describe(`Kill the run after this long (default ${execTimeoutSec}, at most ${execMaxTimeoutSec})`),
     permissions: permissionsInput.optional(),
-  };
+  });
 }
 function executeCodeInput(config: Config) {
   let shape = inputs.get(config);
@@ -129,16 +128,16 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
       inputSchema: executeCodeInput(ctx.config),
       annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
     },
-    async ({ language, code, timeout_seconds, permissions }, extra): Promise<CallToolResult> => {
+    async ({ language, code, timeout_seconds, permissions }, { mcpReq }): Promise<CallToolResult> => {
       const call = forCall(ctx);
       try {
-        const progressToken = extra._meta?.progressToken;
+        const progressToken = mcpReq._meta?.progressToken;
         // Long runs report output as progress, which also keeps clients from timing out.
         const progress =
           progressToken === undefined
             ? undefined
             : outputProgress(call, (n, message) =>
-                extra.sendNotification({ method: 'notifications/progress', params: { progressToken, progress: n, ...(message ? { message } : {}) } }),
+                mcpReq.notify({ method: 'notifications/progress', params: { progressToken, progress: n, ...(message ? { message } : {}) } }),
               );
         const result = await ctx.sandboxes.execute(ctx.owner, {
           language,
@@ -146,7 +145,7 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
           timeoutSec: timeout_seconds,
           permissions: permissions && (await fromModelDeep(call, permissions)),
           onOutput: progress?.onOutput,
-          signal: extra.signal,
+          signal: mcpReq.signal,
         });
         await progress?.finish();
         const changed = supportsResourceLinks(call) ? result.files.filter((f) => f.change !== 'deleted').slice(0, MAX_FILES_LISTED) : [];

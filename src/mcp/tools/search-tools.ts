@@ -2,7 +2,7 @@
  * search_tools: finds upstream MCP tools the caller may use, at the level of detail the
  * model asks for, so it loads only the definitions it needs instead of all of them.
  */
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import type { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { CatalogEntry, CatalogDetail } from '../catalog.js';
 import { errorResult, forCall, fromModel, textResult, type ToolContext } from '../context.js';
@@ -25,11 +25,11 @@ export function formatEntries(entries: CatalogEntry[], detail: CatalogDetail): s
     .join('\n');
 }
 
-const SEARCH_TOOLS_INPUT = {
+const SEARCH_TOOLS_INPUT = z.object({
   query: z.string().max(500).describe('What you want to do, or a server or tool name; empty lists everything'),
   detail: z.enum(['names', 'descriptions', 'schemas']).optional().describe('How much to return per tool (default descriptions)'),
   limit: z.number().int().min(1).max(MAX_SEARCH_LIMIT).optional().describe(`Most tools to return (default ${DEFAULT_SEARCH_LIMIT})`),
-};
+});
 
 export function registerSearchTools(server: McpServer, ctx: ToolContext): void {
   server.registerTool(
