@@ -1,0 +1,213 @@
+/**
+ * /mcp on protocol revision 2026-07-28, end to end: the v2 SDK client
+ * (@modelcontextprotocol/client) over real HTTP against the gateway as main.ts builds it
+ * (createGateway: real store, real PII vault, real sandbox manager on Docker + runsc).
+ * The client negotiates with `server/discover` and then sends every request stateless,
+ * with its `_meta` envelope; the same gateway still serves 2025 clients (mcp-http.test.ts).
+ */
+import fs from 'node:fs';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { Client, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, StreamableHTTPClientTransport, type CallToolResult } from '@modelcontextprotocol/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listAudit } from '../src/audit/audit.js';
+import { configFor } from '../src/config.js';
+import { createGateway, type Gateway } from '../src/gateway.js';
+import { createLogger } from '../src/logger.js';
+import { RateLimiter } from '../src/mcp/rate-limit.js';
+import { TOOL_NAMES } from '../src/mcp/server.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
+import { findUser, ensureUser } from '../src/store/users.js';
+import { createToken, findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
+import { generateToken } from '../src/tokens/format.js';
+import { rawRequest, startGateway } from './mcp-helpers.js';
+
+const MODERN = '2026-07-28';
+const EMAIL = 'maria.gonzalez@example.org';
+
+let gateway: Gateway;
+let server: http.Server;
+let mcpUrl: string;
+let dataDir: string;
+let alice: SandboxOwner;
+let aliceToken: string;
+
+async function connect(token: string, url = mcpUrl): Promise<Client> {
+  const client = new Client({ name: 'sandgate-v2-test', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+  await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
+  return client;
+}
+
+function text(r: CallToolResult): string {
+  return r.content
+    .filter((c) => c.type === 'text')
+    .map((c) => (c as { text: string }).text)
+    .join('\n');
+}
+
+async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
+  return (await client.callTool({ name, arguments: args })) as CallToolResult;
+}
+
+/** A 2026-07-28 request as the v2 client frames it: version and method headers plus the `_meta` envelope. */
+function modernRequest(method: string, headers: Record<string, string> = {}, params: Record<string, unknown> = {}) {
+  return {
+    headers: { 'mcp-protocol-version': MODERN, 'mcp-method': method, ...headers },
+    body: {
+      jsonrpc: '2.0',
+      id: 1,
+      method,
+      params: { ...params, _meta: { [PROTOCOL_VERSION_META_KEY]: MODERN, [CLIENT_INFO_META_KEY]: { name: 'raw', version: '1' }, [CLIENT_CAPABILITIES_META_KEY]: {} } },
+    },
+  };
+}
+
+beforeAll(async () => {
+  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-mcp-v2-'));
+  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
+  expect(config.piiTokenize).toBe(true);
+  gateway = createGateway(config, createLogger(config.logLevel));
+  const preflight = await gateway.start();
+  expect(preflight.ok, preflight.detail).toBe(true);
+  server = http.createServer(gateway.app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  mcpUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
+  const a = ensureUser(gateway.store.db, 'alice');
+  alice = { userId: a.id, name: a.name };
+  aliceToken = createToken(gateway.store.db, { userId: a.id, name: 'v2-laptop' }).token;
+});
+
+afterAll(async () => {
+  server?.closeAllConnections();
+  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+  await gateway?.close({ stopAll: true, releaseVolumes: true });
+  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+});
+
+describe('a 2026-07-28 client', () => {
+  let client: Client;
+
+  beforeAll(async () => {
+    client = await connect(aliceToken);
+  });
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it('negotiates 2026-07-28 with server/discover, and gets the instructions there', async () => {
+    expect(client.getProtocolEra()).toBe('modern');
+    expect(client.getNegotiatedProtocolVersion()).toBe(MODERN);
+    expect(client.getServerVersion()).toMatchObject({ name: 'sandgate' });
+    const discovered = await client.discover();
+    expect(discovered.supportedVersions).toContain(MODERN);
+    expect(discovered.capabilities).toMatchObject({ tools: {}, resources: {} });
+    expect(discovered.instructions).toMatch(/- data-analysis: .*\(\/skills\/data-analysis\/SKILL\.md\)/);
+    expect(client.getInstructions()).toMatch(/execute_code/);
+  });
+
+  it('lists the same five tools and the workspace resource template', async () => {
+    const { tools } = await client.listTools();
+    expect(tools.map((t) => t.name).sort()).toEqual([...TOOL_NAMES].sort());
+    const exec = tools.find((t) => t.name === 'execute_code')!;
+    expect(exec.inputSchema).toMatchObject({ type: 'object', required: ['language', 'code'] });
+    expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(['language', 'code', 'timeout_seconds', 'permissions']);
+    const { resourceTemplates } = await client.listResourceTemplates();
+    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' })]);
+  });
+
+  it('runs code in the real sandbox, with progress and a resource link to the file it wrote', async () => {
+    const progress: string[] = [];
+    const r = (await client.callTool(
+      { name: 'execute_code', arguments: { language: 'python', code: 'import sys\nprint("step 1"); sys.stdout.flush()\nopen("v2.txt", "w").write("from v2")\n6 * 7' } },
+      { onprogress: (p) => void (p.message && progress.push(p.message)) },
+    )) as CallToolResult;
+    expect(r.isError).toBeFalsy();
+    expect(text(r)).toMatch(/^step 1\n\[result\] 42\n/);
+    expect(r._meta?.['org.sandgate/errorClass']).toBeUndefined();
+    expect(progress.join('\n')).toMatch(/stdout: step 1/);
+    const link = r.content.find((c) => c.type === 'resource_link');
+    expect(link).toMatchObject({ uri: 'file:///workspace/v2.txt', mimeType: 'text/plain' });
+    const read = await client.readResource({ uri: 'file:///workspace/v2.txt' });
+    expect(read.contents[0]).toMatchObject({ text: 'from v2' });
+    await expect(client.readResource({ uri: 'file:///workspace/nope.txt' })).rejects.toThrow(/no such file/);
+  });
+
+  it('tokenizes personal data in results, and resolves the tokens in code it sends back', async () => {
+    await (await gateway.manager.openWorkspace(alice)).write('contact.txt', `Write to ${EMAIL} today.\n`);
+    const shown = await call(client, 'execute_code', { language: 'bash', code: 'cat contact.txt' });
+    expect(JSON.stringify(shown)).not.toContain(EMAIL);
+    const token = /\[EMAIL_\d+\]/.exec(text(shown))?.[0];
+    expect(token, text(shown)).toBeDefined();
+    const read = await call(client, 'read_file', { path: 'contact.txt' });
+    expect(text(read)).toBe(`Write to ${token} today.\n`);
+    // The model writes the token; the sandbox works with the real value.
+    await call(client, 'execute_code', { language: 'python', code: `open("reply.txt", "w").write("${token}")` });
+    const { data } = await (await gateway.manager.openWorkspace(alice)).read('reply.txt');
+    expect(data.toString()).toBe(EMAIL);
+  });
+
+  it('tool failures are results the model can read', async () => {
+    const r = await call(client, 'execute_code', { language: 'python', code: '1/0' });
+    expect(r.isError).toBe(true);
+    expect(text(r)).toMatch(/ZeroDivisionError/);
+  });
+
+  it('audits each request to the token, with argument shapes only', () => {
+    const db = gateway.store.db;
+    const entries = listAudit(db, findUser(db, 'alice')!.id, { limit: 1000 });
+    expect(entries.every((e) => e.tokenName === 'v2-laptop' && e.kind === 'mcp')).toBe(true);
+    expect(entries.find((e) => e.method === 'server/discover' && e.outcome === 'ok')).toBeDefined();
+    expect(entries.find((e) => e.method === 'tools/list' && e.outcome === 'ok')).toBeDefined();
+    expect(entries.find((e) => e.tool === 'execute_code' && e.errorClass === 'code:ZeroDivisionError')).toMatchObject({ argsShape: { language: 'string(6)', code: 'string(3)' } });
+    expect(entries.find((e) => e.method === 'resources/read' && e.errorClass === 'jsonrpc:-32602')).toBeDefined();
+    expect(JSON.stringify(entries)).not.toMatch(/maria|from v2|step 1/);
+  });
+});
+
+describe('2026-07-28 requests pass the same gates', () => {
+  it('refuses a missing or unknown token with 401 and a Bearer challenge', async () => {
+    const r = await rawRequest(mcpUrl, modernRequest('tools/list'));
+    expect(r.status).toBe(401);
+    expect(r.headers['www-authenticate']).toBe('Bearer realm="sandgate"');
+    await expect(connect(generateToken())).rejects.toThrow(/401|not known to this gateway/);
+  });
+
+  it('a revoked token stops working on the next request', async () => {
+    const token = createToken(gateway.store.db, { userId: alice.userId, name: 'v2-phone' }).token;
+    const client = await connect(token);
+    expect((await client.listTools()).tools).toHaveLength(TOOL_NAMES.length);
+    revokeToken(gateway.store.db, findTokenBySecret(gateway.store.db, token)!.id);
+    await expect(client.listTools()).rejects.toThrow(/401|revoked/);
+    await client.close();
+  });
+
+  it('refuses a foreign Host or Origin; serves the same request without them', async () => {
+    const ok = await rawRequest(mcpUrl, modernRequest('tools/list', { authorization: `Bearer ${aliceToken}` }));
+    expect(ok.status, ok.text).toBe(200);
+    expect((ok.messages[0]!.result as { tools: unknown[] }).tools).toHaveLength(TOOL_NAMES.length);
+    const bads: Record<string, string>[] = [{ host: 'evil.example' }, { origin: 'https://evil.example' }];
+    for (const bad of bads) {
+      const r = await rawRequest(mcpUrl, modernRequest('tools/list', { authorization: `Bearer ${aliceToken}`, ...bad }));
+      expect(r.status, JSON.stringify(bad)).toBe(403);
+    }
+  });
+
+  it('answers 429 with Retry-After once the token has used its burst', async () => {
+    const limited = await startGateway({ harness: { noInit: true }, router: { rateLimiter: new RateLimiter({ perMinute: 6, burst: 3 }) } });
+    try {
+      const token = limited.tokenFor('erin', 'v2');
+      const client = await connect(token, limited.mcpUrl); // server/discover: 1 of 3
+      await client.listTools();
+      await client.listResourceTemplates();
+      await expect(client.listTools()).rejects.toThrow(/429|Rate limit/);
+      const r = await rawRequest(limited.mcpUrl, modernRequest('tools/list', { authorization: `Bearer ${token}` }));
+      expect(r.status).toBe(429);
+      expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
+      await client.close();
+    } finally {
+      await limited.close();
+    }
+  });
+});
