@@ -166,6 +166,32 @@ describe('a 2026-07-28 client', () => {
   });
 });
 
+describe.each(['2025-11-25', '2025-06-18', '2025-03-26'])('the same client held to %s (stateless 2025 fallback)', (version) => {
+  let client: Client;
+
+  beforeAll(async () => {
+    client = new Client({ name: 'sandgate-v2-test', version: '1.0.0' }, { supportedProtocolVersions: [version] });
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${aliceToken}` } } }));
+  });
+  afterAll(async () => {
+    await client?.close();
+  });
+
+  it('initializes at that version and gets the instructions', () => {
+    expect(client.getProtocolEra()).toBe('legacy');
+    expect(client.getNegotiatedProtocolVersion()).toBe(version);
+    expect(client.getInstructions()).toMatch(/- data-analysis: /);
+  });
+
+  it('lists the tools and runs code, with resource links from 2025-06-18 on', async () => {
+    expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual([...TOOL_NAMES].sort());
+    const r = await call(client, 'execute_code', { language: 'python', code: `open("v${version}.txt", "w").write("x")\n1 + 1` });
+    expect(text(r)).toMatch(/^\[result\] 2\n/);
+    const links = r.content.filter((c) => c.type === 'resource_link');
+    expect(links.length).toBe(version >= '2025-06-18' ? 1 : 0);
+  });
+});
+
 describe('2026-07-28 requests pass the same gates', () => {
   it('refuses a missing or unknown token with 401 and a Bearer challenge', async () => {
     const r = await rawRequest(mcpUrl, modernRequest('tools/list'));
