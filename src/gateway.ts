@@ -16,7 +16,7 @@ import { createSandboxManager, dockerClient } from './sandboxes/index.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
 import { ALL_MIGRATIONS } from './store/registry.js';
-import { openStore, type Store } from './store/store.js';
+import { openStore, type Db, type Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
 
 export interface Gateway {
@@ -34,6 +34,17 @@ export interface Gateway {
   close(opts?: { stopAll?: boolean; releaseVolumes?: boolean }): Promise<void>;
 }
 
+/** The PII vault and the model boundary over it, as configured; none when SANDGATE_PII_TOKENIZE=false. */
+export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: ModelBoundary } | undefined {
+  if (!config.piiTokenize) return undefined;
+  const settings = parsePiiSettings({ entities: config.piiEntities, allow: config.piiAllow, ttlHours: String(config.piiTtlHours) });
+  const vault = new PiiVault(db, loadOrCreateKey(config.dataDir, config.piiKey || undefined), {
+    ttlMs: ttlMs(settings),
+    detector: createDetector(detectorOptions(settings)),
+  });
+  return { vault, boundary: createPiiBoundary(vault) };
+}
+
 /** How often expired vault entries are purged. */
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
@@ -43,16 +54,9 @@ export function createGateway(config: Config, logger: Logger): Gateway {
   const manager = createSandboxManager(config, store.db, logger, { prepareTools: upstream.prepareTools });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
-  let vault: PiiVault | undefined;
-  let boundary = IDENTITY_BOUNDARY;
-  if (config.piiTokenize) {
-    const settings = parsePiiSettings({ entities: config.piiEntities, allow: config.piiAllow, ttlHours: String(config.piiTtlHours) });
-    vault = new PiiVault(store.db, loadOrCreateKey(config.dataDir, config.piiKey || undefined), {
-      ttlMs: ttlMs(settings),
-      detector: createDetector(detectorOptions(settings)),
-    });
-    boundary = createPiiBoundary(vault);
-  }
+  const pii = piiLayer(config, store.db);
+  const vault = pii?.vault;
+  const boundary = pii?.boundary ?? IDENTITY_BOUNDARY;
 
   const docker = dockerClient(config);
   let preflight: PreflightResult = { ok: false, detail: 'not run yet' };

@@ -7,6 +7,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
 import { createApp } from '../src/app.js';
+import { piiLayer } from '../src/gateway.js';
+import { preloadWordKnowledge } from '../src/pii/index.js';
 import { recordAudit } from '../src/audit/audit.js';
 import { mcpRouter, type McpRouterDeps } from '../src/mcp/router.js';
 import { copyStaticTools } from '../src/sandboxes/index.js';
@@ -17,6 +19,8 @@ import { createToken } from '../src/tokens/tokens.js';
 
 export interface Gateway {
   harness: Harness;
+  /** Whether the PII boundary is on (`pii`). */
+  pii: boolean;
   /** The real upstream hub, when `upstream` servers were given. */
   upstream?: Upstream;
   url: string;
@@ -34,7 +38,9 @@ let tokenSeq = 0;
  * @param opts.upstream an `mcpServers` object: the gateway then runs the real upstream
  *   hub with it (catalog for search_tools, wrappers in /tools, the bridge for code).
  */
-export async function startGateway(opts: { harness?: HarnessOptions; router?: Partial<McpRouterDeps>; upstream?: Record<string, unknown> } = {}): Promise<Gateway> {
+export async function startGateway(
+  opts: { harness?: HarnessOptions; router?: Partial<McpRouterDeps>; upstream?: Record<string, unknown>; /** The PII boundary as createGateway configures it. */ pii?: boolean } = {},
+): Promise<Gateway> {
   let upstream: Upstream | undefined;
   const harness = await createHarness({
     // Bound late: the hub needs the store the harness opens.
@@ -53,16 +59,19 @@ export async function startGateway(opts: { harness?: HarnessOptions; router?: Pa
   const port = (server.address() as AddressInfo).port;
   // The allowed Host names come from the public URL, as in production.
   const config = { ...harness.config, publicUrl: `http://127.0.0.1:${port}` };
+  const pii = opts.pii ? piiLayer(config, harness.store.db) : undefined;
+  if (pii) preloadWordKnowledge();
   const app = createApp({
     config,
     store: harness.store,
     logger: harness.logger,
-    mount: (a) => a.use(mcpRouter({ config, db: harness.store.db, logger: harness.logger, sandboxes: harness.manager, catalog: upstream?.catalog, ...opts.router })),
+    mount: (a) => a.use(mcpRouter({ config, db: harness.store.db, logger: harness.logger, sandboxes: harness.manager, catalog: upstream?.catalog, boundary: pii?.boundary, ...opts.router })),
   });
   server.on('request', app);
   const url = `http://127.0.0.1:${port}`;
   return {
     harness,
+    pii: !!pii,
     upstream,
     url,
     mcpUrl: `${url}/mcp`,
