@@ -9,6 +9,7 @@
  */
 import type { CallToolResult, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
+import { jsonSchemaOnce } from '../schema-cache.js';
 import type { Config } from '../../config.js';
 import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
 import type { ExecuteResult } from '../../sandboxes/types.js';
@@ -95,18 +96,20 @@ export function failureClass(r: ExecuteResult): string | undefined {
 /** The input schema depends on the configured time limits only; built once per configuration. */
 const inputs = new WeakMap<Config, ReturnType<typeof buildInput>>();
 function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
-  return z.object({
-    language: z.enum(LANGUAGES as [Language, ...Language[]]).describe('python, typescript, javascript or bash'),
-    code: z.string().min(1).describe('The program to run'),
-    timeout_seconds: z
-      .number()
-      .int()
-      .min(1)
-      .max(execMaxTimeoutSec)
-      .optional()
-      .describe(`Kill the run after this long (default ${execTimeoutSec}, at most ${execMaxTimeoutSec})`),
-    permissions: permissionsInput.optional(),
-  });
+  return jsonSchemaOnce(
+    z.object({
+      language: z.enum(LANGUAGES as [Language, ...Language[]]).describe('python, typescript, javascript or bash'),
+      code: z.string().min(1).describe('The program to run'),
+      timeout_seconds: z
+        .number()
+        .int()
+        .min(1)
+        .max(execMaxTimeoutSec)
+        .optional()
+        .describe(`Kill the run after this long (default ${execTimeoutSec}, at most ${execMaxTimeoutSec})`),
+      permissions: permissionsInput.optional(),
+    }),
+  );
 }
 function executeCodeInput(config: Config) {
   let shape = inputs.get(config);

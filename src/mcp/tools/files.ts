@@ -8,6 +8,7 @@
  */
 import type { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
+import { jsonSchemaOnce } from '../schema-cache.js';
 import { allows, denialMessage, PermissionError } from '../../sandboxes/permissions.js';
 import type { Workspace, WorkspaceEntry } from '../../sandboxes/workspace.js';
 import { WorkspaceError } from '../../sandboxes/workspace.js';
@@ -59,23 +60,29 @@ function describeBinary(area: Area, size: number): string {
 }
 
 // Input schemas are built once: every request builds a fresh server that reuses them.
-const READ_FILE_INPUT = z.object({
-  path: z.string().min(1).max(4096).describe('File path, e.g. data/report.csv or /skills/data-analysis/SKILL.md'),
-  offset: z.number().int().min(0).optional().describe('First byte to read (default 0)'),
-  length: z.number().int().min(1).max(MAX_READ_BYTES).optional().describe(`Bytes to read (default ${DEFAULT_READ_BYTES}, at most ${MAX_READ_BYTES})`),
-});
+const READ_FILE_INPUT = jsonSchemaOnce(
+  z.object({
+    path: z.string().min(1).max(4096).describe('File path, e.g. data/report.csv or /skills/data-analysis/SKILL.md'),
+    offset: z.number().int().min(0).optional().describe('First byte to read (default 0)'),
+    length: z.number().int().min(1).max(MAX_READ_BYTES).optional().describe(`Bytes to read (default ${DEFAULT_READ_BYTES}, at most ${MAX_READ_BYTES})`),
+  }),
+);
 
-const WRITE_FILE_INPUT = z.object({
-  path: z.string().min(1).max(4096).describe('File path, e.g. scripts/clean.py'),
-  content: z.string().describe('The complete text to write (UTF-8)'),
-  append: z.boolean().optional().describe('Append instead of replacing (default false)'),
-});
+const WRITE_FILE_INPUT = jsonSchemaOnce(
+  z.object({
+    path: z.string().min(1).max(4096).describe('File path, e.g. scripts/clean.py'),
+    content: z.string().describe('The complete text to write (UTF-8)'),
+    append: z.boolean().optional().describe('Append instead of replacing (default false)'),
+  }),
+);
 
-const LIST_FILES_INPUT = z.object({
-  path: z.string().max(4096).optional().describe('Folder, e.g. data or /skills (default /workspace)'),
-  recursive: z.boolean().optional().describe('Include subfolders (default false)'),
-  limit: z.number().int().min(1).max(MAX_LIST_LIMIT).optional().describe(`Most entries to return (default ${DEFAULT_LIST_LIMIT})`),
-});
+const LIST_FILES_INPUT = jsonSchemaOnce(
+  z.object({
+    path: z.string().max(4096).optional().describe('Folder, e.g. data or /skills (default /workspace)'),
+    recursive: z.boolean().optional().describe('Include subfolders (default false)'),
+    limit: z.number().int().min(1).max(MAX_LIST_LIMIT).optional().describe(`Most entries to return (default ${DEFAULT_LIST_LIMIT})`),
+  }),
+);
 
 export function registerFileTools(server: McpServer, ctx: ToolContext): void {
   server.registerTool(

@@ -4,6 +4,7 @@
  */
 import type { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
+import { jsonSchemaOnce } from '../schema-cache.js';
 import type { CatalogEntry, CatalogDetail } from '../catalog.js';
 import { errorResult, forCall, fromModel, textResult, type ToolContext } from '../context.js';
 
@@ -25,11 +26,13 @@ export function formatEntries(entries: CatalogEntry[], detail: CatalogDetail): s
     .join('\n');
 }
 
-const SEARCH_TOOLS_INPUT = z.object({
-  query: z.string().max(500).describe('What you want to do, or a server or tool name; empty lists everything'),
-  detail: z.enum(['names', 'descriptions', 'schemas']).optional().describe('How much to return per tool (default descriptions)'),
-  limit: z.number().int().min(1).max(MAX_SEARCH_LIMIT).optional().describe(`Most tools to return (default ${DEFAULT_SEARCH_LIMIT})`),
-});
+const SEARCH_TOOLS_INPUT = jsonSchemaOnce(
+  z.object({
+    query: z.string().max(500).describe('What you want to do, or a server or tool name; empty lists everything'),
+    detail: z.enum(['names', 'descriptions', 'schemas']).optional().describe('How much to return per tool (default descriptions)'),
+    limit: z.number().int().min(1).max(MAX_SEARCH_LIMIT).optional().describe(`Most tools to return (default ${DEFAULT_SEARCH_LIMIT})`),
+  }),
+);
 
 export function registerSearchTools(server: McpServer, ctx: ToolContext): void {
   server.registerTool(
