@@ -1,6 +1,7 @@
 /**
  * What the MCP endpoint and its auth add to an execution: `execute_code` of `1+1` over
- * MCP (the SDK's client over real HTTP, and a bare keep-alive HTTP client) against the
+ * MCP (the SDK's client over real HTTP on 2025-11-25, and a bare keep-alive HTTP client on
+ * 2025-11-25 and on 2026-07-28) against the
  * same call made directly on the sandbox manager, one client at a time and with 20
  * concurrent clients (one user and sandbox each, since one sandbox runs its executions
  * one after another). Real sandboxes (Docker + runsc), real store, real tokens.
@@ -37,6 +38,7 @@ import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
+import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/client';
 import { RateLimiter } from '../src/mcp/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/mcp-helpers.js';
@@ -95,14 +97,29 @@ function stats(mode: string, clients: string, r: { times: number[]; wallMs: numb
   return { mode, clients, calls: times.length, rps: times.length / (r.wallMs / 1000), p50: pct(times, 50), p95: pct(times, 95) };
 }
 
-/** A bare MCP client: one keep-alive connection, one JSON-RPC POST per call. */
-function rawCaller(url: string, token: string) {
+/** The revision a 2026 client speaks: each request carries it in its `_meta` envelope and headers. */
+const MODERN = '2026-07-28';
+
+/**
+ * A bare MCP client: one keep-alive connection, one JSON-RPC POST per call, on
+ * 2025-11-25 (stateless Streamable HTTP) or on 2026-07-28 (no handshake; every request
+ * carries its version, client info and capabilities, and the Mcp-Method / Mcp-Name headers).
+ */
+function rawCaller(url: string, token: string, era: 'legacy' | 'modern' = 'legacy') {
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1, noDelay: true } as http.AgentOptions);
   const u = new URL(url);
   let id = 0;
   const once = (): Promise<void> =>
     new Promise<void>((resolve, reject) => {
-      const body = JSON.stringify({ jsonrpc: '2.0', id: ++id, method: 'tools/call', params: { name: 'execute_code', arguments: ARGS } });
+      const params =
+        era === 'modern'
+          ? {
+              name: 'execute_code',
+              arguments: ARGS,
+              _meta: { [PROTOCOL_VERSION_META_KEY]: MODERN, [CLIENT_INFO_META_KEY]: { name: 'bench', version: '1' }, [CLIENT_CAPABILITIES_META_KEY]: {} },
+            }
+          : { name: 'execute_code', arguments: ARGS };
+      const body = JSON.stringify({ jsonrpc: '2.0', id: ++id, method: 'tools/call', params });
       const req = http.request(
         {
           agent,
@@ -114,7 +131,8 @@ function rawCaller(url: string, token: string) {
             authorization: `Bearer ${token}`,
             'content-type': 'application/json',
             accept: 'application/json, text/event-stream',
-            'mcp-protocol-version': LATEST_PROTOCOL_VERSION,
+            'mcp-protocol-version': era === 'modern' ? MODERN : LATEST_PROTOCOL_VERSION,
+            ...(era === 'modern' && { 'mcp-method': 'tools/call', 'mcp-name': 'execute_code' }),
             'content-length': Buffer.byteLength(body),
           },
         },
@@ -135,7 +153,7 @@ function rawCaller(url: string, token: string) {
   return once;
 }
 
-type ClientKind = 'sdk' | 'raw';
+type ClientKind = 'sdk' | 'raw' | 'raw26';
 
 async function sdkCallers(url: string, tokens: string[]): Promise<{ call: (c: number) => Promise<void>; close: () => Promise<void> }> {
   const clients = await Promise.all(
@@ -171,8 +189,9 @@ async function loadGenerator(): Promise<void> {
   const { url, tokens } = JSON.parse(process.env.BENCH_LOAD!) as { url: string; tokens: string[] };
   const sdk = await sdkCallers(url, tokens);
   const raws = tokens.map((t) => rawCaller(url, t));
-  const callers: Record<ClientKind, (c: number) => Promise<void>> = { sdk: sdk.call, raw: (c) => raws[c]!() };
-  for (const kind of ['sdk', 'raw'] as const) await timeCalls(Math.min(tokens.length, 4), 10, callers[kind]); // warm-up
+  const raws26 = tokens.map((t) => rawCaller(url, t, 'modern'));
+  const callers: Record<ClientKind, (c: number) => Promise<void>> = { sdk: sdk.call, raw: (c) => raws[c]!(), raw26: (c) => raws26[c]!() };
+  for (const kind of ['sdk', 'raw', 'raw26'] as const) await timeCalls(Math.min(tokens.length, 4), 10, callers[kind]); // warm-up
   process.on('message', (job: LoadJob | 'exit') => {
     if (job === 'exit') return void sdk.close().then(() => process.exit(0));
     timeCalls(job.clients, job.calls, callers[job.kind], job.intervalMs).then(
@@ -267,6 +286,8 @@ async function main(): Promise<void> {
         gatewayTimes();
         add(totals, `raw|${label}`, await load.run({ kind: 'raw', clients, calls, intervalMs: every }));
         add(totals, `gw-raw|${label}`, gatewayTimes());
+        add(totals, `raw26|${label}`, await load.run({ kind: 'raw26', clients, calls, intervalMs: every }));
+        add(totals, `gw-raw26|${label}`, gatewayTimes());
         add(totals, `sdk|${label}`, await load.run({ kind: 'sdk', clients, calls, intervalMs: every }));
         add(totals, `gw-sdk|${label}`, gatewayTimes());
         add(totals, `local|${label}`, await timeCalls(clients, calls, inProcess, every));
@@ -275,9 +296,11 @@ async function main(): Promise<void> {
     load.stop();
     const names: Record<string, string> = {
       direct: 'direct manager.execute',
-      raw: 'MCP, bare HTTP client',
+      raw: 'MCP 2025, bare HTTP',
       'gw-raw': '  gateway time (audit)',
-      sdk: 'MCP, SDK client',
+      raw26: 'MCP 2026, bare HTTP',
+      'gw-raw26': '  gateway time (audit)',
+      sdk: 'MCP 2025, SDK client',
       'gw-sdk': '  gateway time (audit)',
       local: 'MCP, in-process client',
     };
