@@ -206,6 +206,17 @@ describe('SandboxManager: lifecycle', () => {
     expect((await long).stdout).toBe('done\n');
   });
 
+  it('counts every execution in the store, at the latest when the sandbox stops', async () => {
+    const gina = h.user('gina');
+    const row = () => h.store.db.prepare('SELECT executions, last_used_at FROM sandboxes WHERE user_id = ?').get(gina.userId) as { executions: number; last_used_at: number };
+    for (let i = 0; i < 5; i++) await h.manager.execute(gina, { language: 'python', code: `${i}` });
+    // The first run is written at once; the next ones wait for the interval or the stop.
+    expect(row().executions).toBe(1);
+    const [live] = (await h.manager.list()).filter((s) => s.user === 'gina');
+    expect(await h.manager.stopUser(gina.userId)).toBe(true);
+    expect(row()).toEqual({ executions: 5, last_used_at: live!.lastActivity });
+  });
+
   it('reports stats for the admin page', async () => {
     const frank = h.user('frank');
     await h.manager.execute(frank, { language: 'bash', code: 'head -c 1000000 /dev/urandom > blob' });

@@ -93,7 +93,16 @@ interface Live {
 
 interface UserSandbox extends Live {
   owner: SandboxOwner;
+  /** Executions not yet counted in the store, and when the store was last told. */
+  unrecorded?: number;
+  recordedAt?: number;
 }
+
+/**
+ * How often a sandbox's use (execution count, last use) is written to the store; also
+ * written when it stops. A write per execution cost about a tenth of a warm run.
+ */
+const USE_RECORD_INTERVAL_MS = 10_000;
 
 export interface SandboxSummary {
   user: string;
@@ -286,12 +295,13 @@ export class SandboxManager {
           finish(died(`The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
         }
       });
-      statement(this.deps.db, 'UPDATE sandboxes SET last_used_at = ?, executions = executions + 1 WHERE user_id = ?').run(Date.now(), owner.userId);
+      sb.unrecorded = (sb.unrecorded ?? 0) + 1;
       const { type: _t, id: _i, ...rest } = done;
       return { ...rest, language: opts.language, stdout: stdout.join(''), stderr: stderr.join('') };
     } finally {
       sb.running--;
       sb.lastActivity = Date.now();
+      this.recordUse(sb);
     }
   }
 
@@ -388,6 +398,7 @@ export class SandboxManager {
     });
     sb.handle.onExit((reason) => {
       if (this.users.get(sb.owner.userId) === sb) {
+        this.recordUse(sb, true);
         this.users.delete(sb.owner.userId);
         this.log.info({ user: sb.owner.name, reason }, 'sandbox ended');
         // A dead container is removed now; its workspace stays.
@@ -486,9 +497,24 @@ export class SandboxManager {
     this.fillPool();
   }
 
+  /** Writes the sandbox's uncounted executions to the store, if due (or `now`). */
+  private recordUse(sb: UserSandbox, now = false): void {
+    if (!sb.unrecorded) return;
+    const at = Date.now();
+    if (!now && at - (sb.recordedAt ?? 0) < USE_RECORD_INTERVAL_MS) return;
+    try {
+      statement(this.deps.db, 'UPDATE sandboxes SET last_used_at = ?, executions = executions + ? WHERE user_id = ?').run(sb.lastActivity, sb.unrecorded, sb.owner.userId);
+      sb.unrecorded = 0;
+      sb.recordedAt = at;
+    } catch (e) {
+      this.log.warn({ err: e, user: sb.owner.name }, 'could not record sandbox use');
+    }
+  }
+
   private async stopSandbox(userId: number, reason: string): Promise<void> {
     const sb = this.users.get(userId);
     if (!sb) return;
+    this.recordUse(sb, true);
     this.users.delete(userId);
     this.log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
     await this.deps.driver.stop(sb.handle.id);
@@ -588,6 +614,7 @@ export class SandboxManager {
       await this.deps.volumes.destroy(live.workspaceId).catch(() => {});
     }
     for (const sb of [...this.users.values()]) {
+      this.recordUse(sb, true);
       if (opts.stopAll && !opts.detachOnly) {
         await this.stopSandbox(sb.owner.userId, 'gateway shutdown');
       } else {
