@@ -5,9 +5,13 @@
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { createApp } from '../src/app.js';
-import { piiLayer } from '../src/gateway.js';
+import { configFor } from '../src/config.js';
+import { createGateway, piiLayer, type Gateway as AppGateway } from '../src/gateway.js';
+import { createLogger } from '../src/logger.js';
+import type { PreflightResult } from '../src/sandboxes/preflight.js';
 import { preloadWordKnowledge } from '../src/pii/index.js';
 import { recordAudit } from '../src/audit/audit.js';
 import { mcpRouter, type McpRouterDeps } from '../src/mcp/router.js';
@@ -87,6 +91,54 @@ export async function startGateway(
       await harness.close();
     },
   };
+}
+
+export interface ServedGateway {
+  /** The gateway as main.ts composes it: createGateway with the default settings. */
+  gateway: AppGateway;
+  preflight: PreflightResult;
+  /** http://127.0.0.1:<port>/mcp */
+  mcpUrl: string;
+  dataDir: string;
+  close(): Promise<void>;
+}
+
+/**
+ * The whole gateway of main.ts (createGateway, PII boundary on by default) serving on a
+ * free loopback port, with a fresh data directory named after `name`.
+ */
+export async function serveGateway(name: string): Promise<ServedGateway> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${name}-`));
+  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
+  const gateway = createGateway(config, createLogger(config.logLevel));
+  const preflight = await gateway.start();
+  const server = http.createServer(gateway.app);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    gateway,
+    preflight,
+    mcpUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`,
+    dataDir,
+    async close() {
+      server.closeAllConnections();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+      await gateway.close({ stopAll: true, releaseVolumes: true });
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** The text blocks of a tool result, joined by newlines. */
+export function toolText(r: unknown): string {
+  return (r as { content: { type: string; text?: string }[] }).content
+    .filter((c) => c.type === 'text')
+    .map((c) => c.text!)
+    .join('\n');
+}
+
+/** A tools/call through any MCP client (the v1 or the v2 SDK's), its result typed as `R`. */
+export async function callTool<R>(client: { callTool(params: { name: string; arguments: Record<string, unknown> }): Promise<unknown> }, name: string, args: Record<string, unknown>): Promise<R> {
+  return (await client.callTool({ name, arguments: args })) as R;
 }
 
 export interface RawResponse {

@@ -13,7 +13,7 @@ import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
 import { findUser } from '../src/store/users.js';
 import { findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
-import { initializeBody, rawRequest, startGateway, type Gateway } from './mcp-helpers.js';
+import { callTool, initializeBody, rawRequest, startGateway, toolText, type Gateway } from './mcp-helpers.js';
 
 let gw: Gateway;
 let aliceToken: string;
@@ -25,16 +25,8 @@ async function connect(token: string, url = gw.mcpUrl): Promise<Client> {
   return client;
 }
 
-function text(r: unknown): string {
-  return (r as CallToolResult).content
-    .filter((c) => c.type === 'text')
-    .map((c) => (c as { text: string }).text)
-    .join('\n');
-}
-
-async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
-  return (await client.callTool({ name, arguments: args })) as CallToolResult;
-}
+const text = toolText;
+const call = callTool<CallToolResult>;
 
 beforeAll(async () => {
   gw = await startGateway();

@@ -5,32 +5,23 @@
  * The client negotiates with `server/discover` and then sends every request stateless,
  * with its `_meta` envelope; the same gateway still serves 2025 clients (mcp-http.test.ts).
  */
-import fs from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import { Client, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, StreamableHTTPClientTransport, type CallToolResult } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { configFor } from '../src/config.js';
-import { createGateway, type Gateway } from '../src/gateway.js';
-import { createLogger } from '../src/logger.js';
 import { RateLimiter } from '../src/mcp/rate-limit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { findUser, ensureUser } from '../src/store/users.js';
 import { createToken, findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
-import { rawRequest, startGateway } from './mcp-helpers.js';
+import { callTool, rawRequest, serveGateway, startGateway, toolText, type ServedGateway } from './mcp-helpers.js';
 
 const MODERN = '2026-07-28';
 const EMAIL = 'maria.gonzalez@example.org';
 
-let gateway: Gateway;
-let server: http.Server;
+let served: ServedGateway;
+let gateway: ServedGateway['gateway'];
 let mcpUrl: string;
-let dataDir: string;
 let alice: SandboxOwner;
 let aliceToken: string;
 
@@ -40,16 +31,8 @@ async function connect(token: string, url = mcpUrl): Promise<Client> {
   return client;
 }
 
-function text(r: CallToolResult): string {
-  return r.content
-    .filter((c) => c.type === 'text')
-    .map((c) => (c as { text: string }).text)
-    .join('\n');
-}
-
-async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
-  return (await client.callTool({ name, arguments: args })) as CallToolResult;
-}
+const text = toolText;
+const call = callTool<CallToolResult>;
 
 /** A 2026-07-28 request as the v2 client frames it: version and method headers plus the `_meta` envelope. */
 function modernRequest(method: string, headers: Record<string, string> = {}, params: Record<string, unknown> = {}) {
@@ -65,25 +48,17 @@ function modernRequest(method: string, headers: Record<string, string> = {}, par
 }
 
 beforeAll(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-mcp-v2-'));
-  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
-  expect(config.piiTokenize).toBe(true);
-  gateway = createGateway(config, createLogger(config.logLevel));
-  const preflight = await gateway.start();
-  expect(preflight.ok, preflight.detail).toBe(true);
-  server = http.createServer(gateway.app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  mcpUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
+  served = await serveGateway('mcp-v2');
+  ({ gateway, mcpUrl } = served);
+  expect(gateway.config.piiTokenize).toBe(true);
+  expect(served.preflight.ok, served.preflight.detail).toBe(true);
   const a = ensureUser(gateway.store.db, 'alice');
   alice = { userId: a.id, name: a.name };
   aliceToken = createToken(gateway.store.db, { userId: a.id, name: 'v2-laptop' }).token;
 });
 
 afterAll(async () => {
-  server?.closeAllConnections();
-  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
-  await gateway?.close({ stopAll: true, releaseVolumes: true });
-  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+  await served?.close();
 });
 
 describe('a 2026-07-28 client', () => {

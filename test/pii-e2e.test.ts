@@ -8,23 +8,18 @@
  * receives, streamed progress included, and nothing in the store holds a raw value.
  */
 import fs from 'node:fs';
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { configFor } from '../src/config.js';
-import { createGateway, type Gateway } from '../src/gateway.js';
-import { createLogger } from '../src/logger.js';
 import { KEY_FILE } from '../src/pii/index.js';
 import { card, createFakers, iban, person, phone } from '../src/pii/corpus-values.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Workspace } from '../src/sandboxes/workspace.js';
 import { ensureUser } from '../src/store/users.js';
 import { createToken } from '../src/tokens/tokens.js';
+import { callTool, serveGateway, toolText, type ServedGateway } from './mcp-helpers.js';
 
 interface Customer {
   id: number;
@@ -49,8 +44,8 @@ const CSV = ['customer_id,name,email,phone,card_number,iban', ...CUSTOMERS.map((
 const RAW_VALUES = CUSTOMERS.flatMap((c) => [c.name, ...c.name.split(' ').filter((w) => w.length > 3), c.email, c.phone, c.card, c.iban]);
 const TOKEN_ROW = /^(\d+),(\[NAME_\d+\]),(\[EMAIL_\d+\]),(\[PHONE_\d+\]),(\[CARD_\d+\]),(\[IBAN_\d+\])$/;
 
-let gateway: Gateway;
-let server: http.Server;
+let served: ServedGateway;
+let gateway: ServedGateway['gateway'];
 let mcpUrl: string;
 let dataDir: string;
 let alice: SandboxOwner;
@@ -67,16 +62,8 @@ async function connect(token: string): Promise<Client> {
   return client;
 }
 
-function text(r: CallToolResult): string {
-  return r.content
-    .filter((c) => c.type === 'text')
-    .map((c) => (c as { text: string }).text)
-    .join('\n');
-}
-
-async function call(client: Client, name: string, args: Record<string, unknown>): Promise<CallToolResult> {
-  return (await client.callTool({ name, arguments: args })) as CallToolResult;
-}
+const text = toolText;
+const call = callTool<CallToolResult>;
 
 const python = (client: Client, code: string) => call(client, 'execute_code', { language: 'python', code });
 
@@ -89,15 +76,10 @@ function tokensOf(csv: string, id: number): { name: string; email: string; phone
 }
 
 beforeAll(async () => {
-  dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-e2e-'));
-  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
-  expect(config.piiTokenize).toBe(true);
-  gateway = createGateway(config, createLogger(config.logLevel));
-  const preflight = await gateway.start();
-  expect(preflight.ok, preflight.detail).toBe(true);
-  server = http.createServer(gateway.app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  mcpUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`;
+  served = await serveGateway('pii-e2e');
+  ({ gateway, mcpUrl, dataDir } = served);
+  expect(gateway.config.piiTokenize).toBe(true);
+  expect(served.preflight.ok, served.preflight.detail).toBe(true);
 
   const db = gateway.store.db;
   const a = ensureUser(db, 'alice');
@@ -112,10 +94,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
-  server?.closeAllConnections();
-  await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
-  await gateway?.close({ stopAll: true, releaseVolumes: true });
-  if (dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
+  await served?.close();
 });
 
 describe('PII tokenization over MCP', () => {
