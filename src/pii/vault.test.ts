@@ -145,6 +145,17 @@ describe('PiiVault storage', () => {
     const restarted = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });
     expect(restarted.scope(bob).detokenize('[EMAIL_1] [EMAIL_2]').unknown).toEqual(['[EMAIL_1]', '[EMAIL_2]']);
     expect(restarted.scope(ana).detokenize('[EMAIL_1] [EMAIL_2]').text).toBe('a@x.io b@x.io');
+    // A damaged use list (it is not under the seal) costs that batch only, never the scope.
+    const uses = t.store.db.prepare('SELECT uses FROM pii_batches WHERE scope_id = ?').pluck().get(scopeOf(ana.userId));
+    t.store.db.prepare("INSERT INTO pii_batches (scope_id, sealed, uses, oldest_use) VALUES (?, x'00', 'not json', 0)").run(scopeOf(ana.userId));
+    expect(new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 }).scope(ana).detokenize('[EMAIL_1]').text).toBe('a@x.io');
+    t.store.db.prepare("UPDATE pii_batches SET uses = 'not json' WHERE scope_id = ? AND sealed != x'00'").run(scopeOf(ana.userId));
+    expect(new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 }).scope(ana).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
+    // ...and the purge still runs: it drops the record with no readable uses.
+    expect(() => new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 }).purgeExpired()).not.toThrow();
+    expect(t.store.db.prepare("SELECT COUNT(*) FROM pii_batches WHERE sealed = x'00'").pluck().get()).toBe(0);
+    t.store.db.prepare('UPDATE pii_batches SET uses = ? WHERE scope_id = ?').run(uses, scopeOf(ana.userId));
+    expect(new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 }).scope(ana).detokenize('[EMAIL_1]').text).toBe('a@x.io');
     // One flipped bit and the whole batch is refused, not misread.
     t.store.db.prepare('UPDATE pii_batches SET sealed = CAST(sealed AS BLOB) || x\'00\' WHERE scope_id = ?').run(scopeOf(ana.userId));
     const again = new PiiVault(t.store.db, t.key, { ttlMs: 3_600_000 });

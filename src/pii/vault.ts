@@ -103,6 +103,16 @@ interface BatchRow {
   uses: string;
 }
 
+/** A batch's use list, or undefined when it is not a list of times. */
+function parseUses(text: string): number[] | undefined {
+  try {
+    const uses = JSON.parse(text) as unknown;
+    return Array.isArray(uses) && uses.every((u) => typeof u === 'number') ? uses : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 function usesOf(items: readonly RememberedValue[]): [uses: string, oldest: number] {
   const uses = items.map((v) => v.lastUsedAt);
   return [JSON.stringify(uses), Math.min(...uses)];
@@ -183,8 +193,9 @@ export class PiiVault {
     const json = this.sealer.open(row.sealed, batchAad(userId, scopeId));
     if (json === undefined) return undefined;
     const items = JSON.parse(json) as BatchItem[];
-    const uses = JSON.parse(row.uses) as number[];
-    return Array.isArray(uses) && uses.length === items.length ? Object.assign(items, { uses }) : undefined;
+    // The use list is not under the seal: a damaged one costs this batch, not the scope.
+    const uses = parseUses(row.uses);
+    return uses?.length === items.length ? Object.assign(items, { uses }) : undefined;
   }
 
   /** Values sealed one by one (schema version 2) move into one batch of their scope. */
@@ -218,7 +229,11 @@ export class PiiVault {
       const remove = this.db.prepare('DELETE FROM pii_batches WHERE id = ?');
       let n = 0;
       for (const b of stale) {
-        const uses = JSON.parse(b.uses) as number[];
+        const uses = parseUses(b.uses);
+        if (!uses) {
+          remove.run(b.id); // unreadable without its use list (see openBatch)
+          continue;
+        }
         const keep = uses.map((u) => u >= cutoff);
         n += keep.filter((k) => !k).length;
         if (!keep.includes(true)) {
