@@ -15,7 +15,10 @@ export interface AppDeps {
   logger: Logger;
   /** Extra /readyz checks (Docker, runsc preflight, image); keyed by name. */
   readiness?: Record<string, ReadinessCheck>;
-  /** Mounts more routes (MCP endpoint, pages) onto the app before the error handler. */
+  /**
+   * Mounts more routes (MCP endpoint, pages) onto the app, ahead of the built-in ones:
+   * an MCP call then meets no other route first.
+   */
   mount?: (app: express.Express) => void;
 }
 
@@ -23,9 +26,9 @@ export function createApp(deps: AppDeps): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
+  deps.mount?.(app);
   app.use(healthRoutes(deps.store, deps.readiness ?? {}));
   app.use(homeRoutes(deps.config.publicUrl));
-  deps.mount?.(app);
   app.use((_req, res) => {
     res.status(404).json({ error: 'not found' });
   });

@@ -152,6 +152,34 @@ describe('protocol', () => {
     expect(r.status).toBe(400);
     expect(r.messages[0]).toMatchObject({ error: { code: -32700 } });
   });
+
+  it('answers a body over 4 MB with 413 and what to do instead', async () => {
+    const code = 'x'.repeat(4.5 * 1024 * 1024);
+    const r = await rawRequest(gw.mcpUrl, {
+      headers: { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION },
+      body: { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'write_file', arguments: { path: 'big.txt', content: code } } },
+    });
+    expect(r.status).toBe(413);
+    expect(r.messages[0]).toMatchObject({ error: { code: -32000, message: expect.stringContaining('send large files from code') } });
+  });
+
+  it('serves /mcp/ like /mcp, and keeps every other method and path under /mcp behind the same checks', async () => {
+    const auth = { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION };
+    const slash = await rawRequest(`${gw.mcpUrl}/`, { headers: auth, body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } });
+    expect(slash.status).toBe(200);
+    expect((slash.messages[0]!.result as { tools: unknown[] }).tools).toHaveLength(TOOL_NAMES.length);
+    for (const [method, path] of [
+      ['PUT', ''],
+      ['POST', '/other'],
+      ['GET', '/a/b'],
+    ] as const) {
+      expect((await rawRequest(`${gw.mcpUrl}${path}`, { method, body: {} })).status).toBe(401);
+      expect((await rawRequest(`${gw.mcpUrl}${path}`, { method, headers: { ...auth, host: 'evil.example' }, body: {} })).status).toBe(403);
+      expect((await rawRequest(`${gw.mcpUrl}${path}`, { method, headers: auth, body: {} })).status).toBe(404);
+    }
+    // A path that only starts like /mcp is not the endpoint.
+    expect((await rawRequest(`${gw.mcpUrl}x`, { body: {} })).status).toBe(404);
+  });
 });
 
 describe('rate limits', () => {

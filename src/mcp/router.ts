@@ -11,7 +11,7 @@
  * Order matters: Host/Origin before anything else (DNS rebinding), authentication before
  * the body is parsed, the rate limit before any work is done for the request.
  */
-import express, { Router, type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
+import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { recordAudit, type AuditEntry } from '../audit/audit.js';
@@ -78,7 +78,7 @@ function exchangeOf(authInfo: AuthInfo | undefined): Exchange {
   return x;
 }
 
-export function mcpRouter(input: McpRouterDeps): Router {
+export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const deps: McpDeps = { ...input, skills: input.skills ?? new SkillsDir(), boundary: input.boundary ?? IDENTITY_BOUNDARY };
   const limiter = input.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
   const log = deps.logger.child({ module: 'mcp' });
@@ -151,10 +151,46 @@ export function mcpRouter(input: McpRouterDeps): Router {
     next(err);
   };
 
-  const router = Router();
-  router.use('/mcp', markArrival, ...hostAndOriginValidation(deps.config), bearerAuth(deps));
-  router.post('/mcp', express.json({ limit: MAX_BODY }), badBody, rateLimit, serve);
-  router.get('/mcp', noStream);
-  router.delete('/mcp', noStream);
-  return router;
+  const checks = [markArrival, ...hostAndOriginValidation(deps.config), bearerAuth(deps)];
+  const post = inSequence([...checks, express.json({ limit: MAX_BODY }), rateLimit, serve], badBody);
+  const withoutStream = inSequence([...checks, noStream], badBody);
+  const checksOnly = inSequence(checks, badBody);
+  return function mcpEndpoint(req, res, next) {
+    const path = req.path;
+    if (path !== '/mcp' && path !== '/mcp/') return path.startsWith('/mcp/') ? checksOnly(req, res, next) : next();
+    if (req.method === 'POST') return post(req, res, next);
+    if (req.method === 'GET' || req.method === 'DELETE') return withoutStream(req, res, next);
+    checksOnly(req, res, next);
+  };
+}
+
+/**
+ * Runs `handlers` in order, as a Router would for one route, handing errors to `onError`;
+ * calls `next` when the last one passes the request on. /mcp is served this way, from one
+ * handler mounted first, because an Express Router walk per request (layers, path
+ * matching, a closure per step) cost about 0.1 ms and 20 KB of garbage per MCP call.
+ */
+function inSequence(handlers: RequestHandler[], onError: ErrorRequestHandler): RequestHandler {
+  return function sequence(req, res, next) {
+    let i = 0;
+    const step = (err?: unknown): void => {
+      if (err !== undefined && err !== null) {
+        try {
+          void onError(err, req, res, next);
+        } catch (e) {
+          next(e);
+        }
+        return;
+      }
+      const handler = handlers[i++];
+      if (!handler) return next();
+      try {
+        const r = handler(req, res, step) as unknown;
+        if (r instanceof Promise) r.catch(step);
+      } catch (e) {
+        step(e);
+      }
+    };
+    step();
+  };
 }
