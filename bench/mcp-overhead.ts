@@ -8,7 +8,13 @@
  * The MCP clients run in a child process, as real clients would: their own CPU does not
  * run on the gateway's event loop (on a 2-core host they still share the cores).
  *
- *   node --import tsx bench/mcp-overhead.ts   (BENCH_CLIENTS, BENCH_CALLS, BENCH_SEQUENTIAL_CALLS, BENCH_ROUNDS, BENCH_RATE)
+ *   node --import tsx bench/mcp-overhead.ts   (BENCH_CLIENTS, BENCH_CALLS, BENCH_SEQUENTIAL_CALLS, BENCH_ROUNDS, BENCH_RATE, BENCH_WARMUP)
+ *
+ * Every mode first makes BENCH_WARMUP calls (default 3000) that are not timed, so the
+ * figures are those of a gateway that has been serving for a while: V8 optimises the
+ * request path only after some thousands of requests (measured: gateway CPU per paced MCP
+ * call falls from ≈2.6 ms in the first 3000 calls to ≈1.5 ms after 15,000), and a
+ * gateway in use is long past that. BENCH_WARMUP=0 shows the cold figures.
  *
  * Prints requests/s, p50 and p95 per mode, and the p50 the MCP + auth layers add. The
  * "gateway time" rows are the gateway's own measure of the same calls (the audit log's
@@ -23,14 +29,19 @@
  *   client would not run on the gateway's host) raises it about tenfold. Its req/s is the
  *   capacity of each path.
  *   Part of what it measures is the bench's own arrangement: direct callers hand a
- *   sandbox its next run the moment the last one ends, while a call over MCP leaves the
- *   process first, and under gVisor a runner that waits between runs costs more CPU per
- *   run (measured ≈1.5 ms per run when fed back to back, ≈2.7 ms via MCP).
- * - paced: each client starts a call every 100 ms (or at once when its previous answer
- *   came later): the same offered load for every mode (BENCH_RATE sets it in calls/s
- *   for all clients together; default 10 per client), an agent calling a tool far more
- *   often than a model turns around. This is the latency a client sees at a load the
- *   host can carry, where an MCP call's own cost shows.
+ *   sandbox its next run the moment the last one ends, so a sandbox never waits. Over
+ *   MCP each sandbox waits between runs, and a waiting gVisor sandbox is not free: its
+ *   sentry's Go runtime wakes about 1,000 times a second (epoll with a 1 ms timeout,
+ *   futexes), which costs ≈26 ms of CPU per second per sandbox on these hosts (measured
+ *   on a bare `sleep` container: `runsc` 20240729 built with Go 1.22 and with Go 1.26
+ *   alike). Twenty waiting sandboxes take ≈0.5 of the 2 cores, ≈1.9 ms per call at
+ *   300 calls/s, which the direct callers never pay.
+ * - paced: each client starts a call at a fixed interval (or at once when its previous
+ *   answer came later): the same offered load for every mode. BENCH_RATE lists the loads
+ *   in calls/s for all clients together (default 100 and 200: 5 and 10 calls a second
+ *   per client, an agent calling a tool far more often than a model turns around). This
+ *   is the latency a client sees at a load the host can carry, where an MCP call's own
+ *   cost shows; the waiting sandboxes' cost is paid by both paths here.
  */
 import { fork } from 'node:child_process';
 import http from 'node:http';
@@ -47,10 +58,12 @@ const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
 /** Calls in the concurrent measurement (all clients together), and in the sequential one. */
 const CALLS = Number(process.env.BENCH_CALLS ?? 1000);
 const SEQUENTIAL_CALLS = Number(process.env.BENCH_SEQUENTIAL_CALLS ?? 300);
-/** Offered load of the paced measurement, calls/s for all clients together. */
-const RATE = Number(process.env.BENCH_RATE ?? CLIENTS * 10);
+/** Offered loads of the paced measurements, calls/s for all clients together. */
+const RATES = (process.env.BENCH_RATE ?? `${CLIENTS * 5},${CLIENTS * 10}`).split(',').map(Number);
 /** Modes alternate this many times. */
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+/** Untimed calls per mode before the timed rounds. */
+const WARMUP = Number(process.env.BENCH_WARMUP ?? 3000);
 const ARGS = { language: 'python', code: '1+1' } as const;
 
 interface Stats {
@@ -259,6 +272,15 @@ async function main(): Promise<void> {
     const inProcess = (c: number) => local[c]!();
     await timeCalls(Math.min(CLIENTS, 4), 10, inProcess); // warm-up
 
+    // Warm-up: the whole request path of every mode, back to back, untimed.
+    if (WARMUP > 0) {
+      process.stderr.write(`warming up: ${WARMUP} calls per mode…\n`);
+      const perClient = Math.ceil(WARMUP / CLIENTS);
+      await timeCalls(CLIENTS, perClient, direct);
+      for (const kind of ['raw', 'raw26', 'sdk'] as const) await load.run({ kind, clients: CLIENTS, calls: perClient });
+      await timeCalls(CLIENTS, perClient, inProcess);
+    }
+
     // The gateway's own view of each MCP call: the audit log's duration, from arrival
     // (before authentication) to the response being sent.
     const db = gw.harness.store.db;
@@ -269,13 +291,12 @@ async function main(): Promise<void> {
       return { times: rows.map((r) => r.duration_ms), wallMs: 0 };
     };
 
-    const intervalMs = (CLIENTS / RATE) * 1000;
 
     // Modes alternate in short rounds, so a noisy neighbour slows them all alike.
-    const loads = [
+    const loads: { label: string; clients: number; total: number; intervalMs?: number }[] = [
       { label: '1', clients: 1, total: SEQUENTIAL_CALLS },
       { label: String(CLIENTS), clients: CLIENTS, total: CALLS },
-      { label: `${CLIENTS} paced`, clients: CLIENTS, total: CALLS, intervalMs },
+      ...RATES.map((rate) => ({ label: `${CLIENTS} @${rate}/s`, clients: CLIENTS, total: CALLS, intervalMs: (CLIENTS / rate) * 1000 })),
     ];
     const totals = new Map<string, { times: number[]; wallMs: number }>();
     for (let round = 0; round < ROUNDS; round++) {
@@ -313,7 +334,7 @@ async function main(): Promise<void> {
 
     const f = (n: number) => n.toFixed(2).padStart(8);
     console.log(`\nexecute_code of 1+1 (python), one user and sandbox per client; times in ms`);
-    console.log(`PII boundary ${gw.pii ? 'on' : 'off'}; paced load: ${RATE} calls/s in all (${(1000 / intervalMs).toFixed(1)} per client)\n`);
+    console.log(`PII boundary ${gw.pii ? 'on' : 'off'}; ${CLIENTS} @N/s: ${CLIENTS} clients paced to N calls/s in all; gateway warmed with ${WARMUP} calls per mode\n`);
     console.log(`${'mode'.padEnd(24)} ${'clients'.padStart(9)} ${'calls'.padStart(6)} ${'req/s'.padStart(8)} ${'p50'.padStart(8)} ${'p95'.padStart(8)}  p50 over direct`);
     for (const r of results) {
       const base = results.find((b) => b.mode.startsWith('direct') && b.clients === r.clients)!;
