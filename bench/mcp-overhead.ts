@@ -29,13 +29,16 @@
  *   client would not run on the gateway's host) raises it about tenfold. Its req/s is the
  *   capacity of each path.
  *   Part of what it measures is the bench's own arrangement: direct callers hand a
- *   sandbox its next run the moment the last one ends, so a sandbox never waits. Over
- *   MCP each sandbox waits between runs, and a waiting gVisor sandbox is not free: its
- *   sentry's Go runtime wakes about 1,000 times a second (epoll with a 1 ms timeout,
- *   futexes), which costs ≈26 ms of CPU per second per sandbox on these hosts (measured
- *   on a bare `sleep` container: `runsc` 20240729 built with Go 1.22 and with Go 1.26
- *   alike). Twenty waiting sandboxes take ≈0.5 of the 2 cores, ≈1.9 ms per call at
- *   300 calls/s, which the direct callers never pay.
+ *   sandbox its next run the moment the last one ends, so a sandbox is always running or
+ *   queued for a core, never asleep. Over MCP each sandbox sleeps while its answer goes
+ *   to the client and the next call comes back, tens of ms once the cores are saturated,
+ *   and a sleeping gVisor sandbox is not free: its sentry's Go runtime wakes about 1,000
+ *   times a second (epoll with a 1 ms timeout, futexes), ≈26 ms of CPU per second per
+ *   sandbox on these hosts (measured on a bare `sleep` container; `runsc` 20240729 built
+ *   with Go 1.22 and with Go 1.26 alike; bench/sandbox.ts reports it). Twenty sleeping
+ *   sandboxes take ≈0.5 of the 2 cores: the sentries' CPU per call was measured at
+ *   ≈1.3 ms fed back to back and ≈3.3 ms over MCP. A direct caller that waits 1 ms before
+ *   each call (sandboxes still never sleep long) stays within ≈1 ms of back to back.
  * - paced: each client starts a call at a fixed interval (or at once when its previous
  *   answer came later): the same offered load for every mode. BENCH_RATE lists the loads
  *   in calls/s for all clients together (default 100 and 200: 5 and 10 calls a second

@@ -8,7 +8,9 @@
  * - TypeScript through Deno;
  * - host memory of an idle sandbox, bare and with numpy+pandas imported, and how many
  *   idle sandboxes fit in 24 GiB: the container's own cgroup figures, and what each
- *   added sandbox takes from the host as a whole.
+ *   added sandbox takes from the host as a whole;
+ * - host CPU an idle sandbox keeps using: a gVisor sentry's Go runtime wakes about a
+ *   thousand times a second even when nothing runs in it.
  */
 import { execFile } from 'node:child_process';
 import fs from 'node:fs';
@@ -108,6 +110,20 @@ function hostUsedMb(): number {
   return (m.MemTotal! - m.MemAvailable!) / 1024;
 }
 
+/** CPU the whole host is busy for, in ms per second, over `ms` (from /proc/stat, USER_HZ = 100). */
+async function hostBusyMsPerSec(ms: number): Promise<number> {
+  const read = () => {
+    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
+    const idle = f[3]! + f[4]!;
+    return { busy: f.reduce((a, b) => a + b, 0) - idle };
+  };
+  const a = read();
+  const t0 = performance.now();
+  await new Promise((r) => setTimeout(r, ms));
+  const b = read();
+  return ((b.busy - a.busy) * 10 * 1000) / (performance.now() - t0);
+}
+
 /**
  * What one more idle sandbox costs the host, everything included: the gVisor sentry and
  * gofer, containerd's shim, the runner and kernel, the gateway's own share, page cache
@@ -115,19 +131,21 @@ function hostUsedMb(): number {
  * used memory by `n`; one sandbox is started first so the image's shared files are
  * already cached.
  */
-async function marginalMemory(n: number): Promise<{ bare: number; stack: number }> {
+async function marginalMemory(n: number): Promise<{ bare: number; stack: number; idleCpu: number }> {
   const hm = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'silent' } });
   const settle = () => new Promise((r) => setTimeout(r, 3000));
   try {
     await hm.manager.execute(hm.user('mem-first'), { language: 'python', code: 'import numpy, pandas' });
     await settle();
     const before = hostUsedMb();
+    const busyBefore = await hostBusyMsPerSec(10_000);
     for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: '1' });
     await settle();
     const bare = (hostUsedMb() - before) / n;
+    const idleCpu = ((await hostBusyMsPerSec(10_000)) - busyBefore) / n;
     for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: 'import numpy, pandas' });
     await settle();
-    return { bare, stack: (hostUsedMb() - before) / n };
+    return { bare, stack: (hostUsedMb() - before) / n, idleCpu };
   } finally {
     await hm.close();
   }
@@ -157,6 +175,9 @@ await main().then(async () => {
   const m = await marginalMemory(n);
   console.log(
     `${`host memory per added idle sandbox (${n} started)`.padEnd(52)} bare ${m.bare.toFixed(1)} MB (${Math.floor((24 * 1024) / m.bare)} fit in 24 GiB)   numpy+pandas ${m.stack.toFixed(1)} MB (${Math.floor((24 * 1024) / m.stack)} fit)`,
+  );
+  console.log(
+    `${`host CPU per added idle sandbox (${n} started)`.padEnd(52)} ${m.idleCpu.toFixed(1)} ms/s (${((m.idleCpu / 1000) * 100).toFixed(1)}% of a core; ${Math.floor(2000 / m.idleCpu)} idle sandboxes would fill 2 cores)`,
   );
   report('first run of a new user, warm pool (numpy+pandas)', await firstRun(1));
   report('first run of a new user, no pool (cold start)', await firstRun(0));
