@@ -153,6 +153,23 @@ describe('protocol', () => {
     expect(r.messages[0]).toMatchObject({ error: { code: -32700 } });
   });
 
+  it('answers a 2025-03-26 batch that calls two tools, and names a tool it does not have', async () => {
+    const headers = { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': '2025-03-26' };
+    const batch = await rawRequest(gw.mcpUrl, {
+      headers,
+      body: [
+        { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'write_file', arguments: { path: 'batch.txt', content: 'hi' } } },
+        { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'search_tools', arguments: { query: '' } } },
+      ],
+    });
+    expect(batch.status).toBe(200);
+    const byId = new Map(batch.messages.map((m) => [m.id, m]));
+    expect(JSON.stringify(byId.get(1)!.result)).toContain('Wrote 2 bytes');
+    expect(JSON.stringify(byId.get(2)!.result)).toContain('upstream');
+    const unknown = await rawRequest(gw.mcpUrl, { headers, body: { jsonrpc: '2.0', id: 3, method: 'tools/call', params: { name: 'nope', arguments: {} } } });
+    expect(unknown.messages[0]).toMatchObject({ id: 3, error: { code: -32602, message: 'Tool nope not found' } });
+  });
+
   it('answers a body over 4 MB with 413 and what to do instead', async () => {
     const code = 'x'.repeat(4.5 * 1024 * 1024);
     const r = await rawRequest(gw.mcpUrl, {

@@ -22,7 +22,7 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
 import type { McpDeps } from './context.js';
 import { hostAndOriginValidation } from './host-origin.js';
 import { RateLimiter } from './rate-limit.js';
-import { createMcpServer, instructionsFor, toolContext } from './server.js';
+import { createMcpServer, instructionsFor, partsFor, toolContext, type ServerParts } from './server.js';
 import { SkillsDir } from './skills.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */
@@ -65,6 +65,7 @@ interface Exchange {
   principal: Principal;
   arrival: { at: number; t0: number };
   wantsInstructions: boolean;
+  parts: ServerParts;
 }
 const EXCHANGE = 'org.sandgate/exchange';
 
@@ -112,12 +113,13 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
 
   /** One McpServer per request, for either protocol era, bound to the caller. */
   const serverFor: McpServerFactory = async ({ authInfo, requestInfo }) => {
-    const { principal, arrival, wantsInstructions } = exchangeOf(authInfo);
+    const { principal, arrival, wantsInstructions, parts } = exchangeOf(authInfo);
     // Both eras send MCP-Protocol-Version after the handshake (2026-07-28 requires it on every request).
     const protocolVersion = requestInfo?.headers.get('mcp-protocol-version') ?? undefined;
     const ctx = toolContext(deps, { principal, protocolVersion });
     return createMcpServer(ctx, {
       instructions: wantsInstructions ? await instructionsFor(ctx) : undefined,
+      parts,
       beforeConnect: (transport) => auditTransport(transport, (o, sentAt) => audit(principal, { ...o, ts: arrival.at, durationMs: sentAt - arrival.t0 })),
     });
   };
@@ -129,11 +131,13 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   );
 
   const serve: RequestHandler = async function serveMcp(req, res) {
+    // Method checks, not the SDK's schema check: the SDK validates messages anyway.
+    const requests = requestsIn(req.body);
     const exchange: Exchange = {
       principal: principalOf(req),
       arrival: arrivalOf(res),
-      // A method check, not the SDK's schema check: the SDK validates messages anyway.
-      wantsInstructions: requestsIn(req.body).some((r) => ANSWERED_WITH_INSTRUCTIONS.has(r.method)),
+      wantsInstructions: requests.some((r) => ANSWERED_WITH_INSTRUCTIONS.has(r.method)),
+      parts: partsFor(requests),
     };
     await handler(Object.assign(req, { auth: authInfoFor(req, exchange) }), res, req.body);
   };

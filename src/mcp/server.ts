@@ -85,6 +85,43 @@ export interface CreateServerOptions {
   instructions?: string;
   /** Called with each transport the server is connected to, before it is started. */
   beforeConnect?: (transport: Transport) => void;
+  /**
+   * What the requests this server will answer can reach (see `partsFor`); everything
+   * when undefined. A server lives for one HTTP request, so it need not build the rest.
+   */
+  parts?: ServerParts;
+}
+
+/** The tools, and whether the workspace resources, one server registers. */
+export interface ServerParts {
+  tools: ReadonlySet<string>;
+  resources: boolean;
+}
+
+const EVERYTHING: ServerParts = { tools: new Set(TOOL_NAMES), resources: true };
+const NOTHING: ServerParts = { tools: new Set(), resources: false };
+
+/**
+ * What a set of JSON-RPC requests can reach: a tools/call needs its own tool only, and
+ * resources/* and completion/complete need the workspace resources. Anything else (lists,
+ * initialize, server/discover, ping) gets everything, so its answer is the full catalogue.
+ * Registering all five tools and the resource template for each request cost about a
+ * tenth of the gateway's CPU per MCP call.
+ */
+export function partsFor(requests: { method: string; params?: unknown }[]): ServerParts {
+  const tools = new Set<string>();
+  let resources = false;
+  for (const r of requests) {
+    if (r.method === 'tools/call') {
+      const name = (r.params as { name?: unknown } | undefined)?.name;
+      if (typeof name === 'string' && (TOOL_NAMES as readonly string[]).includes(name)) tools.add(name);
+    } else if (r.method.startsWith('resources/') || r.method === 'completion/complete') {
+      resources = true;
+    } else {
+      return EVERYTHING;
+    }
+  }
+  return tools.size || resources ? { tools, resources } : requests.length ? NOTHING : EVERYTHING;
 }
 
 /** Builds the server for one caller. */
@@ -97,9 +134,10 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
     },
     opts.beforeConnect,
   );
-  registerExecuteCode(server, ctx);
-  registerFileTools(server, ctx);
-  registerSearchTools(server, ctx);
-  registerWorkspaceResources(server, ctx);
+  const { tools, resources } = opts.parts ?? EVERYTHING;
+  if (tools.has('execute_code')) registerExecuteCode(server, ctx);
+  registerFileTools(server, ctx, (name) => tools.has(name));
+  if (tools.has('search_tools')) registerSearchTools(server, ctx);
+  if (resources) registerWorkspaceResources(server, ctx);
   return server;
 }
