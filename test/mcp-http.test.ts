@@ -180,11 +180,13 @@ describe('protocol', () => {
     expect(r.messages[0]).toMatchObject({ error: { code: -32000, message: expect.stringContaining('send large files from code') } });
   });
 
-  it('serves /mcp/ like /mcp, and keeps every other method and path under /mcp behind the same checks', async () => {
+  it('serves /mcp/ and /MCP like /mcp, and keeps every other method and path under /mcp behind the same checks', async () => {
     const auth = { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION };
-    const slash = await rawRequest(`${gw.mcpUrl}/`, { headers: auth, body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } });
-    expect(slash.status).toBe(200);
-    expect((slash.messages[0]!.result as { tools: unknown[] }).tools).toHaveLength(TOOL_NAMES.length);
+    for (const url of [`${gw.mcpUrl}/`, gw.mcpUrl.replace(/\/mcp$/, '/MCP')]) {
+      const r = await rawRequest(url, { headers: auth, body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } });
+      expect(r.status).toBe(200);
+      expect((r.messages[0]!.result as { tools: unknown[] }).tools).toHaveLength(TOOL_NAMES.length);
+    }
     for (const [method, path] of [
       ['PUT', ''],
       ['POST', '/other'],

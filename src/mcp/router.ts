@@ -160,7 +160,8 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const withoutStream = inSequence([...checks, noStream], badBody);
   const checksOnly = inSequence(checks, badBody);
   return function mcpEndpoint(req, res, next) {
-    const path = req.path;
+    // Case-insensitive, as Express routes are by default.
+    const path = req.path.toLowerCase();
     if (path !== '/mcp' && path !== '/mcp/') return path.startsWith('/mcp/') ? checksOnly(req, res, next) : next();
     if (req.method === 'POST') return post(req, res, next);
     if (req.method === 'GET' || req.method === 'DELETE') return withoutStream(req, res, next);
