@@ -12,7 +12,7 @@ import { buildInstructions } from './instructions.js';
 import { registerWorkspaceResources } from './resources.js';
 import { userSkills, type SkillInfo } from './skills.js';
 import { registerExecuteCode } from './tools/execute-code.js';
-import { registerFileTools } from './tools/files.js';
+import { registerListFiles, registerReadFile, registerWriteFile } from './tools/files.js';
 import { registerSearchTools } from './tools/search-tools.js';
 import type { Principal } from '../tokens/tokens.js';
 import { allows } from '../sandboxes/permissions.js';
@@ -23,6 +23,16 @@ export const SERVER_INFO = { name: 'sandgate', title: 'sandgate', version: '0.1.
 const SHARED_VALIDATOR = new AjvJsonSchemaValidator();
 
 export const TOOL_NAMES = ['execute_code', 'read_file', 'write_file', 'list_files', 'search_tools'] as const;
+export type ToolName = (typeof TOOL_NAMES)[number];
+
+/** How one server registers each tool. */
+const TOOLS: Record<ToolName, (server: McpServer, ctx: ToolContext) => void> = {
+  execute_code: registerExecuteCode,
+  read_file: registerReadFile,
+  write_file: registerWriteFile,
+  list_files: registerListFiles,
+  search_tools: registerSearchTools,
+};
 
 export interface CallerInfo {
   principal: Principal;
@@ -94,7 +104,7 @@ export interface CreateServerOptions {
 
 /** The tools, and whether the workspace resources, one server registers. */
 export interface ServerParts {
-  tools: ReadonlySet<string>;
+  tools: ReadonlySet<ToolName>;
   resources: boolean;
 }
 
@@ -109,12 +119,12 @@ const NOTHING: ServerParts = { tools: new Set(), resources: false };
  * tenth of the gateway's CPU per MCP call.
  */
 export function partsFor(requests: { method: string; params?: unknown }[]): ServerParts {
-  const tools = new Set<string>();
+  const tools = new Set<ToolName>();
   let resources = false;
   for (const r of requests) {
     if (r.method === 'tools/call') {
       const name = (r.params as { name?: unknown } | undefined)?.name;
-      if (typeof name === 'string' && (TOOL_NAMES as readonly string[]).includes(name)) tools.add(name);
+      if (typeof name === 'string' && Object.hasOwn(TOOLS, name)) tools.add(name as ToolName);
     } else if (r.method.startsWith('resources/') || r.method === 'completion/complete') {
       resources = true;
     } else {
@@ -135,9 +145,7 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
     opts.beforeConnect,
   );
   const { tools, resources } = opts.parts ?? EVERYTHING;
-  if (tools.has('execute_code')) registerExecuteCode(server, ctx);
-  registerFileTools(server, ctx, (name) => tools.has(name));
-  if (tools.has('search_tools')) registerSearchTools(server, ctx);
+  for (const name of tools) TOOLS[name](server, ctx);
   if (resources) registerWorkspaceResources(server, ctx);
   return server;
 }

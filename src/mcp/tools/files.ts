@@ -84,104 +84,102 @@ const LIST_FILES_INPUT = jsonSchemaOnce(
   }),
 );
 
-export function registerFileTools(server: McpServer, ctx: ToolContext, include: (tool: string) => boolean = () => true): void {
-  if (include('read_file')) {
-    server.registerTool(
-      'read_file',
-      {
-        title: 'Read a file',
-        description:
-          'Read a text file from /workspace (your files) or /skills (built-in skills, read-only). Relative paths start at /workspace. ' +
-          `Returns up to ${DEFAULT_READ_BYTES / 1024} KiB by default; for larger files pass offset and length (bytes) to read further pages. ` +
-          'Binary files are described, not shown.',
-        inputSchema: READ_FILE_INPUT,
-        annotations: { readOnlyHint: true, openWorldHint: false },
-      },
-      async ({ path, offset = 0, length = DEFAULT_READ_BYTES }) => {
-        const call = forCall(ctx);
-        try {
-          const area = await resolveArea(call, path, 'read');
-          const st = await area.files.stat(area.rel);
-          if (st.type === 'dir') throw new WorkspaceError('EISDIR', `${area.shown} is a directory; use list_files to see what is in it.`);
-          if (offset > 0 && offset >= st.size) return textResult(call, `${area.shown} has ${st.size} bytes; offset ${offset} is past its end.`);
-          const read = await area.files.read(area.rel, { offset, length });
-          const { size } = read;
-          const data = read.data.subarray(0, pageLength(read.data, offset, size));
-          const reachesEnd = offset + data.length >= size;
-          const decoded = decodeChunk(data, offset, reachesEnd);
-          if (!decoded) return textResult(call, describeBinary(area, size));
-          if (decoded.start === 0 && decoded.end >= size) return textResult(call, decoded.text);
-          const more = decoded.end < size ? ` Continue with offset=${decoded.end}.` : ' That is the end of the file.';
-          const note = `[${area.shown}: bytes ${decoded.start}-${decoded.end} of ${size}.${more}]`;
-          return textResult(call, `${decoded.text}\n\n${note}`);
-        } catch (e) {
-          return errorResult(call, 'read_file', e);
-        }
-      },
-    );
-  }
+export function registerReadFile(server: McpServer, ctx: ToolContext): void {
+  server.registerTool(
+    'read_file',
+    {
+      title: 'Read a file',
+      description:
+        'Read a text file from /workspace (your files) or /skills (built-in skills, read-only). Relative paths start at /workspace. ' +
+        `Returns up to ${DEFAULT_READ_BYTES / 1024} KiB by default; for larger files pass offset and length (bytes) to read further pages. ` +
+        'Binary files are described, not shown.',
+      inputSchema: READ_FILE_INPUT,
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    async ({ path, offset = 0, length = DEFAULT_READ_BYTES }) => {
+      const call = forCall(ctx);
+      try {
+        const area = await resolveArea(call, path, 'read');
+        const st = await area.files.stat(area.rel);
+        if (st.type === 'dir') throw new WorkspaceError('EISDIR', `${area.shown} is a directory; use list_files to see what is in it.`);
+        if (offset > 0 && offset >= st.size) return textResult(call, `${area.shown} has ${st.size} bytes; offset ${offset} is past its end.`);
+        const read = await area.files.read(area.rel, { offset, length });
+        const { size } = read;
+        const data = read.data.subarray(0, pageLength(read.data, offset, size));
+        const reachesEnd = offset + data.length >= size;
+        const decoded = decodeChunk(data, offset, reachesEnd);
+        if (!decoded) return textResult(call, describeBinary(area, size));
+        if (decoded.start === 0 && decoded.end >= size) return textResult(call, decoded.text);
+        const more = decoded.end < size ? ` Continue with offset=${decoded.end}.` : ' That is the end of the file.';
+        const note = `[${area.shown}: bytes ${decoded.start}-${decoded.end} of ${size}.${more}]`;
+        return textResult(call, `${decoded.text}\n\n${note}`);
+      } catch (e) {
+        return errorResult(call, 'read_file', e);
+      }
+    },
+  );
+}
 
-  if (include('write_file')) {
-    server.registerTool(
-      'write_file',
-      {
-        title: 'Write a file',
-        description:
-          'Write a text file in /workspace (relative paths start there), creating parent folders. Replaces the file unless append is true. ' +
-          'Files written here are visible to code run by execute_code. Save your own skills as /workspace/skills/<name>/SKILL.md.',
-        inputSchema: WRITE_FILE_INPUT,
-        annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
-      },
-      async ({ path, content, append }) => {
-        const call = forCall(ctx);
-        try {
-          const area = await resolveArea(call, path, 'write');
-          if (area.kind !== 'workspace') throw new WorkspaceError('EINVAL', `${area.shown} is read-only.`);
-          const text = await fromModel(call, content);
-          const bytes = Buffer.byteLength(text);
-          if (bytes > MAX_WRITE_BYTES) {
-            throw new WorkspaceError('ETOOBIG', `the content is ${formatBytes(bytes)}; write_file takes at most ${formatBytes(MAX_WRITE_BYTES)}. Generate large files with execute_code instead.`);
-          }
-          const { size } = await area.files.write(area.rel, text, { append: append === true });
-          const links = supportsResourceLinks(call) ? [await modelResourceLink(call, area.rel, size)] : [];
-          return textResult(call, `${append ? 'Appended' : 'Wrote'} ${bytes} bytes to ${area.shown} (now ${size} bytes).`, links);
-        } catch (e) {
-          return errorResult(call, 'write_file', e);
+export function registerWriteFile(server: McpServer, ctx: ToolContext): void {
+  server.registerTool(
+    'write_file',
+    {
+      title: 'Write a file',
+      description:
+        'Write a text file in /workspace (relative paths start there), creating parent folders. Replaces the file unless append is true. ' +
+        'Files written here are visible to code run by execute_code. Save your own skills as /workspace/skills/<name>/SKILL.md.',
+      inputSchema: WRITE_FILE_INPUT,
+      annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: true, openWorldHint: false },
+    },
+    async ({ path, content, append }) => {
+      const call = forCall(ctx);
+      try {
+        const area = await resolveArea(call, path, 'write');
+        if (area.kind !== 'workspace') throw new WorkspaceError('EINVAL', `${area.shown} is read-only.`);
+        const text = await fromModel(call, content);
+        const bytes = Buffer.byteLength(text);
+        if (bytes > MAX_WRITE_BYTES) {
+          throw new WorkspaceError('ETOOBIG', `the content is ${formatBytes(bytes)}; write_file takes at most ${formatBytes(MAX_WRITE_BYTES)}. Generate large files with execute_code instead.`);
         }
-      },
-    );
-  }
+        const { size } = await area.files.write(area.rel, text, { append: append === true });
+        const links = supportsResourceLinks(call) ? [await modelResourceLink(call, area.rel, size)] : [];
+        return textResult(call, `${append ? 'Appended' : 'Wrote'} ${bytes} bytes to ${area.shown} (now ${size} bytes).`, links);
+      } catch (e) {
+        return errorResult(call, 'write_file', e);
+      }
+    },
+  );
+}
 
-  if (include('list_files')) {
-    server.registerTool(
-      'list_files',
-      {
-        title: 'List files',
-        description:
-          'List a folder in /workspace (default) or /skills: one entry per line, folders end in "/", files show their size. ' +
-          'Set recursive to include subfolders.',
-        inputSchema: LIST_FILES_INPUT,
-        annotations: { readOnlyHint: true, openWorldHint: false },
-      },
-      async ({ path = '/workspace', recursive, limit = DEFAULT_LIST_LIMIT }) => {
-        const call = forCall(ctx);
-        try {
-          const area = await resolveArea(call, path, 'read');
-          const entries: WorkspaceEntry[] = await area.files.list(area.rel, { recursive: recursive === true, limit: limit + 1 });
-          const shown = entries.slice(0, limit);
-          const base = area.rel ? `${area.rel}/` : '';
-          const lines = shown.map((e) => {
-            const name = e.path.startsWith(base) ? e.path.slice(base.length) : e.path;
-            return e.type === 'dir' ? `${name}/` : `${name}  ${formatBytes(e.size)}`;
-          });
-          const head = `${area.shown}:`;
-          if (!lines.length) return textResult(call, `${head} (empty)`);
-          const more = entries.length > limit ? `\n[more entries not shown; raise limit (at most ${MAX_LIST_LIMIT}) or list a subfolder]` : '';
-          return textResult(call, `${head}\n${lines.join('\n')}${more}`);
-        } catch (e) {
-          return errorResult(call, 'list_files', e);
-        }
-      },
-    );
-  }
+export function registerListFiles(server: McpServer, ctx: ToolContext): void {
+  server.registerTool(
+    'list_files',
+    {
+      title: 'List files',
+      description:
+        'List a folder in /workspace (default) or /skills: one entry per line, folders end in "/", files show their size. ' +
+        'Set recursive to include subfolders.',
+      inputSchema: LIST_FILES_INPUT,
+      annotations: { readOnlyHint: true, openWorldHint: false },
+    },
+    async ({ path = '/workspace', recursive, limit = DEFAULT_LIST_LIMIT }) => {
+      const call = forCall(ctx);
+      try {
+        const area = await resolveArea(call, path, 'read');
+        const entries: WorkspaceEntry[] = await area.files.list(area.rel, { recursive: recursive === true, limit: limit + 1 });
+        const shown = entries.slice(0, limit);
+        const base = area.rel ? `${area.rel}/` : '';
+        const lines = shown.map((e) => {
+          const name = e.path.startsWith(base) ? e.path.slice(base.length) : e.path;
+          return e.type === 'dir' ? `${name}/` : `${name}  ${formatBytes(e.size)}`;
+        });
+        const head = `${area.shown}:`;
+        if (!lines.length) return textResult(call, `${head} (empty)`);
+        const more = entries.length > limit ? `\n[more entries not shown; raise limit (at most ${MAX_LIST_LIMIT}) or list a subfolder]` : '';
+        return textResult(call, `${head}\n${lines.join('\n')}${more}`);
+      } catch (e) {
+        return errorResult(call, 'list_files', e);
+      }
+    },
+  );
 }
