@@ -5,8 +5,7 @@
  */
 import { Command, CommanderError, Option } from 'commander';
 import { listAudit } from '../audit/audit.js';
-import { piiScopeRef } from '../mcp/pii-boundary.js';
-import { dropPiiScope } from '../pii/scopes.js';
+import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import type { SandboxDriver } from '../sandboxes/types.js';
 import type { Db, Store } from '../store/store.js';
 import { ensureUser, findUser, listUsers, type User } from '../store/users.js';
@@ -136,7 +135,7 @@ export function buildProgram(ctx: CliContext): Command {
         const u = requireUser(db(), o.user);
         const id = revokeTokenByName(db(), u.id, o.name, now());
         if (id === undefined) throw new CliError(`${o.user} has no active token named "${o.name}"`);
-        dropPiiScope(db(), piiScopeRef({ userId: u.id }, { tokenId: id }));
+        dropPiiScope(db(), tokenScopeRef(u.id, id));
         return ctx.out(`Revoked token "${o.name}" of ${o.user}.`);
       } else {
         throw new CliError('say which token: sandgate tokens revoke <id>, or --user <name> --name <token name>');
@@ -144,7 +143,7 @@ export function buildProgram(ctx: CliContext): Command {
       if (record.revokedAt !== null) return ctx.out(`Token ${record.id} ("${record.name}" of ${record.userName}) was already revoked at ${iso(record.revokedAt)}.`);
       revokeToken(db(), record.id, { now: now() });
       // What this token's client was shown is forgotten with it.
-      dropPiiScope(db(), piiScopeRef({ userId: record.userId }, { tokenId: record.id }));
+      dropPiiScope(db(), tokenScopeRef(record.userId, record.id));
       ctx.out(`Revoked token ${record.id} ("${record.name}" of ${record.userName}).`);
     });
 

@@ -14,14 +14,10 @@
  */
 import type Database from 'better-sqlite3';
 import type { PiiVault } from '../pii/index.js';
-import { dropPiiScope, type PiiScopeRef } from '../pii/scopes.js';
+import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import { inactiveTokens } from '../tokens/tokens.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { BoundaryPrincipal, ModelBoundary } from './boundary.js';
-
-export function piiScopeRef(owner: Pick<SandboxOwner, 'userId'>, principal: Pick<BoundaryPrincipal, 'tokenId'>): PiiScopeRef {
-  return { userId: owner.userId, kind: 'token', id: String(principal.tokenId) };
-}
 
 /**
  * Forgets what the clients of revoked and expired API tokens were shown. The command
@@ -31,14 +27,14 @@ export function piiScopeRef(owner: Pick<SandboxOwner, 'userId'>, principal: Pick
 export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault | undefined, now = Date.now()): number {
   let dropped = 0;
   for (const t of inactiveTokens(db, now)) {
-    const ref = piiScopeRef({ userId: t.userId }, { tokenId: t.id });
+    const ref = tokenScopeRef(t.userId, t.id);
     if (vault ? vault.dropScope(ref) : dropPiiScope(db, ref) !== undefined) dropped++;
   }
   return dropped;
 }
 
 export function createPiiBoundary(vault: PiiVault): ModelBoundary {
-  const scope = (owner: SandboxOwner, principal: BoundaryPrincipal) => vault.scope(piiScopeRef(owner, principal));
+  const scope = (owner: SandboxOwner, principal: BoundaryPrincipal) => vault.scope(tokenScopeRef(owner.userId, principal.tokenId));
   return {
     toModel: (owner, principal, text) => (text ? scope(owner, principal).tokenize(text).text : text),
     fromModel: (owner, principal, text) => (text ? scope(owner, principal).detokenize(text) : { text, unknown: [] }),

@@ -12,6 +12,11 @@ export interface PiiScopeRef {
   id: string;
 }
 
+/** The scope of what the client of one API token was shown. */
+export function tokenScopeRef(userId: number, tokenId: number): PiiScopeRef {
+  return { userId, kind: 'token', id: String(tokenId) };
+}
+
 /** Deletes a scope with everything in it. Returns the scope's id, if it existed. */
 export function dropPiiScope(db: Database.Database, ref: PiiScopeRef): number | undefined {
   const row = db.prepare('DELETE FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ? RETURNING id').get(ref.userId, ref.kind, ref.id) as
