@@ -65,7 +65,8 @@ async function main(): Promise<void> {
     process.stdout.write(
       `\n  sandgate is running at ${url}\n` +
         `  MCP endpoint:  ${url}/mcp\n` +
-        `  create a token: npx sandgate tokens create --user <your-name> --name laptop\n` +
+        `  create a token: npx sandgate users add <your-name>\n` +
+        `                  npx sandgate tokens create --user <your-name> --name laptop\n` +
         `  connect a client: docs/mcp-clients.md   health: ${url}/readyz\n\n`,
     );
   });

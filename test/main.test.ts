@@ -29,6 +29,8 @@ describe('gateway process', () => {
       await until(() => /sandgate is running at (http:\/\/\S+)/.test(g.output()), 60_000);
       const url = /sandgate is running at (http:\/\/\S+)/.exec(g.output())![1]!;
       expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+      // The banner's steps work as printed: a user first, then that user's token.
+      expect(g.output()).toMatch(/users add <your-name>\n\s+npx sandgate tokens create --user <your-name>/);
       const ready = await fetch(`${url}/readyz`);
       const body = (await ready.json()) as { status: string; checks: Record<string, { ok: boolean }> };
       expect(body.status, JSON.stringify(body)).toBe('ready');
