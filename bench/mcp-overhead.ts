@@ -16,9 +16,16 @@
  * call falls from ≈2.6 ms in the first 3000 calls to ≈1.5 ms after 15,000), and a
  * gateway in use is long past that. BENCH_WARMUP=0 shows the cold figures.
  *
- * Prints requests/s, p50 and p95 per mode, and the p50 the MCP + auth layers add. The
- * "gateway time" rows are the gateway's own measure of the same calls (the audit log's
- * duration, from arrival to response), free of the client's and the scheduler's share.
+ * Prints requests/s, p50 and p95 per mode, the host CPU spent per call (all processes,
+ * from /proc/stat), and the p50 the MCP + auth layers add. The "gateway time" rows are the
+ * gateway's own measure of the same calls (the audit log's duration, from arrival to
+ * response), free of the client's and the scheduler's share.
+ *
+ * The "HTTP only" rows time the same bare client against a server that only reads the
+ * POST and answers with the frame the gateway would send: the floor under any MCP server
+ * over HTTP on this host, with the same client and loopback. A summary then splits what
+ * MCP adds into that round trip and the rest, and, for the back-to-back load, sets the
+ * host CPU each path spends per call against what +3 ms would allow.
  * The gateway runs as main.ts composes it by default: with the PII boundary on
  * (SANDGATE_PII_TOKENIZE=true), so results headed to the client are tokenized.
  *
@@ -48,6 +55,7 @@
  */
 import { fork } from 'node:child_process';
 import http from 'node:http';
+import os from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -56,6 +64,7 @@ import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_ME
 import { RateLimiter } from '../src/mcp/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/mcp-helpers.js';
+import { hostBusyMs } from './host.js';
 
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
 /** Calls in the concurrent measurement (all clients together), and in the sequential one. */
@@ -76,6 +85,15 @@ interface Stats {
   rps: number;
   p50: number;
   p95: number;
+  /** Host CPU (all processes, all cores) per call, ms. */
+  cpu: number;
+}
+
+/** One mode's timings; `cpuMs` is what the whole host spent meanwhile. */
+interface Timed {
+  times: number[];
+  wallMs: number;
+  cpuMs: number;
 }
 
 function pct(sorted: number[], p: number): number {
@@ -89,8 +107,9 @@ const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve,
  * client c starts its i-th call at c·intervalMs/clients + i·intervalMs (or as soon as
  * its previous call returned, if that was later); without, at once.
  */
-async function timeCalls(clients: number, calls: number, once: (client: number) => Promise<void>, intervalMs?: number): Promise<{ times: number[]; wallMs: number }> {
+async function timeCalls(clients: number, calls: number, once: (client: number) => Promise<void>, intervalMs?: number): Promise<Timed> {
   const times: number[] = [];
+  const busy = hostBusyMs();
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: clients }, async (_, c) => {
@@ -105,12 +124,40 @@ async function timeCalls(clients: number, calls: number, once: (client: number) 
       }
     }),
   );
-  return { times, wallMs: performance.now() - t0 };
+  return { times, wallMs: performance.now() - t0, cpuMs: hostBusyMs() - busy };
 }
 
-function stats(mode: string, clients: string, r: { times: number[]; wallMs: number }): Stats {
+function stats(mode: string, clients: string, r: Timed): Stats {
   const times = [...r.times].sort((a, b) => a - b);
-  return { mode, clients, calls: times.length, rps: times.length / (r.wallMs / 1000), p50: pct(times, 50), p95: pct(times, 95) };
+  return { mode, clients, calls: times.length, rps: times.length / (r.wallMs / 1000), p50: pct(times, 50), p95: pct(times, 95), cpu: r.cpuMs / times.length };
+}
+
+/**
+ * The floor under any HTTP transport: a server that does nothing but read the POST and
+ * answer it as the gateway does (the same SSE frame of a `tools/call` result, the id
+ * echoed), with no MCP, no authentication and no sandbox. Timing it with the same client
+ * gives the round trip's own share of an MCP call on this host.
+ */
+async function startNoopServer(): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.setEncoding('utf8');
+    req.on('data', (c: string) => (body += c));
+    req.on('end', () => {
+      const { id } = JSON.parse(body) as { id: number };
+      const result = { result: { content: [{ type: 'text', text: '[result] 2\n[python · exit 0 · 1 ms]' }] }, jsonrpc: '2.0', id };
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache, no-transform' });
+      res.end(`event: message\ndata: ${JSON.stringify(result)}\n\n`);
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}/mcp`,
+    close: () => {
+      server.closeAllConnections();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
 }
 
 /** The revision a 2026 client speaks: each request carries it in its `_meta` envelope and headers. */
@@ -169,7 +216,7 @@ function rawCaller(url: string, token: string, era: 'legacy' | 'modern' = 'legac
   return once;
 }
 
-type ClientKind = 'sdk' | 'raw' | 'raw26';
+type ClientKind = 'sdk' | 'raw' | 'raw26' | 'noop';
 
 async function sdkCallers(url: string, tokens: string[]): Promise<{ call: (c: number) => Promise<void>; close: () => Promise<void> }> {
   const clients = await Promise.all(
@@ -202,12 +249,13 @@ interface LoadJob {
  * the parent sends and answers each with its timings.
  */
 async function loadGenerator(): Promise<void> {
-  const { url, tokens } = JSON.parse(process.env.BENCH_LOAD!) as { url: string; tokens: string[] };
+  const { url, noopUrl, tokens } = JSON.parse(process.env.BENCH_LOAD!) as { url: string; noopUrl: string; tokens: string[] };
   const sdk = await sdkCallers(url, tokens);
   const raws = tokens.map((t) => rawCaller(url, t));
   const raws26 = tokens.map((t) => rawCaller(url, t, 'modern'));
-  const callers: Record<ClientKind, (c: number) => Promise<void>> = { sdk: sdk.call, raw: (c) => raws[c]!(), raw26: (c) => raws26[c]!() };
-  for (const kind of ['sdk', 'raw', 'raw26'] as const) await timeCalls(Math.min(tokens.length, 4), 10, callers[kind]); // warm-up
+  const noops = tokens.map((t) => rawCaller(noopUrl, t));
+  const callers: Record<ClientKind, (c: number) => Promise<void>> = { sdk: sdk.call, raw: (c) => raws[c]!(), raw26: (c) => raws26[c]!(), noop: (c) => noops[c]!() };
+  for (const kind of ['sdk', 'raw', 'raw26', 'noop'] as const) await timeCalls(Math.min(tokens.length, 4), 10, callers[kind]); // warm-up
   process.on('message', (job: LoadJob | 'exit') => {
     if (job === 'exit') return void sdk.close().then(() => process.exit(0));
     timeCalls(job.clients, job.calls, callers[job.kind], job.intervalMs).then(
@@ -219,8 +267,8 @@ async function loadGenerator(): Promise<void> {
 }
 
 /** Starts the load generator; `run` hands it one job at a time. */
-async function startLoadGenerator(url: string, tokens: string[]) {
-  const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, BENCH_LOAD: JSON.stringify({ url, tokens }) }, execArgv: ['--import', 'tsx'] });
+async function startLoadGenerator(url: string, noopUrl: string, tokens: string[]) {
+  const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, BENCH_LOAD: JSON.stringify({ url, noopUrl, tokens }) }, execArgv: ['--import', 'tsx'] });
   let waiting: { resolve: (m: unknown) => void; reject: (e: Error) => void } | undefined;
   child.on('message', (m) => {
     const error = (m as { error?: string }).error;
@@ -234,17 +282,18 @@ async function startLoadGenerator(url: string, tokens: string[]) {
     run: async (job: LoadJob) => {
       const p = next();
       child.send(job);
-      return (await p) as { times: number[]; wallMs: number };
+      return (await p) as Timed;
     },
     stop: () => child.send('exit'),
   };
 }
 
 /** Adds one round's timings to a mode's total. */
-function add(into: Map<string, { times: number[]; wallMs: number }>, key: string, r: { times: number[]; wallMs: number }): void {
-  const acc = into.get(key) ?? { times: [], wallMs: 0 };
+function add(into: Map<string, Timed>, key: string, r: Timed): void {
+  const acc = into.get(key) ?? { times: [], wallMs: 0, cpuMs: 0 };
   acc.times.push(...r.times);
   acc.wallMs += r.wallMs;
+  acc.cpuMs += r.cpuMs;
   into.set(key, acc);
 }
 
@@ -269,7 +318,8 @@ async function main(): Promise<void> {
       if (r.result !== '2') throw new Error(`unexpected result ${r.result}`);
     };
     await timeCalls(Math.min(CLIENTS, 4), 10, direct); // warm-up
-    const load = await startLoadGenerator(gw.mcpUrl, tokens);
+    const noop = await startNoopServer();
+    const load = await startLoadGenerator(gw.mcpUrl, noop.url, tokens);
 
     const local = tokens.map((t) => rawCaller(gw.mcpUrl, t));
     const inProcess = (c: number) => local[c]!();
@@ -288,10 +338,10 @@ async function main(): Promise<void> {
     // (before authentication) to the response being sent.
     const db = gw.harness.store.db;
     let lastAuditId = (db.prepare('SELECT COALESCE(MAX(id), 0) AS id FROM audit_log').get() as { id: number }).id;
-    const gatewayTimes = (): { times: number[]; wallMs: number } => {
+    const gatewayTimes = (): Timed => {
       const rows = db.prepare("SELECT id, duration_ms FROM audit_log WHERE id > ? AND method = 'tools/call'").all(lastAuditId) as { id: number; duration_ms: number }[];
       if (rows.length) lastAuditId = rows[rows.length - 1]!.id;
-      return { times: rows.map((r) => r.duration_ms), wallMs: 0 };
+      return { times: rows.map((r) => r.duration_ms), wallMs: 0, cpuMs: NaN };
     };
 
 
@@ -301,7 +351,7 @@ async function main(): Promise<void> {
       { label: String(CLIENTS), clients: CLIENTS, total: CALLS },
       ...RATES.map((rate) => ({ label: `${CLIENTS} @${rate}/s`, clients: CLIENTS, total: CALLS, intervalMs: (CLIENTS / rate) * 1000 })),
     ];
-    const totals = new Map<string, { times: number[]; wallMs: number }>();
+    const totals = new Map<string, Timed>();
     for (let round = 0; round < ROUNDS; round++) {
       for (const { label, clients, total, intervalMs: every } of loads) {
         // Totals across clients and rounds: each client makes its share per round.
@@ -315,9 +365,11 @@ async function main(): Promise<void> {
         add(totals, `sdk|${label}`, await load.run({ kind: 'sdk', clients, calls, intervalMs: every }));
         add(totals, `gw-sdk|${label}`, gatewayTimes());
         add(totals, `local|${label}`, await timeCalls(clients, calls, inProcess, every));
+        add(totals, `noop|${label}`, await load.run({ kind: 'noop', clients, calls, intervalMs: every }));
       }
     }
     load.stop();
+    await noop.close();
     const names: Record<string, string> = {
       direct: 'direct manager.execute',
       raw: 'MCP 2025, bare HTTP',
@@ -327,24 +379,47 @@ async function main(): Promise<void> {
       sdk: 'MCP 2025, SDK client',
       'gw-sdk': '  gateway time (audit)',
       local: 'MCP, in-process client',
+      noop: 'HTTP only, no-op server',
     };
     const results: Stats[] = loads.flatMap(({ label }) =>
       Object.keys(names).map((k) => {
         const st = stats(names[k]!, label, totals.get(`${k}|${label}`)!);
-        return k.startsWith('gw-') ? { ...st, rps: NaN } : st;
+        return k.startsWith('gw-') ? { ...st, rps: NaN, cpu: NaN } : st;
       }),
     );
 
     const f = (n: number) => n.toFixed(2).padStart(8);
     console.log(`\nexecute_code of 1+1 (python), one user and sandbox per client; times in ms`);
     console.log(`PII boundary ${gw.pii ? 'on' : 'off'}; ${CLIENTS} @N/s: ${CLIENTS} clients paced to N calls/s in all; gateway warmed with ${WARMUP} calls per mode\n`);
-    console.log(`${'mode'.padEnd(24)} ${'clients'.padStart(9)} ${'calls'.padStart(6)} ${'req/s'.padStart(8)} ${'p50'.padStart(8)} ${'p95'.padStart(8)}  p50 over direct`);
+    console.log(`host CPU/call: what the whole host (gateway, clients, sandboxes idle or not) spent per call meanwhile\n`);
+    console.log(`${'mode'.padEnd(24)} ${'clients'.padStart(9)} ${'calls'.padStart(6)} ${'req/s'.padStart(8)} ${'p50'.padStart(8)} ${'p95'.padStart(8)} ${'CPU/call'.padStart(8)}  p50 over direct`);
+    const signed = (n: number) => `${n >= 0 ? '+' : ''}${n.toFixed(2)}`;
+    const dash = (n: number) => (Number.isNaN(n) ? '       -' : f(n));
     for (const r of results) {
       const base = results.find((b) => b.mode.startsWith('direct') && b.clients === r.clients)!;
-      const over = r === base ? '' : `${r.p50 - base.p50 >= 0 ? '+' : ''}${(r.p50 - base.p50).toFixed(2)}`;
-      const rps = Number.isNaN(r.rps) ? '       -' : f(r.rps);
-      console.log(`${r.mode.padEnd(24)} ${r.clients.padStart(9)} ${String(r.calls).padStart(6)} ${rps} ${f(r.p50)} ${f(r.p95)}  ${over}`);
+      const over = r === base || r.mode === names.noop ? '' : signed(r.p50 - base.p50);
+      console.log(`${r.mode.padEnd(24)} ${r.clients.padStart(9)} ${String(r.calls).padStart(6)} ${dash(r.rps)} ${f(r.p50)} ${f(r.p95)} ${dash(r.cpu)}  ${over}`);
     }
+
+    // What is left of the added p50 once the HTTP round trip itself is taken out.
+    const at = (k: string, label: string) => results.find((r) => r.mode === names[k] && r.clients === label)!;
+    console.log(`\nThe HTTP round trip's share of what MCP adds (bare 2025 client, p50s in ms):`);
+    console.log(`${'clients'.padStart(9)} ${'MCP over direct'.padStart(16)} ${'no-op HTTP'.padStart(11)} ${'the rest'.padStart(9)} ${'gateway, own measure'.padStart(21)}`);
+    for (const { label } of loads) {
+      const added = at('raw', label).p50 - at('direct', label).p50;
+      const http1 = at('noop', label).p50;
+      console.log(`${label.padStart(9)} ${signed(added).padStart(16)} ${http1.toFixed(2).padStart(11)} ${signed(added - http1).padStart(9)} ${signed(at('gw-raw', label).p50 - at('direct', label).p50).padStart(21)}`);
+    }
+    // Back to back, the cores are the bottleneck: p50 ≈ clients × host CPU per call ÷ cores.
+    const cores = os.availableParallelism();
+    const sat = String(CLIENTS);
+    const budget = (3 * cores) / CLIENTS;
+    const d = at('direct', sat).cpu;
+    console.log(
+      `\n${CLIENTS} clients back to back on ${cores} cores: p50 ≈ ${CLIENTS} × host CPU per call ÷ ${cores}, so +3 ms allows ${budget.toFixed(2)} ms more host CPU per call than a direct call.\n` +
+        `Measured per call: direct ${d.toFixed(2)} ms; MCP 2025 bare ${at('raw', sat).cpu.toFixed(2)} (${signed(at('raw', sat).cpu - d)}); ` +
+        `MCP 2026 bare ${at('raw26', sat).cpu.toFixed(2)} (${signed(at('raw26', sat).cpu - d)}); the no-op HTTP round trip alone ${at('noop', sat).cpu.toFixed(2)}.`,
+    );
   } finally {
     await gw.close();
   }

@@ -17,6 +17,7 @@ import fs from 'node:fs';
 import { promisify } from 'node:util';
 import { dockerClient } from '../src/sandboxes/index.js';
 import { createHarness, type Harness } from '../src/testing/harness.js';
+import { hostBusyMs } from './host.js';
 
 const run = promisify(execFile);
 const quick = process.argv.includes('--quick');
@@ -110,18 +111,12 @@ function hostUsedMb(): number {
   return (m.MemTotal! - m.MemAvailable!) / 1024;
 }
 
-/** CPU the whole host is busy for, in ms per second, over `ms` (from /proc/stat, USER_HZ = 100). */
+/** CPU the whole host is busy for, in ms per second, over `ms`. */
 async function hostBusyMsPerSec(ms: number): Promise<number> {
-  const read = () => {
-    const f = fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/).slice(1).map(Number);
-    const idle = f[3]! + f[4]!;
-    return { busy: f.reduce((a, b) => a + b, 0) - idle };
-  };
-  const a = read();
+  const busy = hostBusyMs();
   const t0 = performance.now();
   await new Promise((r) => setTimeout(r, ms));
-  const b = read();
-  return ((b.busy - a.busy) * 10 * 1000) / (performance.now() - t0);
+  return ((hostBusyMs() - busy) * 1000) / (performance.now() - t0);
 }
 
 /**
