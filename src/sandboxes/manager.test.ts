@@ -1,4 +1,7 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { getUser } from '../store/users.js';
 import { createHarness, type Harness } from '../testing/harness.js';
 import { PermissionError } from './permissions.js';
 import type { SandboxOwner } from './types.js';
@@ -253,6 +256,35 @@ describe('SandboxManager: gateway restart', () => {
       expect(left.length).toBe(1);
     } finally {
       await second.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('unmounts at shutdown every workspace but those of sandboxes left running', async () => {
+    const first = await createHarness();
+    const dataDir = first.dataDir;
+    const ann = first.user('ann');
+    const bob = first.user('bob');
+    await first.manager.execute(ann, { language: 'bash', code: 'echo kept > a.txt' });
+    await first.manager.execute(bob, { language: 'python', code: 'kept = 1' });
+    await first.manager.stopUser(ann.userId);
+    const mountOf = (name: string) => path.join(dataDir, 'workspaces', getUser(first.store.db, name === 'ann' ? ann.userId : bob.userId)!.workspaceId!);
+    const mounted = (p: string) => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === fs.realpathSync(p));
+    const [annWs, bobWs] = [mountOf('ann'), mountOf('bob')];
+    expect([mounted(annWs), mounted(bobWs)]).toEqual([true, true]);
+
+    await first.manager.shutdown();
+    first.store.close();
+    // Ann's sandbox had stopped: her workspace is unmounted, its files still in the image.
+    expect([mounted(annWs), mounted(bobWs)]).toEqual([false, true]);
+
+    const second = await createHarness({ dataDir });
+    try {
+      expect((await second.manager.execute(second.user('bob'), { language: 'python', code: 'kept' })).result).toBe('1');
+      expect((await second.manager.execute(second.user('ann'), { language: 'bash', code: 'cat a.txt' })).stdout).toBe('kept\n');
+    } finally {
+      await second.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
     }
   });
 });

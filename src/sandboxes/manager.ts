@@ -597,8 +597,10 @@ export class SandboxManager {
 
   /**
    * Stops the reaper and the pool. User sandboxes keep running for the next gateway to
-   * adopt, unless `stopAll` (tests, or an operator who wants a clean host).
-   * `detachOnly` leaves even the pool running, as a crash would (for tests of adoption).
+   * adopt, with their workspaces mounted, unless `stopAll` (tests, or an operator who
+   * wants a clean host); every other workspace is unmounted. `releaseVolumes` unmounts
+   * them all. `detachOnly` leaves even the pool running and every mount in place, as a
+   * crash would (for tests of adoption).
    */
   async shutdown(opts: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean } = {}): Promise<void> {
     this.closed = true;
@@ -613,16 +615,19 @@ export class SandboxManager {
       await this.deps.driver.stop(live.handle.id).catch(() => {});
       await this.deps.volumes.destroy(live.workspaceId).catch(() => {});
     }
+    const running = new Set<string>();
     for (const sb of [...this.users.values()]) {
       this.recordUse(sb, true);
       if (opts.stopAll && !opts.detachOnly) {
         await this.stopSandbox(sb.owner.userId, 'gateway shutdown');
       } else {
         (sb.handle as { detach?: () => void }).detach?.();
+        running.add(sb.workspaceId);
       }
     }
     this.users.clear();
     if (opts.releaseVolumes) await this.deps.volumes.releaseAll();
+    else if (!opts.detachOnly) await this.deps.volumes.releaseAll(running);
   }
 }
 

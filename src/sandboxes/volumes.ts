@@ -123,10 +123,21 @@ export class WorkspaceVolumes {
     }
   }
 
-  /** Unmounts every workspace this instance mounted (gateway shutdown, tests). */
-  async releaseAll(): Promise<void> {
+  /**
+   * Unmounts every workspace under the workspaces directory but those in `keep`, whoever
+   * mounted it: this gateway, or an earlier one whose sandboxes this one adopted. At
+   * shutdown, sandboxes left running keep theirs for the next gateway to adopt; nothing
+   * else needs to stay mounted, and a mount left behind keeps the data directory busy.
+   */
+  async releaseAll(keep: ReadonlySet<string> = new Set()): Promise<void> {
     await Promise.all([...this.pending.values()].map((p) => p.catch(() => {})));
-    for (const id of [...this.ready.keys()]) await this.release(id).catch(() => {});
+    for (const id of this.ready.keys()) if (!keep.has(id)) this.ready.delete(id);
+    if (this.opts.backend !== 'loop') return;
+    const dir = await fsp.realpath(this.opts.dir).catch(() => this.opts.dir);
+    for (const mnt of await mountPoints()) {
+      const id = path.basename(mnt);
+      if (path.dirname(mnt) === dir && !keep.has(id)) await this.release(id).catch(() => {});
+    }
   }
 
   /** Deletes a workspace and its data for good. */
@@ -138,10 +149,18 @@ export class WorkspaceVolumes {
   }
 }
 
+/** Where something is mounted, from /proc/self/mountinfo. */
+async function mountPoints(): Promise<string[]> {
+  const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
+  return info
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((p): p is string => !!p);
+}
+
 async function isMountPoint(p: string): Promise<boolean> {
   const real = await fsp.realpath(p).catch(() => p);
-  const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
-  return info.split('\n').some((line) => line.split(' ')[4] === real);
+  return (await mountPoints()).includes(real);
 }
 
 async function duBytes(dir: string): Promise<number> {
