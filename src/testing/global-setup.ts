@@ -1,0 +1,36 @@
+/**
+ * Gives a test run its own temporary directory and removes it when the run ends. Tests,
+ * and the gateway code they drive, make their files with os.tmpdir(); pointing TMPDIR here
+ * keeps a run from leaving data directories, workspace images and scratch files in /tmp
+ * (a failed test skips its own clean-up). The test processes are forked after this runs,
+ * so they inherit it.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+/** Mount points at or under `dir`, from /proc/self/mountinfo. */
+function mountsUnder(dir: string): string[] {
+  const info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
+  return info
+    .split('\n')
+    .map((line) => line.split(' ')[4])
+    .filter((p): p is string => !!p && (p === dir || p.startsWith(`${dir}/`)));
+}
+
+export default function setup(): () => void {
+  const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-run-')));
+  const previous = process.env.TMPDIR;
+  process.env.TMPDIR = dir;
+  return () => {
+    if (previous === undefined) delete process.env.TMPDIR;
+    else process.env.TMPDIR = previous;
+    const mounts = mountsUnder(dir);
+    if (mounts.length) {
+      // rm would go into the mounts and delete what is inside: leave it all for a person to look at.
+      console.warn(`test run: kept ${dir}, still mounted: ${mounts.join(', ')}`);
+      return;
+    }
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+}
