@@ -61,6 +61,8 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/client';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+import { z } from 'zod';
 import { RateLimiter } from '../src/mcp/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/mcp-helpers.js';
@@ -214,6 +216,34 @@ function rawCaller(url: string, token: string, era: 'legacy' | 'modern' = 'legac
       req.end(body);
     });
   return once;
+}
+
+/**
+ * CPU the SDK's own handler takes per call: `createMcpHandler` serving a 2025 stateless
+ * `tools/call` of a tool that does nothing, from a web Request, with no HTTP,
+ * authentication, audit or sandbox. Part of the floor under any server built on it; run
+ * in a fresh process (`sdkFloor`), its best case.
+ */
+async function sdkHandlerCpuMs(calls = 20_000): Promise<number> {
+  const handler = createMcpHandler(() => {
+    const server = new McpServer({ name: 'floor', version: '1' });
+    server.registerTool('execute_code', { description: 'Run code', inputSchema: z.object({ language: z.string(), code: z.string() }) }, () => ({
+      content: [{ type: 'text', text: '[result] 2' }],
+    }));
+    return server;
+  });
+  const body = { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'execute_code', arguments: ARGS } };
+  const headers = { host: '127.0.0.1', 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': LATEST_PROTOCOL_VERSION };
+  const once = async () => {
+    const response = await handler.fetch(new Request('http://127.0.0.1/mcp', { method: 'POST', headers, body: JSON.stringify(body) }), { parsedBody: body });
+    if (!(await response.text()).includes('[result] 2')) throw new Error('the SDK handler did not answer the call');
+  };
+  for (let i = 0; i < calls; i++) await once(); // warm-up
+  const before = process.cpuUsage();
+  for (let i = 0; i < calls; i++) await once();
+  const used = process.cpuUsage(before);
+  await handler.close();
+  return (used.user + used.system) / 1000 / calls;
 }
 
 type ClientKind = 'sdk' | 'raw' | 'raw26' | 'noop';
@@ -370,6 +400,7 @@ async function main(): Promise<void> {
     }
     load.stop();
     await noop.close();
+    const sdkCpu = await sdkFloor();
     const names: Record<string, string> = {
       direct: 'direct manager.execute',
       raw: 'MCP 2025, bare HTTP',
@@ -418,12 +449,24 @@ async function main(): Promise<void> {
     console.log(
       `\n${CLIENTS} clients back to back on ${cores} cores: p50 ≈ ${CLIENTS} × host CPU per call ÷ ${cores}, so +3 ms allows ${budget.toFixed(2)} ms more host CPU per call than a direct call.\n` +
         `Measured per call: direct ${d.toFixed(2)} ms; MCP 2025 bare ${at('raw', sat).cpu.toFixed(2)} (${signed(at('raw', sat).cpu - d)}); ` +
-        `MCP 2026 bare ${at('raw26', sat).cpu.toFixed(2)} (${signed(at('raw26', sat).cpu - d)}); the no-op HTTP round trip alone ${at('noop', sat).cpu.toFixed(2)}.`,
+        `MCP 2026 bare ${at('raw26', sat).cpu.toFixed(2)} (${signed(at('raw26', sat).cpu - d)}).\n` +
+        `Floors: the no-op HTTP round trip ${at('noop', sat).cpu.toFixed(2)} ms of host CPU per call (both ends, and the idle sandboxes' share), ` +
+        `the SDK's handler alone ${sdkCpu.toFixed(2)} ms: ${(at('noop', sat).cpu + sdkCpu).toFixed(2)} before authentication, the audit log, the tool or the sandbox.`,
     );
   } finally {
     await gw.close();
   }
 }
 
+/** `sdkHandlerCpuMs` in a child process of its own. */
+function sdkFloor(): Promise<number> {
+  const child = fork(fileURLToPath(import.meta.url), [], { env: { ...process.env, BENCH_SDK_FLOOR: '1' }, execArgv: ['--import', 'tsx'] });
+  return new Promise((resolve, reject) => {
+    child.once('message', (ms) => resolve(ms as number));
+    child.once('exit', (code) => reject(new Error(`the SDK floor process exited with ${code}`)));
+  });
+}
+
 if (process.env.BENCH_LOAD) await loadGenerator();
+else if (process.env.BENCH_SDK_FLOOR) process.send!(await sdkHandlerCpuMs(), () => process.exit(0));
 else await main();
