@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getUser } from '../store/users.js';
@@ -261,29 +262,35 @@ describe('SandboxManager: gateway restart', () => {
   });
 
   it('unmounts at shutdown every workspace but those of sandboxes left running', async () => {
-    const first = await createHarness();
-    const dataDir = first.dataDir;
-    const ann = first.user('ann');
-    const bob = first.user('bob');
-    await first.manager.execute(ann, { language: 'bash', code: 'echo kept > a.txt' });
-    await first.manager.execute(bob, { language: 'python', code: 'kept = 1' });
-    await first.manager.stopUser(ann.userId);
-    const mountOf = (name: string) => path.join(dataDir, 'workspaces', getUser(first.store.db, name === 'ann' ? ann.userId : bob.userId)!.workspaceId!);
-    const mounted = (p: string) => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === fs.realpathSync(p));
-    const [annWs, bobWs] = [mountOf('ann'), mountOf('bob')];
-    expect([mounted(annWs), mounted(bobWs)]).toEqual([true, true]);
-
-    await first.manager.shutdown();
-    first.store.close();
-    // Ann's sandbox had stopped: her workspace is unmounted, its files still in the image.
-    expect([mounted(annWs), mounted(bobWs)]).toEqual([false, true]);
-
-    const second = await createHarness({ dataDir });
+    // A space in the path: /proc/self/mountinfo writes it as \040.
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate shutdown-'));
+    const first = await createHarness({ dataDir });
+    let firstOpen = true;
+    let second: Harness | undefined;
     try {
+      const ann = first.user('ann');
+      const bob = first.user('bob');
+      await first.manager.execute(ann, { language: 'bash', code: 'echo kept > a.txt' });
+      await first.manager.execute(bob, { language: 'python', code: 'kept = 1' });
+      await first.manager.stopUser(ann.userId);
+      const workspaceOf = (userId: number) => path.join(dataDir, 'workspaces', getUser(first.store.db, userId)!.workspaceId!);
+      const mounted = (p: string) => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === fs.realpathSync(p).replaceAll(' ', '\\040'));
+      const [annWs, bobWs] = [workspaceOf(ann.userId), workspaceOf(bob.userId)];
+      expect([mounted(annWs), mounted(bobWs)]).toEqual([true, true]);
+
+      await first.manager.shutdown();
+      first.store.close();
+      firstOpen = false;
+      // Ann's sandbox had stopped: her workspace is unmounted, its files still in the image.
+      expect([mounted(annWs), mounted(bobWs)]).toEqual([false, true]);
+
+      second = await createHarness({ dataDir });
       expect((await second.manager.execute(second.user('bob'), { language: 'python', code: 'kept' })).result).toBe('1');
       expect((await second.manager.execute(second.user('ann'), { language: 'bash', code: 'cat a.txt' })).stdout).toBe('kept\n');
     } finally {
-      await second.close();
+      // Whatever failed: stop every sandbox the test started and unmount its workspaces.
+      if (firstOpen) await first.close();
+      await (second ?? (await createHarness({ dataDir }))).close();
       fs.rmSync(dataDir, { recursive: true, force: true });
     }
   });

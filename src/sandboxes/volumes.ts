@@ -149,13 +149,14 @@ export class WorkspaceVolumes {
   }
 }
 
-/** Where something is mounted, from /proc/self/mountinfo. */
+/** Where something is mounted, from /proc/self/mountinfo (which writes a space in a path as \040). */
 async function mountPoints(): Promise<string[]> {
   const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
   return info
     .split('\n')
     .map((line) => line.split(' ')[4])
-    .filter((p): p is string => !!p);
+    .filter((p): p is string => !!p)
+    .map((p) => p.replace(/\\([0-7]{3})/g, (_, octal: string) => String.fromCharCode(parseInt(octal, 8))));
 }
 
 async function isMountPoint(p: string): Promise<boolean> {
