@@ -150,7 +150,7 @@ export class WorkspaceVolumes {
 }
 
 /** Where something is mounted, from /proc/self/mountinfo (which writes a space in a path as \040). */
-async function mountPoints(): Promise<string[]> {
+export async function mountPoints(): Promise<string[]> {
   const info = await fsp.readFile('/proc/self/mountinfo', 'utf8');
   return info
     .split('\n')

@@ -8,24 +8,16 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { mountPoints } from '../sandboxes/volumes.js';
 
-/** Mount points at or under `dir`, from /proc/self/mountinfo. */
-function mountsUnder(dir: string): string[] {
-  const info = fs.readFileSync('/proc/self/mountinfo', 'utf8');
-  return info
-    .split('\n')
-    .map((line) => line.split(' ')[4])
-    .filter((p): p is string => !!p && (p === dir || p.startsWith(`${dir}/`)));
-}
-
-export default function setup(): () => void {
+export default function setup(): () => Promise<void> {
   const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-run-')));
   const previous = process.env.TMPDIR;
   process.env.TMPDIR = dir;
-  return () => {
+  return async () => {
     if (previous === undefined) delete process.env.TMPDIR;
     else process.env.TMPDIR = previous;
-    const mounts = mountsUnder(dir);
+    const mounts = (await mountPoints()).filter((p) => p === dir || p.startsWith(`${dir}/`));
     if (mounts.length) {
       // rm would go into the mounts and delete what is inside: leave it all for a person to look at.
       console.warn(`test run: kept ${dir}, still mounted: ${mounts.join(', ')}`);
