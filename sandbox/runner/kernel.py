@@ -7,13 +7,18 @@ user. Requests and replies travel on two extra pipes (argv[1]: requests in, argv
 replies out), one JSON object per line:
 
   -> {"op": "exec", "id", "code", "env", "cwd", "figdir"}
-  <- {"exitCode", "result", "error"}
+  <- {"id", "exitCode", "result", "error"}
   -> {"op": "preload", "modules": [...]}
   <- {"loaded": [...], "error", "ms"}
 
-At start it limits its address space to argv[4] bytes (0: no limit), imports the modules
-named by the JSON list in argv[3] (the runner re-preloads after a restart) and writes
-{"ready": true}.
+At start it limits its address space to argv[4] bytes (0: no limit), copies matplotlib's
+prebuilt font cache into MPLCONFIGDIR (it runs as the sandbox user, who must own that
+folder), imports the modules named by the JSON list in argv[3] (the runner re-preloads
+after a restart) and writes {"ready": true}.
+
+The kernel runs user code in its own process, so the runner trusts nothing it reads
+from the reply pipe: it takes a reply only for the execution it sent, and only the
+fields and sizes above.
 
 Standard library only. Imports are kept lazy so that the kernel is ready quickly and
 an idle one stays small: _ast instead of ast, the runner's JSON (sandgate_wire) instead of
@@ -251,7 +256,7 @@ def handle_exec(req):
     finally:
         flush_std()
         set_environment(BASE_ENV)
-    reply = {'exitCode': exit_code, 'result': result, 'error': error}
+    reply = {'id': req.get('id'), 'exitCode': exit_code, 'result': result, 'error': error}
     if figure_error:
         reply['figureError'] = figure_error
     return reply
@@ -269,6 +274,25 @@ def preload(modules):
             errors.append('%s: %s: %s' % (name, type(exc).__name__, exc))
     flush_std()
     return loaded, '; '.join(errors) or None
+
+
+MPL_CACHE_SOURCE = '/opt/sandgate/mplconfig'
+
+
+def copy_missing(src, dst):
+    """Copies src's tree into dst, keeping files dst already has."""
+    try:
+        names = os.listdir(src)
+    except OSError:
+        return
+    os.makedirs(dst, exist_ok=True)
+    for name in names:
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if os.path.isdir(s):
+            copy_missing(s, d)
+        elif not os.path.exists(d):
+            with open(s, 'rb') as fin, open(d, 'wb') as fout:
+                fout.write(fin.read())
 
 
 def limit_memory(limit):
@@ -305,6 +329,12 @@ def main():
     sys.argv = ['']
     if 'linecache' not in sys.modules:
         sys.meta_path.insert(0, LinecacheHook)
+    try:
+        # Matplotlib's prebuilt font cache, so the first plot does not rebuild it.
+        tmp = os.environ.get('SANDGATE_TMP') or '/tmp'
+        copy_missing(MPL_CACHE_SOURCE, os.environ.get('MPLCONFIGDIR') or os.path.join(tmp, '.matplotlib'))
+    except OSError as exc:
+        sys.stderr.write('[kernel] could not copy the matplotlib cache: %s\n' % exc)
     if initial:
         preload(initial)
     write_reply(reply_fd, {'ready': True})

@@ -47,7 +47,8 @@ if __name__ == '__main__':
     sys.path.insert(0, RUNNER_DIR)
     import sandgate_boot
     try:
-        os.makedirs(PYCACHE, mode=0o700, exist_ok=True)
+        # Readable by the uid user code runs as (kernels load from it), writable by us only.
+        os.makedirs(PYCACHE, mode=0o755, exist_ok=True)
         problems = sandgate_boot.write_cache(PYCACHE, OWN_MODULES)
     except OSError as exc:
         problems = [str(exc)]
@@ -74,19 +75,36 @@ WORKSPACE = os.path.abspath(os.environ.get('SANDGATE_WORKSPACE') or '/workspace'
 BRIDGE_PATH = os.environ.get('SANDGATE_BRIDGE') or os.path.join(STATE_DIR, 'bridge.sock')
 DENO = os.environ.get('SANDGATE_DENO') or '/usr/local/bin/deno'
 BASH = '/bin/bash'
-MPL_CACHE_SOURCE = '/opt/sandgate/mplconfig'
 # The kernel's address-space limit (RLIMIT_AS), so that a huge allocation raises
 # MemoryError instead of exhausting the container: under gVisor the container is
 # killed as a whole when it runs out of memory, taking the runner with it.
 # Default: 75% of MemTotal (gVisor shows the container's --memory there); 0: no limit.
 KERNEL_MEMORY = os.environ.get('SANDGATE_KERNEL_MEMORY')
 UNSHARE = os.environ.get('SANDGATE_UNSHARE') or '/usr/bin/unshare'
+SETPRIV = os.environ.get('SANDGATE_SETPRIV') or '/usr/bin/setpriv'
+# Every process the runner starts for user code (kernels, executions, lockdown helpers)
+# runs as this uid:gid with no capability. The runner itself runs as root inside gVisor
+# with only SETUID, SETGID and KILL (the container grants no more), so code cannot open
+# its descriptors through /proc (the protocol stream), trace it or signal it: being the
+# same uid would be enough for all three, and gVisor does not protect /proc/<pid>/fd of a
+# non-dumpable process. Both this and the sweep of stray processes (Sweeper) act only in
+# a sandbox: the image starts the runner with --in-sandbox. Elsewhere (the unit tests, on
+# a host) the runner runs code as itself and never looks at other processes.
+IN_SANDBOX = '--in-sandbox' in sys.argv[1:]
+RUN_AS = os.environ.get('SANDGATE_RUN_AS') or '1000:1000'
+SANDBOX_UID, SANDBOX_GID = (int(part) for part in RUN_AS.split(':'))
+SEPARATED = IN_SANDBOX and os.getuid() == 0 and SANDBOX_UID != 0
+DROP_ARGV = ([SETPRIV, '--reuid=%d' % SANDBOX_UID, '--regid=%d' % SANDBOX_GID, '--clear-groups',
+              '--inh-caps=-all', '--'] if SEPARATED else [])
 # As lockdown.UNSHARE_ARGS (not imported here: lockdown.py loads ctypes).
 UNSHARE_ARGS = ['--user', '--map-root-user', '--mount', '--pid', '--fork', '--mount-proc', '--kill-child']
 HELPER_ENV = {'PATH': '/usr/local/bin:/usr/bin:/bin', 'LANG': 'C.UTF-8'}
 # kernel.py runs as __main__, as if started as a script, but from the bytecode cache.
 KERNEL_BOOT = sandgate_boot.command(PYCACHE, 'kernel', as_main=True)
 LOCKDOWN_SCRIPT = os.path.join(RUNNER_DIR, 'lockdown.py')
+# The runner's state folder (scripts, the bridge socket, the bytecode cache): user code
+# may read it (scripts, kernel code) but never write it when it runs as another uid.
+STATE_DIR_MODE = 0o755 if SEPARATED else 0o700
 FIGURE_DIR = os.path.join(WORKSPACE, 'figures')
 
 LANGUAGES = ('python', 'typescript', 'javascript', 'bash')
@@ -95,7 +113,11 @@ DEFAULT_OUTPUT_LIMIT = 1 << 20
 FLUSH_SECONDS = 0.02      # output is batched: sent after 20 ms ...
 FLUSH_BYTES = 4096        # ... or once 4 KB are pending
 READ_CHUNK = 65536
+MAX_KERNEL_REPLY = 1 << 20  # longest reply line taken from a kernel
+MAX_RESULT_CHARS = 4200     # a result repr: kernel.py cuts at 4096 and says how much more
 SCAN_LIMIT = 20_000       # workspace entries looked at per snapshot
+SCAN_MAX_DEPTH = 64       # folders nested deeper are not looked into
+SCAN_MAX_SECONDS = 0.5    # a snapshot stops after this long
 MAX_FILE_CHANGES = 1000   # file changes listed in one `done`
 KERNEL_BOOT_SECONDS = 120
 PRELOAD_SECONDS = 300
@@ -271,34 +293,96 @@ class Discard(DiagSink):
 # ---------------------------------------------------------------------------- files
 
 
-def snapshot(root, limit=SCAN_LIMIT):
-    """Regular files under root as {relative path: (size, mtime_ns)}, and whether the scan
-    stopped at `limit` entries. Symlinks are skipped, never followed. Directories are
-    read in name order so that a capped scan always covers the same prefix."""
-    files = {}
-    seen = 0
-    stack = ['']
-    while stack:
-        rel = stack.pop()
+class Scan:
+    """A workspace snapshot: regular files as {relative path: (size, mtime_ns)}, and why
+    the scan stopped early, if it did ('entries', 'time'; 'depth' when it skipped folders
+    nested too deep, which it does the same way every time)."""
+    __slots__ = ('files', 'stopped', 'depth_cut')
+
+    def __init__(self):
+        self.files = {}
+        self.stopped = None
+        self.depth_cut = False
+
+    @property
+    def partial(self):
+        """Whether files may be missing that a full scan would have found at random, so
+        that deletions cannot be told apart (a depth cut always skips the same folders)."""
+        return self.stopped is not None
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def snapshot(root, limit=SCAN_LIMIT, max_depth=SCAN_MAX_DEPTH, max_seconds=SCAN_MAX_SECONDS):
+    """Scans the regular files under root, bounded by entries, folder depth and time.
+
+    Folders are opened relative to their parent's descriptor (never by path, never
+    through a symlink), so a deep tree costs one open per folder instead of a path walk
+    per entry, and a folder swapped for a symlink is skipped. Directories are read in
+    name order, so a scan capped by entries always covers the same prefix."""
+    scan = Scan()
+    deadline = time.monotonic() + max_seconds
+    seen = [0]
+
+    def walk(dir_fd, rel, depth):
         try:
-            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+            with os.scandir(dir_fd) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            continue
-        for entry in reversed(entries):
-            seen += 1
-            if seen > limit:
-                return files, True
+            return
+        for entry in entries:
+            seen[0] += 1
+            if seen[0] > limit:
+                scan.stopped = 'entries'
+                return
+            if not seen[0] & 255 and time.monotonic() > deadline:
+                scan.stopped = 'time'
+                return
             path = rel + '/' + entry.name if rel else entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(path)
+                    if depth >= max_depth:
+                        scan.depth_cut = True
+                        continue
+                    fd = os.open(entry.name, _DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        walk(fd, path, depth + 1)
+                    finally:
+                        os.close(fd)
+                    if scan.stopped:
+                        return
                 elif entry.is_file(follow_symlinks=False):
                     st = entry.stat(follow_symlinks=False)
-                    files[path] = (st.st_size, st.st_mtime_ns)
+                    scan.files[path] = (st.st_size, st.st_mtime_ns)
             except OSError:
                 continue
-    return files, False
+
+    try:
+        top = os.open(root, _DIR_FLAGS)
+    except OSError:
+        return scan
+    try:
+        walk(top, '', 0)
+    finally:
+        os.close(top)
+    return scan
+
+
+def scan_notice(before, after):
+    """What the result says about scans that stopped early, or None."""
+    reasons = []
+    for stopped in ('entries', 'time'):
+        if stopped in (before.stopped, after.stopped):
+            reasons.append({'entries': 'it holds more than %d entries' % SCAN_LIMIT,
+                            'time': 'scanning it took more than %g s' % SCAN_MAX_SECONDS}[stopped])
+    if reasons:
+        return ('The workspace scan stopped early (%s): file changes are listed for the part it covered, '
+                'and deletions are not listed.' % ' and '.join(reasons))
+    if before.depth_cut or after.depth_cut:
+        return ('Folders nested more than %d levels deep in /workspace were not scanned: changes inside them '
+                'are not listed.' % SCAN_MAX_DEPTH)
+    return None
 
 
 def file_changes(before, after, partial):
@@ -344,6 +428,7 @@ class Proc:
             else:
                 stdin = (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)
             actions = [stdin, (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+            argv = DROP_ARGV + list(argv)  # setpriv drops to the sandbox uid, then execs argv
             spawn_fn = os.posix_spawn if '/' in argv[0] else os.posix_spawnp
             with _spawn_lock:
                 for fd in pass_fds:
@@ -482,55 +567,69 @@ class NarrowingError(Exception):
 
 
 def _process_table():
-    """(pid, ppid, pid namespace) of every process the runner can see."""
+    """(pid, session) of every live process of the sandbox user, but the runner's own
+    children (each of which it started, waits for and ends itself)."""
+    own = os.getpid()
     table = []
     for name in os.listdir('/proc'):
-        if not name.isdigit():
+        if not name.isdigit() or name == '1' or int(name) == own:
             continue
         try:
-            ns = os.readlink('/proc/%s/ns/pid' % name)
+            if os.stat('/proc/' + name).st_uid != SANDBOX_UID:
+                continue
             with open('/proc/%s/stat' % name, 'rb') as f:
                 stat = f.read()
-            ppid = int(stat[stat.rfind(b')') + 2:].split()[1])
+            fields = stat[stat.rfind(b')') + 2:].split()
+            if fields[0] in (b'Z', b'X') or int(fields[1]) == own:
+                continue  # dead (waiting to be reaped), or the runner's own child
+            table.append((int(name), int(fields[3])))
         except (OSError, ValueError, IndexError):
             continue
-        table.append((int(name), ppid, ns))
     return table
 
 
-def sweep_namespaces(spares, limit=GROUP_KILL_SECONDS):
-    """Kills every process in a pid namespace other than the runner's, except the
-    spare lockdown helpers and their descendants, and waits until none is left.
+class Sweeper:
+    """Ends every process that outlived the execution that started it.
 
-    A narrowed execution runs as init of its own pid namespace; when it ends, the
-    kernel kills the rest of that namespace, but under gVisor not at once. Without
-    this, a `setsid` child of a narrowed run could still be alive when the next
-    execution starts."""
-    own = os.readlink('/proc/self/ns/pid')
-    deadline = time.monotonic() + limit
-    while True:
-        table = _process_table()
-        children = {}
-        for pid, ppid, _ in table:
-            children.setdefault(ppid, []).append(pid)
-        spared, stack = set(), [h.proc.pid for h in spares]
-        while stack:
-            pid = stack.pop()
-            if pid not in spared:
-                spared.add(pid)
-                stack.extend(children.get(pid, ()))
-        strays = [pid for pid, _, ns in table if ns != own and pid not in spared]
-        if not strays:
-            return
-        if time.monotonic() > deadline:
-            diag('%d processes of finished narrowed executions are still alive' % len(strays))
-            return
-        for pid in strays:
-            try:
-                os.kill(pid, _signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.005)
+    Each process the runner starts leads a session of its own (`setsid`): the Python
+    kernel, an execution's process, a lockdown helper. What an execution starts stays in
+    its session unless it detaches (`setsid`, a daemon's double fork), and killing the
+    execution's process group does not reach what detached. After every execution, every
+    process whose session is not one the runner keeps (the persistent kernel's, the spare
+    helpers') is killed: so processes started from Python that did not
+    detach live on with the kernel, like a notebook's, and nothing else survives its
+    execution. Narrowed executions are covered too: their processes, in a pid namespace
+    of their own, are in their helper's session.
+
+    The runner's own children are never strays (it waits for each of them).
+    When /proc lists exactly the processes of the last clean sweep, nothing is read."""
+
+    def __init__(self):
+        self.clean = None
+
+    def sweep(self, keep, limit=GROUP_KILL_SECONDS):
+        """Kills strays until none is left (or `limit` seconds passed); returns how many
+        processes it killed."""
+        deadline = time.monotonic() + limit
+        killed = set()
+        while True:
+            pids = frozenset(name for name in os.listdir('/proc') if name.isdigit())
+            if pids == self.clean:
+                return len(killed)
+            strays = [pid for pid, session in _process_table() if session not in keep and pid not in keep]
+            if not strays:
+                self.clean = pids
+                return len(killed)
+            if time.monotonic() > deadline:
+                diag('%d processes of finished executions are still alive' % len(strays))
+                return len(killed)
+            for pid in strays:
+                try:
+                    os.kill(pid, _signal.SIGKILL)
+                    killed.add(pid)
+                except OSError:
+                    pass
+            time.sleep(0.002)
 
 
 class Helper:
@@ -558,8 +657,10 @@ class Helper:
     def hand_over(self, argv, env, fs):
         """Sends the request; returns the Proc (now the execution's process) once the
         helper has narrowed itself and is about to exec. Raises NarrowingError."""
-        req = {'argv': argv, 'env': ['%s=%s' % kv for kv in env.items()], 'cwd': WORKSPACE, 'uid': os.getuid(),
-               'gid': os.getgid(), 'readOnly': fs.get('readOnly') or [], 'hidden': fs.get('hidden') or [],
+        # The helper maps the uid it was started as (the sandbox uid) back inside.
+        uid, gid = (SANDBOX_UID, SANDBOX_GID) if SEPARATED else (os.getuid(), os.getgid())
+        req = {'argv': argv, 'env': ['%s=%s' % kv for kv in env.items()], 'cwd': WORKSPACE, 'uid': uid,
+               'gid': gid, 'readOnly': fs.get('readOnly') or [], 'hidden': fs.get('hidden') or [],
                'protect': [STATE_DIR]}
         try:
             self.proc.write_stdin(encode_request(req))
@@ -676,6 +777,7 @@ class Kernel:
             os.close(rep_w)
         self.req_w, self.rep_r = req_w, rep_r
         self.rep_buf = bytearray()
+        self.rep_skip = False
         self.ready = False
         set_nonblocking(rep_r, self.proc.stdout, self.proc.stderr)
 
@@ -690,7 +792,9 @@ class Kernel:
             view = view[os.write(self.req_w, view):]
 
     def read_replies(self):
-        """Complete reply objects read so far; None once the kernel closed its end."""
+        """Complete reply objects read so far; None once the kernel closed its end.
+        User code runs in the kernel and can write here too: a line longer than
+        MAX_KERNEL_REPLY is dropped as it comes, never held."""
         try:
             data = os.read(self.rep_r, READ_CHUNK)
         except BlockingIOError:
@@ -702,15 +806,27 @@ class Kernel:
         while True:
             nl = self.rep_buf.find(b'\n')
             if nl < 0:
+                if len(self.rep_buf) > MAX_KERNEL_REPLY:
+                    self.rep_buf.clear()
+                    self.rep_skip = True
                 return replies
             line = bytes(self.rep_buf[:nl])
             del self.rep_buf[:nl + 1]
+            if self.rep_skip:  # the end of an over-long line
+                self.rep_skip = False
+                continue
             try:
                 reply = wire.loads(line)
             except ValueError:
                 continue  # not from kernel.py (user code wrote to the pipe)
             if isinstance(reply, dict):
                 replies.append(reply)
+
+    def discard_replies(self):
+        """Drops whatever waits in the reply pipe (written between executions)."""
+        drain_fd(self.rep_r)
+        self.rep_buf.clear()
+        self.rep_skip = False
 
     def kill(self):
         """SIGKILLs the kernel's whole group and reaps it. Returns its exit status."""
@@ -769,13 +885,15 @@ class Bridge:
         self.server = None
 
     def bind(self):
-        os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), mode=STATE_DIR_MODE, exist_ok=True)
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
         server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is born 0600 (called before any other thread)
+        # Born 0666 when code runs as another uid (it must connect; the folder is ours), else
+        # 0600. umask is process-wide: this runs before any other thread exists.
+        old = os.umask(0o111 if SEPARATED else 0o177)
         try:
             server.bind(self.path)
         finally:
@@ -1022,6 +1140,7 @@ class Worker:
         set_nonblocking(self.wake_r, self.wake_w)
         self.woken = False        # something was written to wake_w (saves a read per execution)
         self.last_ready = ()      # streams _pump saw readable in its last poll
+        self.sweeper = Sweeper()
 
     # --- any thread
 
@@ -1128,6 +1247,12 @@ class Worker:
                 waits.append(SPARE_IDLE_SECONDS - idle)
         return min(waits) if waits else None
 
+    def _kept_sessions(self):
+        keep = {helper.proc.pid for helper in self.spares}
+        if self.kernel.alive:
+            keep.add(self.kernel.proc.pid)
+        return keep
+
     def _start_kernel(self):
         """Starts the kernel if none runs; a failure is reported by the next Python exec."""
         if self.kernel.alive or self.stopping:
@@ -1139,10 +1264,11 @@ class Worker:
             diag('cannot start the Python kernel: %s' % exc)
             return 'The Python kernel could not be started: %s%s' % (exc, hint_for(exc))
 
-    def _pump(self, job, output, streams, deadline, proc=None, kernel=None):
+    def _pump(self, job, output, streams, deadline, proc=None, kernel=None, accept=None):
         """Forwards output until the process ends (proc exited / kernel replied), the
         deadline passes or the job is cancelled. Returns (reason, kernel reply) with reason
-        'exited', 'died' (kernel gone), 'timeout' or 'cancel'."""
+        'exited', 'died' (kernel gone), 'timeout' or 'cancel'. With a kernel, only a reply
+        that `accept` takes ends the wait; others are dropped."""
         # poll(2): one syscall per wait, nothing to set up or tear down (epoll costs
         # three more syscalls per execution, and syscalls are slow under gVisor).
         sel = selectors.PollSelector()
@@ -1188,8 +1314,9 @@ class Worker:
                         replies = kernel.read_replies()
                         if replies is None:
                             return 'died', None
-                        if replies:
-                            return 'exited', replies[0]
+                        for reply in replies:
+                            if accept is None or accept(reply):
+                                return 'exited', reply
                     elif not read_into(key.fd, key.data, output):
                         sel.unregister(key.fd)
                         open_streams -= 1
@@ -1223,9 +1350,9 @@ class Worker:
             drain_fd(self.wake_r)
         output = Output(self.emitter, job.id, req['outputLimit'])
         if req.get('reuseSnapshot') and self.last_scan is not None:
-            before, partial_before = self.last_scan
+            before = self.last_scan
         else:
-            before, partial_before = snapshot(WORKSPACE)
+            before = snapshot(WORKSPACE)
         self.bridge.open_exec(job.id)
         try:
             if req['language'] == 'python':
@@ -1234,14 +1361,14 @@ class Worker:
                 outcome = self._exec_process(job, output)
         finally:
             self.bridge.close_exec(job.id)
+        # Whatever the execution left running in the background ends with it.
+        if SEPARATED:
+            self.sweeper.sweep(self._kept_sessions())
         output.finish()
-        after, partial_after = snapshot(WORKSPACE)
-        self.last_scan = (after, partial_after)
-        notices = [outcome.pop('notice', None)]
-        changes = file_changes(before, after, partial_before or partial_after)
-        if partial_before or partial_after:
-            notices.append('The workspace has more than %d entries: file changes are listed for the first %d only.'
-                           % (SCAN_LIMIT, SCAN_LIMIT))
+        after = snapshot(WORKSPACE)
+        self.last_scan = after
+        notices = [outcome.pop('notice', None), scan_notice(before, after)]
+        changes = file_changes(before.files, after.files, before.partial or after.partial)
         if len(changes) > MAX_FILE_CHANGES:
             notices.append('%d more file changes are not listed.' % (len(changes) - MAX_FILE_CHANGES))
             changes = changes[:MAX_FILE_CHANGES]
@@ -1305,8 +1432,6 @@ class Worker:
             status = proc.wait()
             duration = time.monotonic() - started
             end_group(proc)  # again, until no member is left (fork bombs)
-            if job.req.get('fs'):
-                sweep_namespaces(self.spares)
             self._drain(output, streams, DRAIN_GRACE)
         finally:
             self.running_pgid = None
@@ -1335,7 +1460,8 @@ class Worker:
         if kernel.ready:
             return None
         deadline = time.monotonic() + KERNEL_BOOT_SECONDS
-        reason, _ = self._pump(job, DiagSink(), kernel.streams(), deadline, kernel=kernel)
+        reason, _ = self._pump(job, DiagSink(), kernel.streams(), deadline, kernel=kernel,
+                               accept=lambda reply: reply.get('ready') is True)
         if reason == 'exited':
             kernel.ready = True
             return None
@@ -1387,12 +1513,12 @@ class Worker:
         finally:
             if kernel.alive:
                 self._lose_kernel(Discard(), kernel)
-            sweep_namespaces(self.spares)
 
     def _kernel_exec(self, job, output, kernel, lost):
         """Runs the job's code in a ready kernel. On a timeout, cancel or death the kernel
         is killed and `lost` ends the notice."""
         discard_pending(kernel.streams())  # output from between executions
+        kernel.discard_replies()  # and anything written to the reply pipe meanwhile
         started = time.monotonic()
         request = {'op': 'exec', 'id': job.id, 'code': job.req['code'], 'env': self._exec_env(job),
                    'cwd': WORKSPACE, 'figdir': FIGURE_DIR}
@@ -1402,18 +1528,15 @@ class Worker:
             reason, reply = 'died', None
         else:
             deadline = started + job.req['timeoutMs'] / 1000
-            reason, reply = self._pump(job, output, kernel.streams(), deadline, kernel=kernel)
+            reason, reply = self._pump(job, output, kernel.streams(), deadline, kernel=kernel,
+                                       accept=lambda reply: reply.get('id') == job.id)
         if reason == 'exited':
             # Everything the kernel wrote before replying is already in the pipes; _pump
             # read once from the streams that had some: read on from those only.
             streams = kernel.streams()
             read_available({fd: streams[fd] for fd in self.last_ready if fd in streams}, output)
-            outcome = {'durationMs': ms(time.monotonic() - started), 'exitCode': reply.get('exitCode', 1),
-                       'result': reply.get('result')}
-            if reply.get('error'):
-                outcome['error'] = reply['error']
-            if reply.get('figureError'):
-                outcome['notice'] = 'Open matplotlib figures could not be saved (%s).' % reply['figureError']
+            outcome = exec_outcome_of(reply)
+            outcome['durationMs'] = ms(time.monotonic() - started)
             return outcome
         status = self._lose_kernel(output, kernel)
         outcome = {'durationMs': ms(time.monotonic() - started), 'exitCode': None, 'killed': True,
@@ -1437,14 +1560,17 @@ class Worker:
         else:
             kernel = self.kernel
             try:
+                kernel.discard_replies()
                 kernel.send({'op': 'preload', 'modules': modules})
-                reason, reply = self._pump(job, DiagSink(), kernel.streams(), started + PRELOAD_SECONDS, kernel=kernel)
+                reason, reply = self._pump(job, DiagSink(), kernel.streams(), started + PRELOAD_SECONDS, kernel=kernel,
+                                           accept=lambda reply: 'loaded' in reply)
             except OSError:
                 reason, reply = 'died', None
             if reason == 'exited':
-                error = reply.get('error')
-                for name in reply.get('loaded') or []:
-                    if name not in kernel.preloaded:
+                error = bounded(reply.get('error'), 2000)
+                loaded = reply.get('loaded')
+                for name in loaded if isinstance(loaded, list) else []:
+                    if name in modules and name not in kernel.preloaded:
                         kernel.preloaded.append(name)
             else:
                 status = self._lose_kernel(DiagSink())
@@ -1456,6 +1582,34 @@ class Worker:
         if error:
             event['error'] = error
         self.emitter.emit(event)
+
+
+def bounded(value, limit, keep_tail=False):
+    """value when it is a string of at most `limit` characters, cut to that when longer
+    (keeping its end with keep_tail), None when it is not a string."""
+    if not isinstance(value, str):
+        return None
+    if len(value) <= limit:
+        return value
+    return '...' + value[-limit:] if keep_tail else value[:limit] + '...'
+
+
+def exec_outcome_of(reply):
+    """The outcome fields of a kernel's exec reply, of the types and sizes the protocol
+    allows (user code can write a reply of its own)."""
+    code = reply.get('exitCode')
+    if isinstance(code, bool) or not isinstance(code, int) or not -(1 << 31) <= code < 1 << 31:
+        code = 1
+    outcome = {'exitCode': code, 'result': bounded(reply.get('result'), MAX_RESULT_CHARS)}
+    error = reply.get('error')
+    if isinstance(error, dict):
+        outcome['error'] = {'name': bounded(error.get('name'), 200) or 'Error',
+                            'message': bounded(error.get('message'), 4096) or '',
+                            'traceback': bounded(error.get('traceback'), 16384, keep_tail=True) or ''}
+    figure_error = bounded(reply.get('figureError'), 500)
+    if figure_error:
+        outcome['notice'] = 'Open matplotlib figures could not be saved (%s).' % figure_error
+    return outcome
 
 
 def drain_fd(fd):
@@ -1546,22 +1700,6 @@ def done_event(exec_id, exitCode=None, durationMs=0, timedOut=False, killed=Fals
 # ---------------------------------------------------------------------------- startup
 
 
-def copy_missing(src, dst):
-    """Copies src's tree into dst, keeping files dst already has."""
-    try:
-        names = os.listdir(src)
-    except OSError:
-        return
-    os.makedirs(dst, exist_ok=True)
-    for name in names:
-        s, d = os.path.join(src, name), os.path.join(dst, name)
-        if os.path.isdir(s):
-            copy_missing(s, d)
-        elif not os.path.exists(d):
-            with open(s, 'rb') as fin, open(d, 'wb') as fout:
-                fout.write(fin.read())
-
-
 _malloc_trim = None
 
 
@@ -1592,13 +1730,9 @@ def prepare():
                 os.set_inheritable(int(name), False)
             except OSError:
                 pass
-    os.makedirs(STATE_DIR, mode=0o700, exist_ok=True)
-    os.chmod(STATE_DIR, 0o700)
-    try:
-        # Matplotlib's prebuilt font cache, so the first plot does not rebuild it.
-        copy_missing(MPL_CACHE_SOURCE, os.environ.get('MPLCONFIGDIR') or os.path.join(TMP, '.matplotlib'))
-    except OSError as exc:
-        diag('could not copy the matplotlib cache: %s' % exc)
+    os.makedirs(STATE_DIR, mode=STATE_DIR_MODE, exist_ok=True)
+    # Fails (and the runner with it) if someone else made the folder first.
+    os.chmod(STATE_DIR, STATE_DIR_MODE)
 
 
 def probe_deno(versions):
@@ -1654,7 +1788,7 @@ def main():
         diag('bridge disabled: cannot listen on %s: %s' % (BRIDGE_PATH, exc))
         bridge.server = None
     versions = {'python': sys.version.split()[0]}
-    emitter.emit({'type': 'ready', 'pid': os.getpid(), 'versions': versions})
+    emitter.emit({'type': 'ready', 'pid': os.getpid(), 'versions': versions, 'separated': SEPARATED})
 
     worker = Worker(emitter, bridge)
     if bridge.server is not None:

@@ -406,6 +406,51 @@ class RunnerTest(unittest.TestCase):
         _, _, done = self.r.run('echo more >> keep2.txt', language='bash')
         self.assertEqual(done['files'], [{'path': 'keep2.txt', 'size': 6, 'change': 'modified'}])
 
+    def test_deep_workspace_scan_is_bounded(self):
+        # Folders nested far deeper than the scan goes: the run is reported, changes deep
+        # down are not, and the result says why.
+        deep = self.r.ws
+        for i in range(200):
+            deep = os.path.join(deep, 'd')
+        os.makedirs(deep)
+        _, _, done = self.r.run('import os\nopen("top.txt", "w").write("1")\nopen(%r + "/bottom.txt", "w").write("2")' % deep)
+        self.assertEqual(done['files'], [{'path': 'top.txt', 'size': 1, 'change': 'created'}])
+        self.assertIn('more than 64 levels deep', done['notice'])
+
+    def test_forged_kernel_replies(self):
+        # User code runs in the kernel and can write to the kernel's reply pipe: a reply
+        # for another execution, an endless line and a reply with wrong types or sizes.
+        code = (
+            'import os\n'
+            'args = open("/proc/self/cmdline", "rb").read().split(b"\\0")\n'
+            'rep = int(args[5])  # python3 -u -c CODE REQUESTS REPLIES ...\n'
+            'os.write(rep, b\'{"id": "another", "exitCode": 0, "result": "forged"}\\n\')\n'
+            'os.write(rep, b"x" * (3 << 20))\n'
+            'os.write(rep, b"\\n")\n'
+            'print("still running")\n'
+            '6 * 7')
+        out, _, done = self.r.run(code)
+        self.assertEqual((out, done['result'], done['exitCode']), ('still running\n', '42', 0))
+        # A reply for this very execution is the code's own word for its result: taken,
+        # but only with the types and sizes the protocol allows.
+        code = (
+            'import os, json\n'
+            'args = open("/proc/self/cmdline", "rb").read().split(b"\\0")\n'
+            'reply = {"id": os.environ["SANDGATE_EXEC_ID"], "exitCode": "zero", "result": "r" * 100000,\n'
+            '         "error": {"name": 7, "message": "m" * 10000, "traceback": ["t"]}, "figureError": {"a": 1}}\n'
+            'os.write(int(args[5]), json.dumps(reply).encode() + b"\\n")\n'
+            'import time\ntime.sleep(1)')
+        _, _, done = self.r.run(code)
+        self.assertEqual(done['exitCode'], 1)
+        self.assertLessEqual(len(done['result']), 4200 + 3)
+        self.assertEqual(done['error']['name'], 'Error')
+        self.assertLessEqual(len(done['error']['message']), 4096 + 3)
+        self.assertEqual(done['error']['traceback'], '')
+        self.assertNotIn('figures', done.get('notice') or '')
+        # The kernel carries on with the next execution.
+        _, _, done = self.r.run('1 + 1')
+        self.assertEqual(done['result'], '2')
+
     # --- deno
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
@@ -683,6 +728,53 @@ report('list hidden', sees_hidden())
 
 
 @unittest.skipUnless(NARROWING, 'this host does not allow user namespaces (narrowing is tested in the container)')
+class ScanTest(unittest.TestCase):
+    """The workspace snapshot before and after every execution."""
+
+    def setUp(self):
+        sys.path.insert(0, HERE)
+        import runner
+        self.runner = runner
+        self.dir = tempfile.mkdtemp(prefix='sandgate-scan-')
+        self.addCleanup(shutil.rmtree, self.dir)
+
+    def write(self, rel, data='x'):
+        path = os.path.join(self.dir, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, 'w') as f:
+            f.write(data)
+
+    def test_depth_bound(self):
+        self.write('a/b/c/shallow.txt')
+        self.write('/'.join(['d'] * 100) + '/deep.txt')
+        scan = self.runner.snapshot(self.dir, max_depth=10)
+        self.assertIn('a/b/c/shallow.txt', scan.files)
+        self.assertFalse(any(p.endswith('deep.txt') for p in scan.files))
+        self.assertTrue(scan.depth_cut)
+        self.assertFalse(scan.partial)  # a depth cut skips the same folders every time
+
+    def test_entry_and_time_bounds(self):
+        for i in range(600):
+            self.write('many/f%03d' % i)
+        scan = self.runner.snapshot(self.dir, limit=100)
+        self.assertEqual((scan.stopped, len(scan.files)), ('entries', 99))
+        self.assertEqual(sorted(scan.files), ['many/f%03d' % i for i in range(99)])  # always the same prefix
+        scan = self.runner.snapshot(self.dir, max_seconds=0)
+        self.assertEqual(scan.stopped, 'time')
+        self.assertTrue(scan.partial)
+        self.assertIn('took more than', self.runner.scan_notice(scan, scan))
+
+    def test_symlinks_are_not_followed(self):
+        self.write('real/file.txt')
+        outside = tempfile.mkdtemp(prefix='sandgate-outside-')
+        self.addCleanup(shutil.rmtree, outside)
+        with open(os.path.join(outside, 'secret.txt'), 'w') as f:
+            f.write('s')
+        os.symlink(outside, os.path.join(self.dir, 'link'))
+        os.symlink(os.path.join(outside, 'secret.txt'), os.path.join(self.dir, 'file-link'))
+        self.assertEqual(sorted(self.runner.snapshot(self.dir).files), ['real/file.txt'])
+
+
 class NarrowingTest(unittest.TestCase):
     """The exec `fs` field: readOnly paths read-only, hidden paths empty, for every
     language, and the code cannot undo either."""

@@ -53,6 +53,7 @@ describe('DockerDriver specifics', () => {
     expect(h.NetworkMode).toBe('none');
     expect(h.ReadonlyRootfs).toBe(true);
     expect(h.CapDrop).toEqual(['ALL']);
+    expect(h.CapAdd).toEqual(['SETUID', 'SETGID', 'KILL']);
     expect(h.SecurityOpt).toContain('no-new-privileges');
     expect(h.Memory).toBe(h.MemorySwap);
     expect(h.PidsLimit).toBeGreaterThanOrEqual(64);
@@ -63,7 +64,7 @@ describe('DockerDriver specifics', () => {
       { Type: 'bind', Source: '/s', Target: '/skills', ReadOnly: true },
     ]);
     expect(spec.Env).toEqual([]);
-    expect(spec.User).toBe('1000:1000');
+    expect(spec.User).toBe('0:0'); // the runner; code runs as 1000 (see the hostile tests)
     expect(spec.Labels).toMatchObject({ 'org.sandgate.owner': 'alice', 'org.sandgate.owner-id': '1', 'org.sandgate.gateway': 'conformance' });
   });
 

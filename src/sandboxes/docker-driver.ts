@@ -3,7 +3,11 @@
  *
  * Hardening (each layer stands on its own):
  * - runtime runsc (gVisor): a user-space kernel between code and the host kernel;
- * - read-only root, CapDrop ALL, no-new-privileges, network none, uid 1000;
+ * - read-only root, no-new-privileges, network none; user code runs as uid 1000 with no
+ *   capability. The runner alone runs as root inside gVisor with only SETUID, SETGID and
+ *   KILL (to start code as uid 1000 and end it): being another uid, it cannot be reached
+ *   by code through /proc, ptrace or signals, so nothing code writes can pass for the
+ *   runner's word;
  * - memory (no swap), CPU, a host-side pids limit and an in-sandbox nproc ulimit
  *   (gVisor enforces nproc itself: a fork bomb gets EAGAIN instead of killing the sandbox);
  * - /tmp a size-capped tmpfs; /workspace the only writable mount; /skills and /tools
@@ -26,6 +30,9 @@ import type { SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxSta
 export const LABEL_GATEWAY = 'org.sandgate.gateway';
 export const LABEL_OWNER = 'org.sandgate.owner';
 export const LABEL_OWNER_ID = 'org.sandgate.owner-id';
+
+/** All a runner needs: start code as the sandbox user (SETUID, SETGID) and end it (KILL). */
+export const RUNNER_CAPABILITIES = ['SETUID', 'SETGID', 'KILL'];
 
 export interface DockerDriverOptions {
   docker: Docker;
@@ -70,7 +77,8 @@ export class DockerDriver implements SandboxDriver {
     return {
       name,
       Image: o.image,
-      User: '1000:1000',
+      // The runner; it starts every user process as uid 1000 (runner.py, SANDBOX_UID).
+      User: '0:0',
       WorkingDir: '/workspace',
       Env: [],
       Labels: labels,
@@ -86,6 +94,7 @@ export class DockerDriver implements SandboxDriver {
         NetworkMode: 'none',
         ReadonlyRootfs: true,
         CapDrop: ['ALL'],
+        CapAdd: RUNNER_CAPABILITIES,
         SecurityOpt: ['no-new-privileges'],
         Privileged: false,
         Memory: memory,
@@ -129,7 +138,15 @@ export class DockerDriver implements SandboxDriver {
       } catch (e) {
         throw fromDockerError(e, `starting container for ${who}`, { image: o.image, runtime: o.runtime });
       }
-      await ready;
+      const said = await ready;
+      if (!said.separated) {
+        // A runner that runs code as its own uid could be impersonated by that code.
+        throw new SandboxError(
+          'the sandbox image is out of date (its runner does not run code as a separate user); an operator must run scripts/build-sandbox-image.sh',
+          'image_missing',
+          `runner ready without separation: ${JSON.stringify(said)}`,
+        );
+      }
       this.log.info({ container: container.id.slice(0, 12), owner: who }, 'sandbox started');
       return handle;
     } catch (e) {

@@ -82,7 +82,8 @@ export interface ExecDone {
 }
 
 export type RunnerEvent =
-  | { type: 'ready'; pid: number; versions: Record<string, string> }
+  /** `separated`: user code runs as another uid than the runner (see runner.py). */
+  | { type: 'ready'; pid: number; versions: Record<string, string>; separated?: boolean }
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
   | { type: 'pong'; id: string }
@@ -90,3 +91,104 @@ export type RunnerEvent =
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
   | { type: 'call'; id: string; execId: string; method: string; params: unknown }
   | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string };
+
+/**
+ * Longest file path a runner may report: PATH_MAX. Longer is not a path in /workspace.
+ */
+const MAX_PATH = 4096;
+
+/**
+ * Whether `p` is a path a runner may name in a `done`: relative to /workspace and inside
+ * it. No empty, `.` or `..` segment, no leading `/`, no NUL, at most PATH_MAX long; so
+ * `file:///workspace/<p>` can never name anything outside the workspace.
+ */
+export function isWorkspacePath(p: unknown): p is string {
+  if (typeof p !== 'string' || !p || p.length > MAX_PATH || p.includes('\0') || p.startsWith('/')) return false;
+  return p.split('/').every((seg) => seg !== '' && seg !== '.' && seg !== '..');
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const optionalString = (v: unknown, max: number): string | undefined => (typeof v === 'string' ? (v.length > max ? `${v.slice(0, max)}...` : v) : undefined);
+
+/**
+ * A `done` with every field checked and bounded: what the gateway takes of a runner's
+ * word. Files that are not workspace paths, and a file list beyond the protocol's 1,000,
+ * are dropped; the text fields are cut to the sizes runner.py itself keeps to.
+ */
+function checkedDone(e: Record<string, unknown>, id: string): ExecDone | undefined {
+  const truncated = isObject(e.truncated) ? e.truncated : {};
+  const files: FileChange[] = [];
+  if (Array.isArray(e.files)) {
+    for (const f of e.files.slice(0, 1000)) {
+      if (!isObject(f) || !isWorkspacePath(f.path) || !isCount(f.size)) continue;
+      if (f.change !== 'created' && f.change !== 'modified' && f.change !== 'deleted') continue;
+      files.push({ path: f.path, size: f.size, change: f.change });
+    }
+  }
+  const exitCode = e.exitCode === null || (typeof e.exitCode === 'number' && Number.isSafeInteger(e.exitCode)) ? e.exitCode : null;
+  const done: ExecDone = {
+    type: 'done',
+    id,
+    exitCode,
+    durationMs: typeof e.durationMs === 'number' && Number.isFinite(e.durationMs) && e.durationMs >= 0 ? e.durationMs : 0,
+    timedOut: e.timedOut === true,
+    killed: e.killed === true,
+    restarted: e.restarted === true,
+    truncated: { stdout: isCount(truncated.stdout) ? truncated.stdout : 0, stderr: isCount(truncated.stderr) ? truncated.stderr : 0 },
+    files,
+  };
+  const result = optionalString(e.result, 4200);
+  if (result !== undefined) done.result = result;
+  const notice = optionalString(e.notice, 4096);
+  if (notice !== undefined) done.notice = notice;
+  if (isObject(e.error)) {
+    done.error = {
+      name: optionalString(e.error.name, 200) ?? 'Error',
+      message: optionalString(e.error.message, 4096) ?? '',
+      traceback: optionalString(e.error.traceback, 16384) ?? '',
+    };
+  }
+  return done;
+}
+
+/**
+ * Checks one parsed line from a runner and returns it as a RunnerEvent, or undefined
+ * when it is not one (wrong type, missing or mistyped fields). Everything a sandbox
+ * sends is checked here, once, at the boundary.
+ */
+export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
+  if (!isObject(v) || typeof v.type !== 'string') return undefined;
+  const id = typeof v.id === 'string' && v.id.length <= 128 ? v.id : undefined;
+  switch (v.type) {
+    case 'stdout':
+    case 'stderr':
+      return id !== undefined && typeof v.data === 'string' ? { type: v.type, id, data: v.data } : undefined;
+    case 'done':
+      return id !== undefined ? checkedDone(v, id) : undefined;
+    case 'pong':
+      return id !== undefined ? { type: 'pong', id } : undefined;
+    case 'preloaded':
+      if (id === undefined) return undefined;
+      return {
+        type: 'preloaded',
+        id,
+        modules: Array.isArray(v.modules) ? v.modules.filter((m): m is string => typeof m === 'string') : [],
+        ms: typeof v.ms === 'number' ? v.ms : 0,
+        ...(typeof v.error === 'string' ? { error: v.error.slice(0, 2000) } : {}),
+      };
+    case 'call':
+      if (id === undefined || typeof v.execId !== 'string' || typeof v.method !== 'string') return undefined;
+      return { type: 'call', id, execId: v.execId, method: v.method, params: v.params };
+    case 'ready': {
+      const versions: Record<string, string> = {};
+      if (isObject(v.versions)) for (const [k, val] of Object.entries(v.versions)) if (typeof val === 'string') versions[k] = val;
+      return { type: 'ready', pid: typeof v.pid === 'number' ? v.pid : 0, versions, separated: v.separated === true };
+    }
+    case 'log':
+      if (typeof v.message !== 'string') return undefined;
+      return { type: 'log', level: v.level === 'warn' || v.level === 'error' ? v.level : 'info', message: v.message.slice(0, 2000) };
+    default:
+      return undefined;
+  }
+}

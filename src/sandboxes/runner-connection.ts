@@ -2,27 +2,42 @@
  * One connection to a runner: frames newline-delimited JSON in both directions over a
  * pair of byte streams (the container's attached stdin and demultiplexed stdout).
  * Driver-independent: a Kubernetes driver would hand it the pod's attach streams.
+ *
+ * What arrives is checked before anyone sees it: lines are split as bytes, a line longer
+ * than MAX_LINE is dropped while it streams in (never held whole), and every line must
+ * parse as JSON and pass `parseRunnerEvent`. The runner never writes anything else, so
+ * past MAX_JUNK bytes of lines that fail, the connection is ended as broken (its owner
+ * then removes the container): a sandbox cannot make the gateway buffer or parse without
+ * bound.
  */
 import type { Readable, Writable } from 'node:stream';
-import type { RunnerEvent } from './protocol.js';
+import { parseRunnerEvent, type RunnerEvent } from './protocol.js';
 
-/** A line longer than this is not protocol: the runner never writes one. */
-const MAX_LINE = 8 * 1024 * 1024;
+/** Longest line taken: above the runner's largest (a `call` with up to 4 MiB of parameters, escaped). */
+export const MAX_LINE = 8 * 1024 * 1024;
+/** Bytes of lines that are not protocol a connection may send before it is ended. */
+export const MAX_JUNK = 1024 * 1024;
+
+const NEWLINE = 0x0a;
 
 export class RunnerConnection {
   private listeners = new Set<(e: RunnerEvent) => void>();
   private exitListeners = new Set<(reason: string) => void>();
-  private buffer = '';
+  /** The line being received, in pieces, and its length so far. */
+  private parts: Buffer[] = [];
+  private partBytes = 0;
+  /** The line being received is over MAX_LINE: drop until its end. */
+  private skipping = false;
+  private junk = 0;
   private _exited = false;
   private exitReason = '';
 
   constructor(
     private readonly input: Writable,
-    output: Readable,
+    private readonly output: Readable,
     private readonly onDiagnostic: (line: string) => void = () => {},
   ) {
-    output.setEncoding('utf8');
-    output.on('data', (chunk: string) => this.receive(chunk));
+    output.on('data', (chunk: Buffer | string) => this.receive(typeof chunk === 'string' ? Buffer.from(chunk) : chunk));
     output.on('end', () => this.exit('runner stream ended'));
     output.on('close', () => this.exit('runner stream closed'));
     output.on('error', (e) => this.exit(`runner stream failed: ${e.message}`));
@@ -77,28 +92,45 @@ export class RunnerConnection {
     });
   }
 
-  private receive(chunk: string): void {
-    this.buffer += chunk;
-    let nl: number;
-    while ((nl = this.buffer.indexOf('\n')) >= 0) {
-      const line = this.buffer.slice(0, nl);
-      this.buffer = this.buffer.slice(nl + 1);
-      if (line.trim()) this.dispatch(line);
-    }
-    if (this.buffer.length > MAX_LINE) {
-      this.onDiagnostic(`dropping ${this.buffer.length} bytes without a newline`);
-      this.buffer = '';
+  private receive(chunk: Buffer): void {
+    let start = 0;
+    while (!this._exited && start < chunk.length) {
+      const nl = chunk.indexOf(NEWLINE, start);
+      const end = nl < 0 ? chunk.length : nl;
+      if (!this.skipping) {
+        if (this.partBytes + (end - start) > MAX_LINE) {
+          this.skipping = true;
+          this.parts = [];
+          this.partBytes = 0;
+          this.onDiagnostic(`dropping a line longer than ${MAX_LINE} bytes`);
+        } else if (end > start) {
+          this.parts.push(chunk.subarray(start, end));
+          this.partBytes += end - start;
+        }
+      }
+      if (this.skipping) this.addJunk(end - start);
+      if (nl < 0) return;
+      if (this.skipping) this.skipping = false;
+      else this.lineEnded();
+      start = nl + 1;
     }
   }
 
-  private dispatch(line: string): void {
-    let event: RunnerEvent;
+  private lineEnded(): void {
+    const bytes = this.partBytes;
+    const line = this.parts.length === 1 ? this.parts[0]! : Buffer.concat(this.parts, bytes);
+    this.parts = [];
+    this.partBytes = 0;
+    if (!bytes) return;
+    let parsed: unknown;
     try {
-      event = JSON.parse(line) as RunnerEvent;
+      parsed = JSON.parse(line.toString('utf8'));
     } catch {
-      this.onDiagnostic(`not protocol: ${line.slice(0, 200)}`);
+      if (line.toString('utf8').trim()) this.refuse(`not JSON: ${line.subarray(0, 200).toString('utf8')}`, bytes);
       return;
     }
+    const event = parseRunnerEvent(parsed);
+    if (!event) return this.refuse(`not a runner event: ${line.subarray(0, 200).toString('utf8')}`, bytes);
     for (const l of [...this.listeners]) {
       try {
         l(event);
@@ -108,10 +140,26 @@ export class RunnerConnection {
     }
   }
 
+  private refuse(diagnostic: string, bytes: number): void {
+    this.onDiagnostic(diagnostic);
+    this.addJunk(bytes);
+  }
+
+  private addJunk(bytes: number): void {
+    this.junk += bytes;
+    if (this.junk > MAX_JUNK) {
+      this.onDiagnostic(`ending the connection: more than ${MAX_JUNK} bytes that are not protocol`);
+      this.exit('the runner broke the protocol (it sent more than 1 MiB that is not protocol)');
+    }
+  }
+
   exit(reason: string): void {
     if (this._exited) return;
     this._exited = true;
     this.exitReason = reason;
+    this.parts = [];
+    // Nothing more is read from a connection that ended (the container is removed next).
+    this.output.pause();
     for (const l of [...this.exitListeners]) l(reason);
     this.exitListeners.clear();
     this.listeners.clear();
