@@ -162,8 +162,12 @@ export async function errorResult(ctx: ToolContext, tool: string, e: unknown): P
     text = e.message;
     errorClass = 'PermissionError';
   } else if (e instanceof WorkspaceError) {
+    // A user's mistake (a missing file, a name too long) is theirs to read, not an
+    // operator's problem: debug only. A workspace that could not be reached is worth a warning.
     text = e.message;
     errorClass = e.code;
+    if (e.code === 'EUNAVAILABLE') ctx.logger.warn({ user: ctx.owner.name, tool, detail: e.message }, 'workspace unavailable');
+    else ctx.logger.debug({ user: ctx.owner.name, tool, code: e.code }, 'tool refused');
   } else if (e instanceof SandboxError) {
     text = `The sandbox could not do this: ${e.message}`;
     errorClass = `SandboxError:${e.reason}`;

@@ -94,7 +94,7 @@ describe('SandboxManager: executions', () => {
     });
     const figs = r.files.filter((f) => f.path.startsWith('figures/') && f.path.endsWith('.png'));
     expect(figs.length).toBe(1);
-    const png = await h.manager.workspace(alice).read(figs[0]!.path);
+    const png = await (await h.manager.openWorkspace(alice)).read(figs[0]!.path);
     expect(png.data.subarray(1, 4).toString()).toBe('PNG');
   });
 

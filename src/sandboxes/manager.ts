@@ -43,6 +43,14 @@ export const MAX_CODE_BYTES = 1024 * 1024;
 export const MAX_QUEUED = 16;
 /** How long past its timeout the gateway waits for the runner before it kills the container. */
 const TIMEOUT_GRACE_MS = 10_000;
+/** Output kept per stream beyond the limit the runner enforces: room for its truncation notice. */
+const OUTPUT_SLACK = 4096;
+/**
+ * Output bytes of one run past which the sandbox is stopped as broken: the runner keeps
+ * each stream to the limit itself, so only a runner that no longer keeps the protocol
+ * gets here, and the gateway stops reading it instead of spending its time on it.
+ */
+const outputViolationBytes = (limit: number) => 4 * limit + 1024 * 1024;
 const BRIDGE_SOCKET = '/tmp/.sandgate/bridge.sock';
 
 /** The environment every process in a sandbox starts with; nothing from the host. */
@@ -89,6 +97,8 @@ interface Live {
   ceilingKey: string;
   /** The gateway wrote to the workspace since the last execution began. */
   hostWrote: boolean;
+  /** The execution the runner is running now: the only one whose calls are taken. */
+  inFlight?: string;
 }
 
 interface UserSandbox extends Live {
@@ -143,16 +153,10 @@ export class SandboxManager {
     this.bridge = handler;
   }
 
-  workspace(owner: SandboxOwner): Workspace {
-    const id = this.workspaceIdFor(owner, false);
-    if (!id) throw new SandboxError('this user has no workspace yet', 'invalid_request');
-    return new Workspace(this.deps.volumes.hostPath(id), () => this.touched(owner));
-  }
-
-  /** The workspace, created and mounted if needed (host-side file access before any run). */
+  /** The workspace, created and mounted if needed (file access before any run). */
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
     const id = this.workspaceIdFor(owner, true)!;
-    return new Workspace(await this.deps.volumes.ensure(id), () => this.touched(owner));
+    return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
 
   /** The gateway wrote to this user's workspace: the next execution must scan it afresh. */
@@ -230,9 +234,14 @@ export class SandboxManager {
     };
     sb.hostWrote = false;
     sb.running++;
+    sb.inFlight = id;
     sb.lastActivity = Date.now();
-    const stdout: string[] = [];
-    const stderr: string[] = [];
+    const output = { stdout: [] as string[], stderr: [] as string[] };
+    // What the gateway keeps of each stream and what it dropped, whatever the runner sends.
+    const limit = this.deps.config.outputLimitKb * 1024;
+    const kept = { stdout: 0, stderr: 0 };
+    const dropped = { stdout: 0, stderr: 0 };
+    let received = 0;
     const started = performance.now();
     try {
       const done = await new Promise<ExecDone>((resolve) => {
@@ -247,9 +256,27 @@ export class SandboxManager {
           resolve(d);
         };
         const off = sb.handle.onEvent((e: RunnerEvent) => {
+          // Only events of the run in flight count; a `done` for anything else is nothing.
           if (!('id' in e) || e.id !== id) return;
           if (e.type === 'stdout' || e.type === 'stderr') {
-            (e.type === 'stdout' ? stdout : stderr).push(e.data);
+            const bytes = Buffer.byteLength(e.data);
+            received += bytes;
+            if (received > outputViolationBytes(limit)) {
+              this.log.error({ user: owner.name, bytes: received }, 'sandbox sent far more output than its limit; stopping it');
+              void this.deps.driver.stop(sb.handle.id).catch(() => {});
+              return finish(
+                died(
+                  `The sandbox sent far more output than the ${this.deps.config.outputLimitKb} KiB limit allows, so it was stopped. ` +
+                    'Files in /workspace are kept; Python variables are lost.',
+                ),
+              );
+            }
+            if (kept[e.type] + bytes > limit + OUTPUT_SLACK) {
+              dropped[e.type] += bytes;
+              return;
+            }
+            kept[e.type] += bytes;
+            output[e.type].push(e.data);
             opts.onOutput?.(e.type, e.data);
           } else if (e.type === 'done') finish(e);
         });
@@ -297,8 +324,10 @@ export class SandboxManager {
       });
       sb.unrecorded = (sb.unrecorded ?? 0) + 1;
       const { type: _t, id: _i, ...rest } = done;
-      return { ...rest, language: opts.language, stdout: stdout.join(''), stderr: stderr.join('') };
+      const truncated = { stdout: done.truncated.stdout + dropped.stdout, stderr: done.truncated.stderr + dropped.stderr };
+      return { ...rest, truncated, language: opts.language, stdout: output.stdout.join(''), stderr: output.stderr.join('') };
     } finally {
+      if (sb.inFlight === id) sb.inFlight = undefined;
       sb.running--;
       sb.lastActivity = Date.now();
       this.recordUse(sb);
@@ -390,6 +419,8 @@ export class SandboxManager {
           /* sandbox gone */
         }
       };
+      // The runner takes calls only from the running execution; so does the gateway.
+      if (e.execId !== sb.inFlight) return reply(false, undefined, 'calls are accepted only from the execution that is running');
       if (!this.bridge) return reply(false, undefined, 'no tools are available from this gateway');
       this.bridge(sb.owner, e.method, e.params).then(
         (r) => reply(true, r),

@@ -19,6 +19,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { SANDBOX_GID, SANDBOX_UID } from './workspace.js';
+import { WorkspaceHelper } from './workspace-helper.js';
 
 const run = promisify(execFile);
 
@@ -28,11 +29,14 @@ export interface WorkspaceVolumesOptions {
   dir: string;
   backend: WorkspaceBackend;
   sizeMb: number;
+  onDiagnostic?: (message: string) => void;
 }
 
 export class WorkspaceVolumes {
   private readonly pending = new Map<string, Promise<string>>();
   private readonly ready = new Map<string, string>();
+  /** The confined helper of each ready workspace (workspace-helper.ts), made on first use. */
+  private readonly helpers = new Map<string, WorkspaceHelper>();
 
   constructor(private readonly opts: WorkspaceVolumesOptions) {
     fs.mkdirSync(opts.dir, { recursive: true, mode: 0o711 });
@@ -104,6 +108,21 @@ export class WorkspaceVolumes {
     await run('resize2fs', [img]);
   }
 
+  /**
+   * The helper through which the gateway reaches the files of a workspace. Only for a
+   * workspace `ensure` made ready: on an unmounted mount point the files would land on
+   * the host disk below it.
+   */
+  async helper(id: string): Promise<WorkspaceHelper> {
+    const root = await this.ensure(id);
+    let helper = this.helpers.get(id);
+    if (!helper) {
+      helper = new WorkspaceHelper({ root, uid: SANDBOX_UID, gid: SANDBOX_GID, onDiagnostic: this.opts.onDiagnostic });
+      this.helpers.set(id, helper);
+    }
+    return helper;
+  }
+
   /** Bytes used and the limit, for stats. */
   async usage(id: string): Promise<{ usedBytes: number; limitBytes: number | null }> {
     const mnt = this.hostPath(id);
@@ -117,6 +136,10 @@ export class WorkspaceVolumes {
   /** Unmounts (at gateway shutdown of tests; workspaces stay on disk). */
   async release(id: string): Promise<void> {
     this.ready.delete(id);
+    // Its helper lives inside the mount (chrooted there): it goes first.
+    const helper = this.helpers.get(id);
+    this.helpers.delete(id);
+    await helper?.close(true);
     const mnt = this.hostPath(id);
     if (this.opts.backend === 'loop' && (await isMountPoint(mnt))) {
       await run('umount', [mnt]).catch(() => run('umount', ['-l', mnt]));
@@ -132,6 +155,10 @@ export class WorkspaceVolumes {
   async releaseAll(keep: ReadonlySet<string> = new Set()): Promise<void> {
     await Promise.all([...this.pending.values()].map((p) => p.catch(() => {})));
     for (const id of this.ready.keys()) if (!keep.has(id)) this.ready.delete(id);
+    for (const [id, helper] of [...this.helpers]) {
+      this.helpers.delete(id);
+      await helper.close(true);
+    }
     if (this.opts.backend !== 'loop') return;
     const dir = await fsp.realpath(this.opts.dir).catch(() => this.opts.dir);
     for (const mnt of await mountPoints()) {

@@ -1,12 +1,16 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { beforeEach, describe, expect, it } from 'vitest';
-import { Workspace, WorkspaceError } from './workspace.js';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { SANDBOX_GID, SANDBOX_UID, Workspace, WorkspaceError } from './workspace.js';
+import { WorkspaceHelper } from './workspace-helper.js';
 
 let root: string;
 let outside: string;
+let helper: WorkspaceHelper;
 let ws: Workspace;
+const asRoot = process.getuid?.() === 0;
 
 beforeEach(() => {
   const base = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-ws-')));
@@ -15,7 +19,14 @@ beforeEach(() => {
   fs.mkdirSync(root);
   fs.mkdirSync(outside);
   fs.writeFileSync(path.join(outside, 'key'), 'TOP SECRET');
-  ws = new Workspace(root);
+  // As in a real workspace, the sandbox user owns its top (volumes.ts: root_owner).
+  if (asRoot) fs.chownSync(root, SANDBOX_UID, SANDBOX_GID);
+  helper = new WorkspaceHelper({ root, uid: SANDBOX_UID, gid: SANDBOX_GID });
+  ws = new Workspace(helper);
+});
+
+afterEach(async () => {
+  await helper.close(true);
 });
 
 const code = async (p: Promise<unknown>) => {
@@ -27,7 +38,7 @@ const code = async (p: Promise<unknown>) => {
   return 'ok';
 };
 
-describe('Workspace (host-side access)', () => {
+describe('Workspace (through its confined helper)', () => {
   it('writes, reads with ranges, lists and removes', async () => {
     await ws.write('a/b/c.txt', 'hello world');
     expect((await ws.read('/workspace/a/b/c.txt')).data.toString()).toBe('hello world');
@@ -40,7 +51,7 @@ describe('Workspace (host-side access)', () => {
   });
 
   it('files the gateway creates belong to the sandbox user', async () => {
-    if (process.getuid?.() !== 0) return;
+    if (!asRoot) return;
     await ws.write('d/owned.txt', 'x');
     expect(fs.statSync(path.join(root, 'd/owned.txt')).uid).toBe(1000);
     expect(fs.statSync(path.join(root, 'd')).uid).toBe(1000);
@@ -80,5 +91,54 @@ describe('Workspace (host-side access)', () => {
     expect(await code(ws.list('f'))).toBe('ENOTDIR');
     expect(await code(ws.write('f/g', 'x'))).toBe('ENOTDIR');
     expect(await code(ws.remove(''))).toBe('EINVAL');
+  });
+});
+
+describe('Workspace helper confinement', () => {
+  it('a FIFO or device is refused, never blocked on; writes never truncate one', async () => {
+    execFileSync('mkfifo', [path.join(root, 'pipe')]);
+    if (asRoot) fs.chownSync(path.join(root, 'pipe'), SANDBOX_UID, SANDBOX_GID); // as if the sandbox made it
+    expect(await code(ws.read('pipe'))).toBe('EINVAL');
+    expect(await code(ws.write('pipe', 'x'))).toBe('EINVAL');
+    expect(fs.statSync(path.join(root, 'pipe')).isFIFO()).toBe(true);
+    expect((await ws.list('')).map((e) => e.path)).toEqual([]);
+  });
+
+  it('user mistakes are clear errors, not internal ones', async () => {
+    expect(await code(ws.write(`${'n'.repeat(300)}.txt`, 'x'))).toBe('ENAMETOOLONG');
+    expect(await code(ws.read(`${'d/'.repeat(3000)}f`))).toMatch(/ENAMETOOLONG|ENOENT/);
+    await ws.write('a.txt', 'x');
+    await ws.rename('a.txt', 'moved/b.txt');
+    expect((await ws.read('moved/b.txt')).data.toString()).toBe('x');
+    await ws.write('c.txt', 'y');
+    expect(await code(ws.rename('c.txt', 'moved/b.txt'))).toBe('EEXIST');
+    expect(await code(ws.rename('moved', 'moved/inside'))).toBe('EINVAL');
+  });
+
+  it('cannot reach outside its workspace even through a path it is given', async () => {
+    // The helper is chrooted: its own view of "/" is the workspace.
+    fs.writeFileSync(path.join(root, 'inside.txt'), 'in');
+    const { reply, data } = await helper.request({ op: 'read', path: 'inside.txt' });
+    expect(reply.ok).toBe(true);
+    expect(data!.toString()).toBe('in');
+    // A request the gateway would never send (.., an absolute path) is refused anyway.
+    expect((await helper.request({ op: 'read', path: '../secret/key' })).reply.code).toBe('EINVAL');
+    expect((await helper.request({ op: 'stat', path: 'etc/passwd' })).reply.code).toBe('ENOENT');
+  });
+
+  it('deep trees are listed within their bounds', async () => {
+    await ws.mkdirs(Array(100).fill('d').join('/'));
+    const listing = await ws.list('', { recursive: true });
+    expect(listing.length).toBe(65);
+    expect(listing.stopped).toBe('depth');
+    await ws.remove('d');
+    expect(await ws.list('')).toEqual([]);
+  });
+
+  it('a helper that dies is replaced on the next request', async () => {
+    await ws.write('x.txt', '1');
+    execFileSync('pkill', ['-KILL', '-f', `workspace_helper.py ${root} `]);
+    await new Promise((r) => setTimeout(r, 100));
+    expect((await ws.read('x.txt')).data.toString()).toBe('1');
   });
 });

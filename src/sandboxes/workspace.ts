@@ -1,22 +1,37 @@
 /**
- * Host-side access to one user's workspace (the directory mounted at /workspace).
+ * The gateway's access to one user's workspace (the directory mounted at /workspace).
  *
- * The sandbox owns this directory's contents and may plant symlinks in it, so every
- * operation here treats it as hostile: paths are normalised and may not climb out with
- * `..`; no path component may be a symlink (checked with lstat on each step); the final
- * open uses O_NOFOLLOW; and the opened descriptor's real path (/proc/self/fd) is
- * verified to be inside the root before any byte is read or written, which also
- * catches a directory swapped for a symlink between the check and the open.
- * Files the gateway creates are owned by the sandbox user (uid 1000).
+ * The sandbox owns this directory's contents and may change them at any moment, so the
+ * gateway never opens a path inside it: every operation here is a request to that
+ * workspace's confined helper (workspace-helper.ts, workspace_helper.py), a process
+ * chrooted into the workspace that acts as the sandbox's own user with no capability.
+ * Even a won race between a check and a use can then reach nothing outside this
+ * workspace and can do nothing the sandbox's code could not do itself.
+ *
+ * Here, paths are normalised and may not climb out with `..`; the helper walks them one
+ * component at a time and refuses symlinks, FIFOs and devices. Errors are WorkspaceErrors
+ * with a code and a message a user can act on: a user's mistake (a missing file, a name
+ * too long, a full workspace) is never an internal error.
  */
-import fs from 'node:fs';
-import fsp from 'node:fs/promises';
-import path from 'node:path';
+import { HelperError, type HelperReply, type WorkspaceHelper } from './workspace-helper.js';
 
 export const SANDBOX_UID = 1000;
 export const SANDBOX_GID = 1000;
 
-export type WorkspaceErrorCode = 'ENOENT' | 'EOUTSIDE' | 'EISDIR' | 'ENOTDIR' | 'ETOOBIG' | 'ENOSPC' | 'EEXIST' | 'EINVAL';
+export type WorkspaceErrorCode =
+  | 'ENOENT'
+  | 'EOUTSIDE'
+  | 'EISDIR'
+  | 'ENOTDIR'
+  | 'ETOOBIG'
+  | 'ENOSPC'
+  | 'EEXIST'
+  | 'EINVAL'
+  | 'ENAMETOOLONG'
+  | 'EACCES'
+  | 'EROFS'
+  | 'EBUSY'
+  | 'EUNAVAILABLE';
 
 export class WorkspaceError extends Error {
   override name = 'WorkspaceError';
@@ -36,16 +51,21 @@ export interface WorkspaceEntry {
   mtimeMs: number;
 }
 
+export interface WorkspaceListing extends Array<WorkspaceEntry> {
+  /** Set when a bound cut the listing short: its entry limit, its depth, or its time. */
+  stopped?: 'limit' | 'depth' | 'time';
+}
+
 /** Longest read the gateway serves in one call; callers page with offset/length. */
 export const MAX_READ_BYTES = 8 * 1024 * 1024;
 
 export class Workspace {
   /**
-   * @param root absolute host path of the workspace (its realpath).
+   * @param helper the confined helper of this workspace.
    * @param onChange called after every change the gateway makes (write, mkdir, remove).
    */
   constructor(
-    readonly root: string,
+    private readonly helper: WorkspaceHelper,
     private readonly onChange: () => void = () => {},
   ) {}
 
@@ -69,182 +89,114 @@ export class Workspace {
     return parts.join('/');
   }
 
-  /** lstat each component; a symlink anywhere is refused. Returns the host path. */
-  private async resolve(rel: string, opts: { mustExist: boolean }): Promise<string> {
-    let cur = this.root;
-    const parts = rel ? rel.split('/') : [];
-    for (let i = 0; i < parts.length; i++) {
-      cur = path.join(cur, parts[i]!);
-      let st: fs.Stats;
-      try {
-        st = await fsp.lstat(cur);
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code === 'ENOENT') {
-          if (opts.mustExist || i < parts.length - 1) {
-            if (!opts.mustExist) return path.join(this.root, ...parts);
-            throw new WorkspaceError('ENOENT', `no such file or directory: ${rel}`);
-          }
-          return cur;
-        }
-        throw e;
-      }
-      if (st.isSymbolicLink()) throw new WorkspaceError('EOUTSIDE', `"${rel}" goes through a symbolic link, which the gateway does not follow`);
-      if (i < parts.length - 1 && !st.isDirectory()) throw new WorkspaceError('ENOTDIR', `"${parts.slice(0, i + 1).join('/')}" is not a directory`);
+  private async ask(rel: string, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+    let answer: { reply: HelperReply; data?: Buffer };
+    try {
+      answer = await this.helper.request(header, data);
+    } catch (e) {
+      if (e instanceof HelperError) throw new WorkspaceError('EUNAVAILABLE', e.message);
+      throw e;
     }
-    return cur;
-  }
-
-  /** Throws unless the open descriptor is really inside the root. */
-  private async verifyFd(fh: fsp.FileHandle, rel: string): Promise<void> {
-    const real = await fsp.readlink(`/proc/self/fd/${fh.fd}`);
-    if (real !== this.root && !real.startsWith(this.root + '/')) {
-      throw new WorkspaceError('EOUTSIDE', `"${rel}" resolved outside the workspace`);
-    }
+    if (!answer.reply.ok) throw refusalOf(answer.reply, rel);
+    return answer;
   }
 
   async stat(userPath: string): Promise<Omit<WorkspaceEntry, 'path'>> {
     const rel = this.relative(userPath);
-    const p = await this.resolve(rel, { mustExist: true });
-    const st = await fsp.lstat(p);
-    return { type: st.isDirectory() ? 'dir' : 'file', size: st.size, mtimeMs: st.mtimeMs };
+    const { reply } = await this.ask(rel, { op: 'stat', path: rel });
+    if (reply.type === 'symlink') throw new WorkspaceError('EOUTSIDE', `"${rel}" is a symbolic link, which the gateway does not follow`);
+    return { type: reply.type === 'dir' ? 'dir' : 'file', size: Number(reply.size) || 0, mtimeMs: Number(reply.mtimeMs) || 0 };
   }
 
   async read(userPath: string, range: { offset?: number; length?: number } = {}): Promise<{ data: Buffer; size: number }> {
     const rel = this.relative(userPath);
-    const p = await this.resolve(rel, { mustExist: true });
-    let fh: fsp.FileHandle;
-    try {
-      fh = await fsp.open(p, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
-    } catch (e) {
-      throw mapFsError(e, rel);
-    }
-    try {
-      await this.verifyFd(fh, rel);
-      const st = await fh.stat();
-      if (st.isDirectory()) throw new WorkspaceError('EISDIR', `"${rel}" is a directory; list it instead`);
-      if (!st.isFile()) throw new WorkspaceError('EINVAL', `"${rel}" is not a regular file`);
-      const offset = Math.max(0, Math.min(range.offset ?? 0, st.size));
-      const length = Math.min(range.length ?? st.size - offset, st.size - offset, MAX_READ_BYTES);
-      const data = Buffer.alloc(Math.max(0, length));
-      if (length > 0) await fh.read(data, 0, length, offset);
-      return { data, size: st.size };
-    } finally {
-      await fh.close();
-    }
+    const length = Math.min(range.length ?? MAX_READ_BYTES, MAX_READ_BYTES);
+    const { reply, data } = await this.ask(rel, { op: 'read', path: rel, offset: range.offset ?? 0, length });
+    return { data: data ?? Buffer.alloc(0), size: Number(reply.size) || 0 };
   }
 
   async write(userPath: string, data: Buffer | string, opts: { append?: boolean } = {}): Promise<{ size: number }> {
     const rel = this.relative(userPath);
     if (!rel) throw new WorkspaceError('EISDIR', 'cannot write to the workspace root; give a file name');
-    const parts = rel.split('/');
-    await this.mkdirs(parts.slice(0, -1).join('/'));
-    const p = await this.resolve(rel, { mustExist: false });
-    const flags = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW | (opts.append ? fs.constants.O_APPEND : fs.constants.O_TRUNC);
-    let fh: fsp.FileHandle;
-    try {
-      fh = await fsp.open(p, flags, 0o644);
-    } catch (e) {
-      throw mapFsError(e, rel);
-    }
-    try {
-      await this.verifyFd(fh, rel);
-      const st = await fh.stat();
-      if (!st.isFile()) throw new WorkspaceError('EINVAL', `"${rel}" is not a regular file`);
-      await fh.chown(SANDBOX_UID, SANDBOX_GID).catch(() => {});
-      this.onChange();
-      await fh.writeFile(data);
-      return { size: (await fh.stat()).size };
-    } catch (e) {
-      throw mapFsError(e, rel);
-    } finally {
-      await fh.close();
-    }
+    this.onChange();
+    const { reply } = await this.ask(rel, { op: 'write', path: rel, append: opts.append === true }, typeof data === 'string' ? Buffer.from(data) : data);
+    return { size: Number(reply.size) || 0 };
   }
 
-  /** Creates directories one component at a time, refusing symlinks on the way. */
+  /** Creates a folder and its parents; a symlink on the way is refused. */
   async mkdirs(userPath: string): Promise<void> {
     const rel = this.relative(userPath);
     if (!rel) return;
-    let cur = '';
-    for (const seg of rel.split('/')) {
-      cur = cur ? `${cur}/${seg}` : seg;
-      const p = path.join(this.root, cur);
-      try {
-        await fsp.mkdir(p, { mode: 0o755 });
-        this.onChange();
-        await fsp.chown(p, SANDBOX_UID, SANDBOX_GID).catch(() => {});
-      } catch (e) {
-        if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw mapFsError(e, cur);
-      }
-      const st = await fsp.lstat(p);
-      if (st.isSymbolicLink()) throw new WorkspaceError('EOUTSIDE', `"${cur}" is a symbolic link, which the gateway does not follow`);
-      if (!st.isDirectory()) throw new WorkspaceError('ENOTDIR', `"${cur}" is not a directory`);
-    }
+    this.onChange();
+    await this.ask(rel, { op: 'mkdirs', path: rel });
   }
 
+  /** Deletes a file or a folder with everything in it (links are removed, never followed). */
   async remove(userPath: string): Promise<void> {
     const rel = this.relative(userPath);
     if (!rel) throw new WorkspaceError('EINVAL', 'refusing to delete the workspace root');
-    const parent = rel.split('/').slice(0, -1).join('/');
-    if (parent) await this.resolve(parent, { mustExist: true });
-    const p = path.join(this.root, rel);
-    // rm never follows a symlink it removes; parents were checked above.
     this.onChange();
-    await fsp.rm(p, { recursive: true, force: false }).catch((e) => {
-      throw mapFsError(e, rel);
-    });
+    await this.ask(rel, { op: 'remove', path: rel });
   }
 
-  /** Lists a directory (optionally recursively, never through symlinks), up to `limit` entries. */
-  async list(userPath = '', opts: { recursive?: boolean; limit?: number } = {}): Promise<WorkspaceEntry[]> {
+  /** Moves a file or folder; the target must not exist. */
+  async rename(fromPath: string, toPath: string): Promise<void> {
+    const from = this.relative(fromPath);
+    const to = this.relative(toPath);
+    if (!from || !to) throw new WorkspaceError('EINVAL', 'cannot rename the workspace root');
+    this.onChange();
+    await this.ask(from, { op: 'rename', from, to });
+  }
+
+  /**
+   * Lists a folder (optionally recursively, never through symlinks), breadth first, up
+   * to `limit` entries and `depth` levels; `stopped` on the result says what cut it short.
+   */
+  async list(userPath = '', opts: { recursive?: boolean; limit?: number; depth?: number } = {}): Promise<WorkspaceListing> {
     const rel = this.relative(userPath);
-    const start = await this.resolve(rel, { mustExist: true });
-    const st = await fsp.lstat(start);
-    if (!st.isDirectory()) throw new WorkspaceError('ENOTDIR', `"${rel}" is not a directory`);
-    const limit = opts.limit ?? 10_000;
-    const out: WorkspaceEntry[] = [];
-    const queue: string[] = [rel];
-    while (queue.length && out.length < limit) {
-      const dirRel = queue.shift()!;
-      let entries: fs.Dirent[];
-      try {
-        entries = await fsp.readdir(path.join(this.root, dirRel), { withFileTypes: true });
-      } catch {
-        continue;
-      }
-      entries.sort((a, b) => a.name.localeCompare(b.name));
-      for (const d of entries) {
-        if (out.length >= limit) break;
-        if (d.isSymbolicLink() || !(d.isFile() || d.isDirectory())) continue;
-        const childRel = dirRel ? `${dirRel}/${d.name}` : d.name;
-        const s = await fsp.lstat(path.join(this.root, childRel)).catch(() => undefined);
-        if (!s) continue;
-        out.push({ path: childRel, type: d.isDirectory() ? 'dir' : 'file', size: d.isDirectory() ? 0 : s.size, mtimeMs: s.mtimeMs });
-        if (d.isDirectory() && opts.recursive) queue.push(childRel);
-      }
+    const { reply } = await this.ask(rel, { op: 'list', path: rel, recursive: opts.recursive === true, limit: opts.limit ?? 10_000, depth: opts.depth });
+    const listing: WorkspaceListing = [];
+    for (const e of Array.isArray(reply.entries) ? (reply.entries as WorkspaceEntry[]) : []) {
+      if (typeof e?.path === 'string' && (e.type === 'file' || e.type === 'dir')) listing.push({ path: e.path, type: e.type, size: Number(e.size) || 0, mtimeMs: Number(e.mtimeMs) || 0 });
     }
-    return out;
+    if (reply.stopped === 'limit' || reply.stopped === 'depth' || reply.stopped === 'time') listing.stopped = reply.stopped;
+    return listing;
   }
 }
 
-function mapFsError(e: unknown, rel: string): Error {
-  if (e instanceof WorkspaceError) return e;
-  const code = (e as NodeJS.ErrnoException).code;
-  switch (code) {
+/** A helper's refusal as the WorkspaceError a user reads, naming the path they gave. */
+function refusalOf(reply: HelperReply, rel: string): WorkspaceError {
+  const shown = rel || '/workspace';
+  switch (reply.code) {
     case 'ENOENT':
-      return new WorkspaceError('ENOENT', `no such file or directory: ${rel}`);
+      return new WorkspaceError('ENOENT', `no such file or directory: ${shown}`);
     case 'ELOOP':
-      return new WorkspaceError('EOUTSIDE', `"${rel}" is a symbolic link, which the gateway does not follow`);
+      return new WorkspaceError('EOUTSIDE', `"${shown}" goes through a symbolic link, which the gateway does not follow`);
     case 'EISDIR':
-      return new WorkspaceError('EISDIR', `"${rel}" is a directory`);
+      return new WorkspaceError('EISDIR', `"${shown}" is a directory`);
     case 'ENOTDIR':
-      return new WorkspaceError('ENOTDIR', `a parent of "${rel}" is not a directory`);
+      return new WorkspaceError('ENOTDIR', typeof reply.message === 'string' ? reply.message : `a parent of "${shown}" is not a directory`);
     case 'ENOSPC':
     case 'EDQUOT':
-      return new WorkspaceError('ENOSPC', `the workspace is full (its size limit is reached); delete files to make room`);
+      return new WorkspaceError('ENOSPC', 'the workspace is full (its size limit is reached); delete files to make room');
     case 'EEXIST':
-      return new WorkspaceError('EEXIST', `"${rel}" already exists`);
+      return new WorkspaceError('EEXIST', `"${shown}" already exists`);
+    case 'ENAMETOOLONG':
+      return new WorkspaceError('ENAMETOOLONG', `"${shown.slice(0, 200)}${shown.length > 200 ? '…' : ''}": a file name is longer than 255 bytes, or the path longer than 4096`);
+    case 'EACCES':
+    case 'EPERM':
+      return new WorkspaceError('EACCES', `permission denied: ${shown} (its permissions do not let the sandbox user do this; change them with execute_code)`);
+    case 'EROFS':
+      return new WorkspaceError('EROFS', 'the workspace is read-only');
+    case 'E2BIG':
+      return new WorkspaceError('ETOOBIG', typeof reply.message === 'string' ? reply.message : `"${shown}" is too large to do this at once`);
+    case 'EBUSY':
+    case 'ETXTBSY':
+      return new WorkspaceError('EBUSY', `"${shown}" is in use; try again`);
+    case 'EINVAL':
+      return new WorkspaceError('EINVAL', typeof reply.message === 'string' ? reply.message : `"${shown}" cannot be used this way`);
     default:
-      return e as Error;
+      // Not the user's doing (EIO, EMFILE, ...): a clear error, and callers log it.
+      return new WorkspaceError('EUNAVAILABLE', `"${shown}" could not be used (${String(reply.code).slice(0, 20)}); try again`);
   }
 }

@@ -1,0 +1,202 @@
+/**
+ * The client side of workspace_helper.py: one confined helper process per workspace,
+ * started on first use and ended after a while without requests, through which every
+ * file operation of the gateway on that workspace goes (see workspace_helper.py for the
+ * confinement: its own namespaces, chrooted into the workspace, the sandbox's uid with no
+ * capability). The gateway itself never opens a path inside a workspace.
+ *
+ * Requests are pipelined: written at once, answered in order. What comes back is read
+ * with the same suspicion as anything from a sandbox's side: a reply header longer than
+ * MAX_REPLY_HEADER, a payload larger than asked for, or anything not in the wire format
+ * ends the helper (pending requests fail with a clear error; the next one starts a fresh
+ * helper).
+ */
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const HELPER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workspace_helper.py');
+
+/** Longest reply header taken (a listing of 20,000 entries with long names fits). */
+const MAX_REPLY_HEADER = 64 * 1024 * 1024;
+/** Largest payload a reply may carry (the helper's own read limit). */
+const MAX_REPLY_BYTES = 16 * 1024 * 1024;
+/** How long one request may take before the helper is ended. */
+const REQUEST_TIMEOUT_MS = 30_000;
+/** How long a helper with nothing to do stays. */
+const IDLE_MS = 30_000;
+
+export interface HelperReply {
+  ok: boolean;
+  code?: string;
+  message?: string;
+  [key: string]: unknown;
+}
+
+export interface HelperOptions {
+  /** The workspace's host path (a mount point or directory the gateway made). */
+  root: string;
+  /** The sandbox user's ids; the helper acts as this user (when the gateway is root). */
+  uid: number;
+  gid: number;
+  idleMs?: number;
+  onDiagnostic?: (message: string) => void;
+}
+
+interface Pending {
+  resolve: (r: { reply: HelperReply; data?: Buffer }) => void;
+  reject: (e: Error) => void;
+}
+
+/** Raised when the helper itself failed (not a refused request): its message is for users. */
+export class HelperError extends Error {
+  override name = 'HelperError';
+}
+
+export class WorkspaceHelper {
+  private child?: ChildProcessWithoutNullStreams;
+  private readonly queue: Pending[] = [];
+  private buffer: Buffer = Buffer.alloc(0);
+  /** The header whose payload is still arriving. */
+  private header?: HelperReply;
+  private ready = false;
+  private idle?: NodeJS.Timeout;
+  private timer?: NodeJS.Timeout;
+  private stderrTail = '';
+  private closed = false;
+
+  constructor(private readonly opts: HelperOptions) {}
+
+  /** Sends one request (with `data` as its payload) and resolves with the reply. */
+  request(header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+    if (this.closed) return Promise.reject(new HelperError('the workspace is being released'));
+    const child = this.child ?? this.start();
+    clearTimeout(this.idle);
+    return new Promise((resolve, reject) => {
+      this.queue.push({ resolve, reject });
+      if (this.queue.length === 1) this.armTimer();
+      const line = JSON.stringify(data ? { ...header, bytes: data.length } : header) + '\n';
+      child.stdin.write(line);
+      if (data?.length) child.stdin.write(data);
+    });
+  }
+
+  /** Ends the helper (pending requests fail); a later request starts a new one unless `final`. */
+  async close(final = false): Promise<void> {
+    if (final) this.closed = true;
+    const child = this.child;
+    if (!child) return;
+    this.end('the workspace helper was closed');
+    await new Promise<void>((resolve) => {
+      if (child.exitCode !== null || child.signalCode !== null) return resolve();
+      child.once('exit', () => resolve());
+      child.kill('SIGKILL');
+    });
+  }
+
+  private start(): ChildProcessWithoutNullStreams {
+    const root = process.getuid?.() === 0;
+    const args = [
+      ...(root ? [] : ['--user', '--map-root-user']),
+      '--pid',
+      '--fork',
+      '--kill-child',
+      '--net',
+      '--ipc',
+      '--',
+      'python3',
+      '-I',
+      '-S',
+      HELPER_SCRIPT,
+      this.opts.root,
+      String(root ? this.opts.uid : -1),
+      String(root ? this.opts.gid : -1),
+    ];
+    const child = spawn('unshare', args, { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' } });
+    this.child = child;
+    this.ready = false;
+    this.buffer = Buffer.alloc(0);
+    this.header = undefined;
+    this.stderrTail = '';
+    child.stdout.on('data', (chunk: Buffer) => this.receive(child, chunk));
+    child.stderr.on('data', (chunk: Buffer) => {
+      this.stderrTail = (this.stderrTail + chunk.toString('utf8')).slice(-2000);
+    });
+    child.stdin.on('error', () => {});
+    child.on('error', (e) => this.end(`the workspace helper could not start (${e.message})`, child));
+    child.on('exit', (code, signal) => {
+      const why = this.stderrTail.trim().split('\n').at(-1);
+      this.end(`the workspace helper ended (${signal ?? `exit ${code}`}${why ? `: ${why}` : ''})`, child);
+    });
+    return child;
+  }
+
+  private receive(child: ChildProcessWithoutNullStreams, chunk: Buffer): void {
+    if (child !== this.child) return;
+    this.buffer = this.buffer.length ? Buffer.concat([this.buffer, chunk]) : chunk;
+    for (;;) {
+      if (!this.header) {
+        const nl = this.buffer.indexOf(0x0a);
+        if (nl < 0) {
+          if (this.buffer.length > MAX_REPLY_HEADER) return this.broken('a reply header too long');
+          return;
+        }
+        let header: HelperReply;
+        try {
+          header = JSON.parse(this.buffer.subarray(0, nl).toString('utf8')) as HelperReply;
+          if (typeof header !== 'object' || header === null || typeof header.ok !== 'boolean') throw new Error('not a reply');
+        } catch {
+          return this.broken('a reply that is not in the wire format');
+        }
+        this.buffer = this.buffer.subarray(nl + 1);
+        const bytes = header.bytes ?? 0;
+        if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 0 || bytes > MAX_REPLY_BYTES) return this.broken('a reply payload of a bad size');
+        this.header = header;
+      }
+      const header = this.header;
+      const bytes = (header.bytes as number | undefined) ?? 0;
+      if (this.buffer.length < bytes) return;
+      const data = bytes ? Buffer.from(this.buffer.subarray(0, bytes)) : undefined;
+      this.buffer = this.buffer.subarray(bytes);
+      this.header = undefined;
+      this.settle(header, data);
+    }
+  }
+
+  private settle(reply: HelperReply, data?: Buffer): void {
+    if (!this.ready) {
+      if (!reply.ok) return this.broken(`${reply.message ?? 'it could not confine itself'}`);
+      this.ready = true;
+      return;
+    }
+    const p = this.queue.shift();
+    if (!p) return this.broken('a reply nobody asked for');
+    clearTimeout(this.timer);
+    if (this.queue.length) this.armTimer();
+    else this.idle = setTimeout(() => void this.close(), this.opts.idleMs ?? IDLE_MS).unref();
+    p.resolve({ reply, data });
+  }
+
+  private armTimer(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.broken(`no answer within ${REQUEST_TIMEOUT_MS / 1000} s`), REQUEST_TIMEOUT_MS);
+    this.timer.unref();
+  }
+
+  private broken(why: string): void {
+    this.opts.onDiagnostic?.(`workspace helper for ${this.opts.root}: ${why}`);
+    this.child?.kill('SIGKILL');
+    this.end(`the workspace helper failed (${why})`);
+  }
+
+  /** Fails every pending request and forgets the child (when it is still the current one). */
+  private end(why: string, child = this.child): void {
+    if (child !== this.child || !child) return;
+    this.child = undefined;
+    clearTimeout(this.timer);
+    clearTimeout(this.idle);
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    const err = new HelperError(`The workspace could not be reached: ${why}. Try again.`);
+    for (const p of this.queue.splice(0)) p.reject(err);
+  }
+}
