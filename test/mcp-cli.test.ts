@@ -7,7 +7,7 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { recordAudit } from '../src/audit/audit.js';
+import { argsShape, recordAudit } from '../src/audit/audit.js';
 import { createDriver } from '../src/sandboxes/index.js';
 import { runCli, type CliContext } from '../src/cli/program.js';
 import { findUser } from '../src/store/users.js';
@@ -119,7 +119,7 @@ describe('sandgate sandboxes', () => {
 describe('sandgate audit', () => {
   it('shows one user’s entries with argument shapes', async () => {
     const alice = findUser(h.store.db, 'alice')!;
-    recordAudit(h.store.db, { userId: alice.id, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', args: { code: 'print(42)' }, durationMs: 3.2, outcome: 'ok' });
+    recordAudit(h.store.db, { userId: alice.id, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', argsShape: argsShape({ code: 'print(42)' }, { properties: { code: {} } }), durationMs: 3.2, outcome: 'ok' });
     const r = await cli('audit', '--user', 'alice');
     expect(r.out).toMatch(/^TIME\s+TOKEN\s+KIND\s+METHOD\s+TOOL\s+MS\s+OUTCOME\s+ARGS\n\S+\s+laptop\s+mcp\s+tools\/call\s+execute_code\s+3\s+ok\s+\{"code":"string\(9\)"\}/);
     expect((await cli('audit', '--user', 'root')).out).toBe('No audit entries for root.');

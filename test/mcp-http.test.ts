@@ -213,10 +213,27 @@ describe('rate limits', () => {
       expect(r.status).toBe(429);
       expect(Number(r.headers['retry-after'])).toBeGreaterThanOrEqual(1);
       expect(Number(r.headers['retry-after'])).toBeLessThanOrEqual(10);
-      expect((r.messages[0]!.error as { message: string }).message).toMatch(/Rate limit exceeded for token "a": retry after \d+ s\. The limit is 6 requests per minute \(bursts of 3\)/);
+      expect((r.messages[0]!.error as { message: string }).message).toMatch(/Rate limit exceeded for token "a": retry after \d+ s\. The limit is 6 messages per minute \(bursts of 3\)/);
       expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t2}` }, body: list })).status).toBe(200);
       const erin = findUser(limited.harness.store.db, 'erin')!;
       expect(listAudit(limited.harness.store.db, erin.id).find((e) => e.outcome === 'rate_limited')).toMatchObject({ method: 'tools/list', tokenName: 'a' });
+    } finally {
+      await limited.close();
+    }
+  });
+
+  it('charges every message of a batch: 100 messages are 100, not one burst', async () => {
+    const limited = await startGateway({ harness: { noInit: true }, router: { rateLimiter: new RateLimiter({ perMinute: 60, burst: 10 }) } });
+    try {
+      const auth = { authorization: `Bearer ${limited.tokenFor('fay')}`, 'mcp-protocol-version': '2025-03-26' };
+      const batch = (n: number) => Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'ping' }));
+      const big = await rawRequest(limited.mcpUrl, { headers: auth, body: batch(100) });
+      expect(big.status).toBe(429);
+      expect((big.messages[0]!.error as { message: string }).message).toMatch(/This batch has 100 messages, more than the 10 a token may send at once/);
+      // Six, then five: the second would take the bucket past its burst of ten.
+      expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(6) })).status).toBe(200);
+      expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(5) })).status).toBe(429);
+      expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(4) })).status).toBe(200);
     } finally {
       await limited.close();
     }

@@ -3,9 +3,19 @@
  * it took and how it ended. The MCP endpoint records every request; the upstream hub
  * records every upstream call. Entries are read per user: `listAudit` has no
  * "everyone" mode on purpose, so a per-user page cannot leak another user's rows.
+ *
+ * Nothing a client, a model, code in a sandbox or an upstream server chooses is stored
+ * as it came: `recordAudit` reduces every such field to a fixed vocabulary or a strict
+ * pattern (an exception class named after an e-mail address becomes `code:other`, a
+ * method nobody knows `other`), and `argsShape` keeps only the keys a tool's own schema
+ * declares. The log stays free of personal data whatever its callers pass.
  */
 import type { Statement } from 'better-sqlite3';
+import { SANDBOX_ERROR_REASONS } from '../sandboxes/errors.js';
+import { WORKSPACE_ERROR_CODES } from '../sandboxes/workspace.js';
 import type { Db } from '../store/store.js';
+import { TOKEN_FAILURES } from '../tokens/tokens.js';
+import { UPSTREAM_ERROR_REASONS } from '../upstream/errors.js';
 
 export type AuditKind = 'mcp' | 'upstream';
 export type AuditOutcome = 'ok' | 'error' | 'denied' | 'rate_limited';
@@ -20,13 +30,13 @@ export interface AuditEntry {
   /** JSON-RPC method (`tools/call`), or for upstream calls the server name. */
   method: string;
   tool?: string | null;
-  /** The arguments; only their shape is stored (see `argsShape`). */
+  /** The arguments; only their shape is stored, and no key (see `argsShape`): pass `argsShape` to keep declared keys. */
   args?: unknown;
   /** Or the shape itself, when the caller already computed it with `argsShape`. */
   argsShape?: unknown;
   durationMs: number;
   outcome: AuditOutcome;
-  /** A class name, not a message: `PermissionError`, `ENOENT`, `timeout`, `jsonrpc:-32602`. */
+  /** A class name, not a message: `PermissionError`, `ENOENT`, `timeout`, `jsonrpc:-32602` (see auditErrorClass). */
   errorClass?: string | null;
 }
 
@@ -48,22 +58,114 @@ export interface AuditRecord {
 const MAX_DEPTH = 4;
 const MAX_KEYS = 50;
 
+/** The part of a JSON Schema that argsShape reads: which keys an object may have. */
+export interface KeySchema {
+  properties?: Record<string, unknown>;
+  items?: unknown;
+}
+
+const asKeySchema = (v: unknown): KeySchema | undefined => (v !== null && typeof v === 'object' ? (v as KeySchema) : undefined);
+
 /**
  * The shape of a value: strings become `string(<length>)`, numbers `number`, arrays
- * `{ array: <length>, item: <shape of the first item> }`, objects keep their keys (at most
- * 50, four levels deep). No value ever survives.
+ * `{ array: <length>, item: <shape of the first item> }`. Objects keep only the keys their
+ * `schema` declares (at most 50, four levels deep), each with its own shape; any other
+ * key is only counted (`"…": "2 other keys"`), since a key can be data too (a map from
+ * e-mail addresses to orders). No value, and no key the schema does not name, survives.
  */
-export function argsShape(value: unknown, depth = 0): unknown {
+export function argsShape(value: unknown, schema?: unknown, depth = 0): unknown {
   if (value === null) return 'null';
   if (typeof value === 'string') return `string(${value.length})`;
   if (typeof value !== 'object') return typeof value;
   if (depth >= MAX_DEPTH) return Array.isArray(value) ? `array(${value.length})` : 'object';
-  if (Array.isArray(value)) return value.length ? { array: value.length, item: argsShape(value[0], depth + 1) } : { array: 0 };
+  const s = asKeySchema(schema);
+  if (Array.isArray(value)) return value.length ? { array: value.length, item: argsShape(value[0], s?.items, depth + 1) } : { array: 0 };
+  const declared = s?.properties ?? {};
   const out: Record<string, unknown> = {};
-  const keys = Object.keys(value);
-  for (const k of keys.slice(0, MAX_KEYS)) out[k] = argsShape((value as Record<string, unknown>)[k], depth + 1);
-  if (keys.length > MAX_KEYS) out['…'] = `${keys.length - MAX_KEYS} more keys`;
+  let others = 0;
+  let kept = 0;
+  for (const k of Object.keys(value)) {
+    if (Object.hasOwn(declared, k) && kept < MAX_KEYS) {
+      out[k] = argsShape((value as Record<string, unknown>)[k], declared[k], depth + 1);
+      kept++;
+    } else others++;
+  }
+  if (others) out['…'] = `${others} other key${others === 1 ? '' : 's'}`;
   return out;
+}
+
+/** Request methods of MCP clients (every protocol version), and the endpoint's own `authenticate`. */
+const METHODS = new Set([
+  'initialize',
+  'ping',
+  'server/discover',
+  'tools/list',
+  'tools/call',
+  'resources/list',
+  'resources/templates/list',
+  'resources/read',
+  'resources/subscribe',
+  'resources/unsubscribe',
+  'prompts/list',
+  'prompts/get',
+  'completion/complete',
+  'logging/setLevel',
+  'tasks/get',
+  'tasks/result',
+  'tasks/list',
+  'tasks/cancel',
+  'authenticate',
+]);
+
+/** Python's built-in exception classes: a run that raised one is audited as `code:<name>`. */
+const PYTHON_EXCEPTIONS = new Set(
+  (
+    'ArithmeticError AssertionError AttributeError BaseException BaseExceptionGroup BlockingIOError BrokenPipeError BufferError ' +
+    'ChildProcessError ConnectionAbortedError ConnectionError ConnectionRefusedError ConnectionResetError EOFError Exception ' +
+    'ExceptionGroup FileExistsError FileNotFoundError FloatingPointError GeneratorExit ImportError IndentationError IndexError ' +
+    'InterruptedError IsADirectoryError KeyError KeyboardInterrupt LookupError MemoryError ModuleNotFoundError NameError ' +
+    'NotADirectoryError NotImplementedError OSError OverflowError PermissionError ProcessLookupError RecursionError ' +
+    'ReferenceError RuntimeError StopAsyncIteration StopIteration SyntaxError SystemError SystemExit TabError TimeoutError ' +
+    'TypeError UnboundLocalError UnicodeDecodeError UnicodeEncodeError UnicodeError UnicodeTranslateError ValueError ZeroDivisionError'
+  ).split(' '),
+);
+
+/** Every error class the log stores as it is; anything else becomes `other`. */
+const ERROR_CLASSES = new Set<string>([
+  ...TOKEN_FAILURES,
+  ...WORKSPACE_ERROR_CODES,
+  ...UPSTREAM_ERROR_REASONS,
+  ...SANDBOX_ERROR_REASONS.map((r) => `SandboxError:${r}`),
+  'PermissionError',
+  'rate_limited',
+  'aborted',
+  'tool_error',
+  'tool-error',
+  'timeout',
+  'killed',
+  'exit',
+  'internal',
+  'code:other',
+]);
+
+/** An error class as the log keeps it: from the vocabulary above, or `other`. */
+export function auditErrorClass(raw: string | null | undefined): string | null {
+  if (raw === null || raw === undefined) return null;
+  if (ERROR_CLASSES.has(raw) || /^jsonrpc:-?\d{1,6}$/.test(raw)) return raw;
+  if (raw.startsWith('code:')) return PYTHON_EXCEPTIONS.has(raw.slice(5)) ? raw : 'code:other';
+  return 'other';
+}
+
+/** A method as the log keeps it: an MCP method, an upstream server's name (kind `upstream`), or `other`. */
+function auditMethod(kind: AuditKind, raw: string): string {
+  if (kind === 'upstream') return /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(raw) ? raw : '?';
+  return METHODS.has(raw) ? raw : 'other';
+}
+
+/** Tool names callers pass are already checked against what exists; this is the last line. */
+function auditTool(raw: string | null | undefined): string | null {
+  if (raw === null || raw === undefined) return null;
+  return /^[A-Za-z0-9_.?-]{1,64}(\/[A-Za-z0-9_.?-]{1,64})?$/.test(raw) ? raw : '?';
 }
 
 const INSERT_SQL = `INSERT INTO audit_log (ts, user_id, token_id, token_name, kind, method, tool, args_shape, duration_ms, outcome, error_class)
@@ -81,12 +183,12 @@ export function recordAudit(db: Db, e: AuditEntry): void {
     e.tokenId ?? null,
     e.tokenName ?? null,
     e.kind,
-    e.method,
-    e.tool ?? null,
+    auditMethod(e.kind, e.method),
+    auditTool(e.tool),
     e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
     Math.round(e.durationMs * 1000) / 1000,
     e.outcome,
-    e.errorClass ?? null,
+    auditErrorClass(e.errorClass),
   );
 }
 

@@ -11,7 +11,7 @@
  * callbacks already set and calls them first) and wraps that instance's `send`.
  */
 import type { JSONRPCMessage, RequestId, Transport } from '@modelcontextprotocol/server';
-import type { AuditEntry } from '../audit/audit.js';
+import { argsShape, type AuditEntry } from '../audit/audit.js';
 
 /** Result `_meta` key by which a tool tells the audit log why it failed; removed before sending. */
 export const ERROR_CLASS_META = 'org.sandgate/errorClass';
@@ -19,19 +19,41 @@ export const ERROR_CLASS_META = 'org.sandgate/errorClass';
 interface Pending {
   method: string;
   tool: string | null;
-  args: unknown;
+  argsShape: unknown;
 }
 
-export type Outcome = Pick<AuditEntry, 'method' | 'tool' | 'args' | 'outcome' | 'errorClass'>;
+export type Outcome = Pick<AuditEntry, 'method' | 'tool' | 'argsShape' | 'outcome' | 'errorClass'>;
 
-/** What an incoming request is, for the audit log. Values never leave here except as a shape. */
-export function describeRequest(msg: { method: string; params?: unknown }): Pending {
+/** The parameters of MCP's own requests (other than tools/call) whose names the log keeps. */
+const MCP_PARAMS = {
+  properties: {
+    uri: {},
+    cursor: {},
+    name: {},
+    level: {},
+    protocolVersion: {},
+    capabilities: {},
+    clientInfo: { properties: { name: {}, version: {} } },
+    ref: { properties: { type: {}, uri: {}, name: {} } },
+    argument: { properties: { name: {}, value: {} } },
+    arguments: {},
+  },
+};
+
+/**
+ * What an incoming request is, for the audit log. Values never leave here except as a
+ * shape, and keys only as the tool's schema (`schemaOf`) names them: a tool name that
+ * is not a tool is `?`.
+ */
+export function describeRequest(msg: { method: string; params?: unknown }, schemaOf: (tool: string) => unknown = () => undefined): Pending {
   const params = (msg.params ?? undefined) as Record<string, unknown> | undefined;
   if (msg.method === 'tools/call') {
-    return { method: msg.method, tool: typeof params?.name === 'string' ? params.name : null, args: params?.arguments ?? {} };
+    const name = typeof params?.name === 'string' ? params.name : undefined;
+    const schema = name === undefined ? undefined : schemaOf(name);
+    return { method: msg.method, tool: schema ? name! : name === undefined ? null : '?', argsShape: argsShape(params?.arguments ?? {}, schema) };
   }
   const { _meta: _m, ...rest } = params ?? {};
-  return { method: msg.method, tool: null, args: params === undefined ? undefined : rest };
+  return { method: msg.method, tool: null, argsShape: params === undefined ? undefined : argsShape(rest, MCP_PARAMS) };
 }
 
 /** The outcome of the response to `p`; strips ERROR_CLASS_META from a result in place. */
@@ -50,12 +72,12 @@ function outcomeOf(p: Pending, message: JSONRPCMessage): Outcome {
  * Audits every request that passes `transport`. Call before the server connects to it.
  * @param record `at`: performance.now() when the response was handed to the HTTP layer.
  */
-export function auditTransport(transport: Transport, record: (o: Outcome, at: number) => void): void {
+export function auditTransport(transport: Transport, record: (o: Outcome, at: number) => void, schemaOf?: (tool: string) => unknown): void {
   const pending = new Map<RequestId, Pending>();
   const previous = { onmessage: transport.onmessage, onclose: transport.onclose };
 
   transport.onmessage = (message, extra) => {
-    if ('method' in message && 'id' in message) pending.set(message.id, describeRequest(message));
+    if ('method' in message && 'id' in message) pending.set(message.id, describeRequest(message, schemaOf));
     previous.onmessage?.(message, extra);
   };
   transport.onclose = () => {

@@ -175,7 +175,7 @@ export async function errorResult(ctx: ToolContext, tool: string, e: unknown): P
   } else {
     ctx.logger.error({ err: e, user: ctx.owner.name, tool }, 'tool failed');
     text = `${tool} failed because of an internal error in the gateway (it has been logged). Try again; if it persists, tell your sandgate admin.`;
-    errorClass = (e as Error)?.name ?? 'Error';
+    errorClass = 'internal';
   }
   return textResult(ctx, text, [], errorClass);
 }

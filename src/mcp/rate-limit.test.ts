@@ -21,10 +21,12 @@ describe('RateLimiter', () => {
     expect(rl.take('a', 1, 4000)).toEqual({ ok: false, retryAfterSec: 6 });
   });
 
-  it('charges a batch by its size, capped at the burst', () => {
+  it('charges a batch per message; one larger than the burst never passes', () => {
     const rl = new RateLimiter({ perMinute: 60, burst: 5 });
     expect(rl.take('a', 4, 0).ok).toBe(true);
     expect(rl.take('a', 4, 0).ok).toBe(false);
-    expect(rl.take('b', 50, 0).ok).toBe(true);
+    expect(rl.take('b', 50, 0)).toMatchObject({ ok: false, tooLarge: true });
+    // The refused batch cost nothing: b's bucket is still full.
+    expect(rl.take('b', 5, 0).ok).toBe(true);
   });
 });

@@ -8,7 +8,7 @@ export interface RateLimitOptions {
   burst: number;
 }
 
-export type RateDecision = { ok: true } | { ok: false; retryAfterSec: number };
+export type RateDecision = { ok: true } | { ok: false; retryAfterSec: number; /** The cost alone is more than a full bucket: it can never pass. */ tooLarge?: boolean };
 
 interface Bucket {
   tokens: number;
@@ -34,13 +34,13 @@ export class RateLimiter {
     b.tokens = Math.min(this.opts.burst, b.tokens + (now - b.at) * this.perMs);
     b.at = now;
     this.buckets.set(key, b);
-    // A batch larger than the burst could never pass: charge it as a full bucket.
-    const need = Math.min(cost, this.opts.burst);
-    if (b.tokens >= need) {
-      b.tokens -= need;
+    // Every message costs one: a batch of 100 costs 100, never less.
+    if (cost > this.opts.burst) return { ok: false, retryAfterSec: Math.max(1, Math.ceil(this.opts.burst / this.perMs / 1000)), tooLarge: true };
+    if (b.tokens >= cost) {
+      b.tokens -= cost;
       return { ok: true };
     }
-    return { ok: false, retryAfterSec: Math.max(1, Math.ceil((need - b.tokens) / this.perMs / 1000)) };
+    return { ok: false, retryAfterSec: Math.max(1, Math.ceil((cost - b.tokens) / this.perMs / 1000)) };
   }
 
   private sweep(now: number): void {

@@ -22,7 +22,7 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
 import type { McpDeps } from './context.js';
 import { hostAndOriginValidation } from './host-origin.js';
 import { RateLimiter } from './rate-limit.js';
-import { createMcpServer, instructionsFor, partsFor, toolContext, type ServerParts } from './server.js';
+import { createMcpServer, instructionsFor, partsFor, toolContext, toolInputSchema, type ServerParts } from './server.js';
 import { SkillsDir } from './skills.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */
@@ -83,6 +83,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const deps: McpDeps = { ...input, skills: input.skills ?? new SkillsDir(), boundary: input.boundary ?? IDENTITY_BOUNDARY };
   const limiter = input.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
   const log = deps.logger.child({ module: 'mcp' });
+  const schemaOf = (tool: string) => toolInputSchema(deps.config, tool);
 
   const audit = (p: Principal, e: Omit<AuditEntry, 'userId' | 'tokenId' | 'tokenName' | 'kind'>) => {
     try {
@@ -95,18 +96,22 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const rateLimit: RequestHandler = function rateLimitPerToken(req, res, next) {
     const p = principalOf(req);
     const requests = requestsIn(req.body);
-    const decision = limiter.take(String(p.tokenId), Math.max(1, requests.length));
+    // Every message of a batch is charged, notifications and responses too.
+    const messages = Array.isArray(req.body) ? req.body.length : 1;
+    const decision = limiter.take(String(p.tokenId), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
-    for (const r of requests) audit(p, { ...describeRequest(r), ts: at, durationMs: performance.now() - t0, outcome: 'rate_limited', errorClass: 'rate_limited' });
+    for (const r of requests) audit(p, { ...describeRequest(r, schemaOf), ts: at, durationMs: performance.now() - t0, outcome: 'rate_limited', errorClass: 'rate_limited' });
+    const why = decision.tooLarge
+      ? `This batch has ${messages} messages, more than the ${limiter.opts.burst} a token may send at once: send them in smaller batches.`
+      : `Rate limit exceeded for token "${p.tokenName}": retry after ${decision.retryAfterSec} s.`;
     res
       .status(429)
       .set('Retry-After', String(decision.retryAfterSec))
       .json(
         jsonRpcError(
           -32000,
-          `Rate limit exceeded for token "${p.tokenName}": retry after ${decision.retryAfterSec} s. ` +
-            `The limit is ${limiter.opts.perMinute} requests per minute (bursts of ${limiter.opts.burst}); an operator can raise SANDGATE_RATE_LIMIT_PER_MIN.`,
+          `${why} The limit is ${limiter.opts.perMinute} messages per minute (bursts of ${limiter.opts.burst}); an operator can raise SANDGATE_RATE_LIMIT_PER_MIN and SANDGATE_RATE_LIMIT_BURST.`,
         ),
       );
   };
@@ -120,7 +125,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     return createMcpServer(ctx, {
       instructions: wantsInstructions ? await instructionsFor(ctx) : undefined,
       parts,
-      beforeConnect: (transport) => auditTransport(transport, (o, sentAt) => audit(principal, { ...o, ts: arrival.at, durationMs: sentAt - arrival.t0 })),
+      beforeConnect: (transport) => auditTransport(transport, (o, sentAt) => audit(principal, { ...o, ts: arrival.at, durationMs: sentAt - arrival.t0 }), schemaOf),
     });
   };
   const handler = toNodeHandler(

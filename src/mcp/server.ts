@@ -11,9 +11,10 @@ import { ownerOf, toModel, type McpDeps, type ToolContext } from './context.js';
 import { buildInstructions } from './instructions.js';
 import { registerWorkspaceResources } from './resources.js';
 import { userSkills, type SkillInfo } from './skills.js';
-import { registerExecuteCode } from './tools/execute-code.js';
-import { registerListFiles, registerReadFile, registerWriteFile } from './tools/files.js';
-import { registerSearchTools } from './tools/search-tools.js';
+import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
+import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
+import { registerSearchTools, SEARCH_TOOLS_INPUT } from './tools/search-tools.js';
+import type { Config } from '../config.js';
 import type { Principal } from '../tokens/tokens.js';
 import { allows } from '../sandboxes/permissions.js';
 
@@ -33,6 +34,24 @@ const TOOLS: Record<ToolName, (server: McpServer, ctx: ToolContext) => void> = {
   list_files: registerListFiles,
   search_tools: registerSearchTools,
 };
+
+/** Each tool's input schema (execute_code's limits come from the configuration). */
+const INPUTS: Record<ToolName, (config: Config) => { '~standard': { jsonSchema: { input(o: { target: 'draft-2020-12' }): Record<string, unknown> } } }> = {
+  execute_code: executeCodeInput,
+  read_file: () => READ_FILE_INPUT,
+  write_file: () => WRITE_FILE_INPUT,
+  list_files: () => LIST_FILES_INPUT,
+  search_tools: () => SEARCH_TOOLS_INPUT,
+};
+
+/**
+ * The JSON Schema of a tool's input, for the audit log (which keeps the keys it declares
+ * only); undefined for a name that is not one of the tools.
+ */
+export function toolInputSchema(config: Config, name: string): Record<string, unknown> | undefined {
+  if (!Object.hasOwn(INPUTS, name)) return undefined;
+  return INPUTS[name as ToolName](config)['~standard'].jsonSchema.input({ target: 'draft-2020-12' });
+}
 
 export interface CallerInfo {
   principal: Principal;

@@ -3,14 +3,8 @@
  * `message` is what a user (or model) may read; `logMessage` is for the operator log.
  */
 
-export type SandboxErrorReason =
-  | 'image_missing'
-  | 'runtime_missing'
-  | 'docker_unreachable'
-  | 'start_failed'
-  | 'runner_died'
-  | 'busy'
-  | 'invalid_request';
+export const SANDBOX_ERROR_REASONS = ['image_missing', 'runtime_missing', 'docker_unreachable', 'start_failed', 'runner_died', 'busy', 'invalid_request'] as const;
+export type SandboxErrorReason = (typeof SANDBOX_ERROR_REASONS)[number];
 
 export class SandboxError extends Error {
   override name = 'SandboxError';

@@ -18,20 +18,22 @@ import { HelperError, type HelperReply, type WorkspaceHelper } from './workspace
 export const SANDBOX_UID = 1000;
 export const SANDBOX_GID = 1000;
 
-export type WorkspaceErrorCode =
-  | 'ENOENT'
-  | 'EOUTSIDE'
-  | 'EISDIR'
-  | 'ENOTDIR'
-  | 'ETOOBIG'
-  | 'ENOSPC'
-  | 'EEXIST'
-  | 'EINVAL'
-  | 'ENAMETOOLONG'
-  | 'EACCES'
-  | 'EROFS'
-  | 'EBUSY'
-  | 'EUNAVAILABLE';
+export const WORKSPACE_ERROR_CODES = [
+  'ENOENT',
+  'EOUTSIDE',
+  'EISDIR',
+  'ENOTDIR',
+  'ETOOBIG',
+  'ENOSPC',
+  'EEXIST',
+  'EINVAL',
+  'ENAMETOOLONG',
+  'EACCES',
+  'EROFS',
+  'EBUSY',
+  'EUNAVAILABLE',
+] as const;
+export type WorkspaceErrorCode = (typeof WORKSPACE_ERROR_CODES)[number];
 
 export class WorkspaceError extends Error {
   override name = 'WorkspaceError';

@@ -28,7 +28,8 @@ export interface Principal {
   tokenName: string;
 }
 
-export type TokenFailure = 'missing' | 'malformed' | 'unknown' | 'expired' | 'revoked';
+export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked'] as const;
+export type TokenFailure = (typeof TOKEN_FAILURES)[number];
 
 export type VerifyResult =
   | { ok: true; principal: Principal }

@@ -84,17 +84,23 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
         const p = parse(callParams, params, method, '{server, tool, arguments}');
         const args = p.arguments ?? {};
         const started = performance.now();
-        const entry = (outcome: UpstreamAuditEntry['outcome'], extra: Partial<UpstreamAuditEntry> = {}) =>
+        // Names and keys come from code in the sandbox: the log keeps a server's name only
+        // if it is configured, a tool's only if the server listed it, and only the argument
+        // keys that tool's schema declares.
+        const entry = (outcome: UpstreamAuditEntry['outcome'], extra: Partial<UpstreamAuditEntry> = {}) => {
+          const server = hub.isServer(p.server) ? p.server : '?';
+          const tool = server === '?' ? undefined : hub.knownTool(p.server, p.tool);
           safeAudit(audit, opts.logger, {
             userId: owner.userId,
             kind: 'upstream',
-            method: p.server,
-            tool: `${p.server}/${p.tool}`,
-            argsShape: argsShape(args),
+            method: server,
+            tool: `${server}/${tool ? tool.name : '?'}`,
+            argsShape: argsShape(args, tool?.inputSchema),
             durationMs: Math.round((performance.now() - started) * 1000) / 1000,
             outcome,
             ...extra,
           });
+        };
         try {
           const result = await hub.callTool(owner, p.server, p.tool, args);
           if (result.isError) {

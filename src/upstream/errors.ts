@@ -5,14 +5,8 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
-export type UpstreamErrorReason =
-  | 'unknown-server'
-  | 'denied'
-  | 'unknown-tool'
-  | 'missing-credential'
-  | 'unavailable'
-  | 'timeout'
-  | 'failed';
+export const UPSTREAM_ERROR_REASONS = ['unknown-server', 'denied', 'unknown-tool', 'missing-credential', 'unavailable', 'timeout', 'failed'] as const;
+export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
 
 export class UpstreamError extends Error {
   override name = 'UpstreamError';

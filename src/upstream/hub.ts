@@ -179,6 +179,19 @@ export class UpstreamHub {
     return () => this.listeners.delete(listener);
   }
 
+  /**
+   * A tool of a configured server as last listed, without connecting; undefined when the
+   * server or the tool is not known (the audit log names only what exists).
+   */
+  knownTool(serverName: string, toolName: string): Tool | undefined {
+    return this.lastTools.get(serverName)?.tools.find((t) => t.name === toolName);
+  }
+
+  /** Whether a server of that name is configured. */
+  isServer(serverName: string): boolean {
+    return this.byName.has(serverName);
+  }
+
   /** A fingerprint of a server's current tool list ('' before the first listing). */
   toolsHash(serverName: string): string {
     return this.lastTools.get(serverName)?.hash ?? '';

@@ -111,7 +111,7 @@ function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
     }),
   );
 }
-function executeCodeInput(config: Config) {
+export function executeCodeInput(config: Config) {
   let shape = inputs.get(config);
   if (!shape) inputs.set(config, (shape = buildInput(config)));
   return shape;

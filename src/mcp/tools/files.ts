@@ -60,7 +60,7 @@ function describeBinary(area: Area, size: number): string {
 }
 
 // Input schemas are built once: every request builds a fresh server that reuses them.
-const READ_FILE_INPUT = jsonSchemaOnce(
+export const READ_FILE_INPUT = jsonSchemaOnce(
   z.object({
     path: z.string().min(1).max(4096).describe('File path, e.g. data/report.csv or /skills/data-analysis/SKILL.md'),
     offset: z.number().int().min(0).optional().describe('First byte to read (default 0)'),
@@ -68,7 +68,7 @@ const READ_FILE_INPUT = jsonSchemaOnce(
   }),
 );
 
-const WRITE_FILE_INPUT = jsonSchemaOnce(
+export const WRITE_FILE_INPUT = jsonSchemaOnce(
   z.object({
     path: z.string().min(1).max(4096).describe('File path, e.g. scripts/clean.py'),
     content: z.string().describe('The complete text to write (UTF-8)'),
@@ -76,7 +76,7 @@ const WRITE_FILE_INPUT = jsonSchemaOnce(
   }),
 );
 
-const LIST_FILES_INPUT = jsonSchemaOnce(
+export const LIST_FILES_INPUT = jsonSchemaOnce(
   z.object({
     path: z.string().max(4096).optional().describe('Folder, e.g. data or /skills (default /workspace)'),
     recursive: z.boolean().optional().describe('Include subfolders (default false)'),

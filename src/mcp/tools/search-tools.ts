@@ -26,7 +26,7 @@ export function formatEntries(entries: CatalogEntry[], detail: CatalogDetail): s
     .join('\n');
 }
 
-const SEARCH_TOOLS_INPUT = jsonSchemaOnce(
+export const SEARCH_TOOLS_INPUT = jsonSchemaOnce(
   z.object({
     query: z.string().max(500).describe('What you want to do, or a server or tool name; empty lists everything'),
     detail: z.enum(['names', 'descriptions', 'schemas']).optional().describe('How much to return per tool (default descriptions)'),
