@@ -28,11 +28,15 @@ import { SkillsDir } from '../src/mcp/skills.js';
 import { formatEntries } from '../src/mcp/tools/search-tools.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { packageFile, serversFrom } from '../src/upstream/testing.js';
+import { hubHomes, packageFile, serversFrom } from '../src/upstream/testing.js';
+import { ALL_MIGRATIONS } from '../src/store/registry.js';
+import { openStore } from '../src/store/store.js';
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-tokens-'));
+// Through the hub, each server runs as a uid of its own: it must reach its allowed folder.
+fs.chmodSync(work, 0o711);
 const allowedDir = path.join(work, 'files');
-fs.mkdirSync(allowedDir);
+fs.mkdirSync(allowedDir, { mode: 0o755 });
 
 /**
  * Real npm MCP servers (dev dependencies) that start offline and list their tools
@@ -116,7 +120,8 @@ async function main(): Promise<void> {
   console.log(`  ${'total'.padEnd(20)} ${String(toolCount).padStart(4)} tools ${String(upstreamTokens).padStart(8)} tokens`);
 
   // ---- sandgate: its own server, over the same upstream servers
-  const hub = new UpstreamHub({ servers: serversFrom(mcpServers), dataDir: work });
+  const store = openStore(path.join(work, 'data'), ALL_MIGRATIONS);
+  const hub = new UpstreamHub({ servers: serversFrom(mcpServers), dataDir: path.join(work, 'data'), ...hubHomes(path.join(work, 'data'), store.db) });
   const catalog = createToolCatalog(hub);
   const config = configFor({ SANDGATE_DATA_DIR: work });
   const skills = await new SkillsDir().skills();
@@ -163,6 +168,7 @@ async function main(): Promise<void> {
   await client.close();
   await server.close();
   await hub.close();
+  store.close();
   fs.rmSync(work, { recursive: true, force: true });
 }
 

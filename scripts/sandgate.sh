@@ -18,7 +18,8 @@ prepare() {
   local need=()
   command -v mkfs.ext4 >/dev/null 2>&1 || need+=(e2fsprogs)
   command -v losetup >/dev/null 2>&1 || need+=(mount)
-  command -v python3 >/dev/null 2>&1 || need+=(python3)
+  # Debian's python3 (not one under a home folder): host helpers run it as unprivileged users.
+  [ -x /usr/bin/python3 ] || need+=(python3)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     log "installing npm dependencies (better-sqlite3 may build from source for a minute)"

@@ -26,6 +26,8 @@ export interface Gateway {
   upstream: Upstream;
   vault?: PiiVault;
   boundary: ModelBoundary;
+  /** Weaker-than-default choices found while composing (e.g. an upstream server on the host network), to be said loudly at start. */
+  warnings: string[];
   app: express.Express;
   docker: Docker;
   /** Runs the sandbox preflight, adopts earlier containers and fills the warm pool. */
@@ -87,6 +89,7 @@ export function createGateway(config: Config, logger: Logger): Gateway {
     upstream,
     vault,
     boundary,
+    warnings: upstream.warnings,
     app,
     docker,
     async start() {

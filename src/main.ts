@@ -52,6 +52,10 @@ async function main(): Promise<void> {
     }
     throw e;
   }
+  for (const w of gateway.warnings) {
+    logger.warn({ unsafe: true }, w);
+    process.stderr.write(`\n  !!! ${w}\n\n`);
+  }
   logger.info({ file: gateway.store.file, schema: gateway.store.version }, 'store open');
   await gateway.start();
   const app = gateway.app;

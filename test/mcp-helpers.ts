@@ -17,6 +17,7 @@ import { recordAudit } from '../src/audit/audit.js';
 import { mcpRouter, type McpRouterDeps } from '../src/mcp/router.js';
 import { copyStaticTools } from '../src/sandboxes/index.js';
 import { createUpstream, type Upstream } from '../src/upstream/index.js';
+import { upstreamSettings } from '../src/upstream/testing.js';
 import { ensureUser } from '../src/store/users.js';
 import { createHarness, type Harness, type HarnessOptions } from '../src/testing/harness.js';
 import { createToken } from '../src/tokens/tokens.js';
@@ -55,7 +56,7 @@ export async function startGateway(
     const file = path.join(harness.dataDir, 'mcp-servers.json');
     fs.writeFileSync(file, JSON.stringify({ mcpServers: opts.upstream }));
     const db = harness.store.db;
-    upstream = createUpstream({ config: { dataDir: harness.dataDir, mcpServersFile: file }, db, audit: (e) => recordAudit(db, e), logger: harness.logger });
+    upstream = createUpstream({ config: upstreamSettings(harness.dataDir, file), db, audit: (e) => recordAudit(db, e), logger: harness.logger });
     harness.manager.setBridgeHandler(upstream.bridgeHandler);
   }
   const server = http.createServer();

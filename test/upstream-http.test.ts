@@ -18,7 +18,7 @@ import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credenti
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { createUpstream } from '../src/upstream/index.js';
-import { MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
+import { hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore, upstreamSettings } from '../src/upstream/testing.js';
 
 /** A stateless Streamable HTTP MCP server with one tool that reports the headers it got. */
 function startHeaderServer(port = 0): Promise<http.Server> {
@@ -75,6 +75,7 @@ describe('Streamable HTTP upstream', () => {
         { TEAM_NAME: 'platform' },
       ),
       dataDir,
+      ...hubHomes(dataDir, store.db),
       credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
       backoff: { initialMs: 50, maxMs: 100 },
     });
@@ -118,7 +119,8 @@ describe('createUpstream', () => {
       JSON.stringify({ mcpServers: { memory: nodeServer(MEMORY_SERVER, [], { env: { MEMORY_FILE_PATH: '${SANDGATE_WORKDIR}/m.jsonl' }, sandgate: { allowUsers: ['alice'] } }) } }),
     );
     const audit: unknown[] = [];
-    const up = createUpstream({ config: { dataDir: dir, mcpServersFile: '' }, db: store.db, audit: (e) => audit.push(e) });
+    // Homes outside the (private) data directory, where their unprivileged users can reach them.
+    const up = createUpstream({ config: { ...upstreamSettings(dir), upstreamHomeDir: `${dataDir}-homes` }, db: store.db, audit: (e) => audit.push(e) });
     try {
       expect(up.hub.servers().map((s) => s.name)).toEqual(['memory']);
       const listed = (await up.bridgeHandler(alice, 'tools/list', {})) as { tools: { tool: string }[] };
@@ -140,7 +142,7 @@ describe('createUpstream', () => {
 
   it('has no servers when the file is absent', async () => {
     const dir = path.join(dataDir, 'empty');
-    const up = createUpstream({ config: { dataDir: dir, mcpServersFile: '' }, db: store.db, audit: () => undefined });
+    const up = createUpstream({ config: upstreamSettings(dir), db: store.db, audit: () => undefined });
     expect(up.hub.servers()).toEqual([]);
     expect(await up.catalog.search(alice, 'anything', 'names')).toEqual([]);
     await up.close();

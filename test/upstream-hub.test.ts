@@ -13,7 +13,7 @@ import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 import { until } from '../src/testing/until.js';
 
 let dataDir: string;
@@ -38,6 +38,7 @@ function hub(mcpServers: Record<string, unknown>, opts: Partial<UpstreamHubOptio
   const h = new UpstreamHub({
     servers: serversFrom(mcpServers),
     dataDir,
+    ...hubHomes(dataDir, store.db),
     credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
     backoff: { initialMs: 2000, maxMs: 10_000 },
     ...opts,
@@ -181,7 +182,9 @@ describe('UpstreamHub with real npm MCP servers', () => {
     });
     const e1 = await rejection(h.callTool(alice, 'missing', 'x', {}));
     expect(e1.reason).toBe('unavailable');
-    expect(e1.message).toBe('upstream server "missing" could not be reached: cannot start "sandgate-no-such-command": not found on PATH');
+    expect(e1.message).toBe(
+      'upstream server "missing" could not be reached: cannot start "sandgate-no-such-command": not found on PATH, or not executable by the server\'s unprivileged user',
+    );
     // The first retry is immediate; the next waits.
     await rejection(h.callTool(alice, 'missing', 'x', {}));
     const e3 = await rejection(h.callTool(alice, 'missing', 'x', {}));
@@ -216,7 +219,7 @@ describe('UpstreamHub with real npm MCP servers', () => {
       expect(env.CONFIGURED).toBe('yes');
       expect(env.WHO).toBe('alice');
       expect(env.PATH).toBe(process.env.PATH);
-      expect(env.HOME).toBe(path.join(dataDir, 'upstream', 'envy', `user-${alice.userId}`));
+      expect(env.HOME).toBe(path.join(`${dataDir}-homes`, 'envy', `user-${alice.userId}`));
       expect(env.SANDGATE_TEST_GATEWAY_SECRET).toBeUndefined();
       expect(Object.keys(env).sort()).toEqual(['API_TOKEN', 'CONFIGURED', 'HOME', 'PATH', 'WHO']);
 

@@ -10,7 +10,7 @@ import { createHarness, type Harness } from '../src/testing/harness.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom } from '../src/upstream/testing.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
 
 describe('upstream MCP tools called from code in a real sandbox', () => {
@@ -35,6 +35,7 @@ describe('upstream MCP tools called from code in a real sandbox', () => {
         everything: nodeServer(EVERYTHING_SERVER, ['stdio'], { sandgate: { allowUsers: ['alice'] } }),
       }),
       dataDir: h.dataDir,
+      ...hubHomes(h.dataDir, h.store.db),
       credentials: createCredentialStore(h.store.db, loadOrCreateKey(h.dataDir)),
       logger: h.logger,
     });

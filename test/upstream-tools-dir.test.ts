@@ -10,7 +10,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
 import { until } from '../src/testing/until.js';
 
@@ -45,6 +45,7 @@ describe('tools directories', () => {
     const hub = new UpstreamHub({
       servers: serversFrom({ memory: nodeServer(MEMORY_SERVER, [], { env: { MEMORY_FILE_PATH: '${SANDGATE_WORKDIR}/m.jsonl' }, sandgate: { allowUsers: ['*'] } }) }),
       dataDir,
+      ...hubHomes(dataDir, store.db),
     });
     const dirs = createToolsDirs({ hub, dataDir });
     try {
@@ -71,6 +72,7 @@ describe('tools directories', () => {
         envy: nodeServer(EVERYTHING_SERVER, ['stdio'], { sandgate: { scope: 'per-user', allowUsers: ['*'], userCredentials: ['API_TOKEN'] } }),
       }),
       dataDir,
+      ...hubHomes(dataDir, store.db),
       credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
     });
     const dirs = createToolsDirs({ hub, dataDir, regenerateDelayMs: 20 });

@@ -99,10 +99,12 @@ export class RunnerConnection {
       const end = nl < 0 ? chunk.length : nl;
       if (!this.skipping) {
         if (this.partBytes + (end - start) > MAX_LINE) {
+          const held = this.partBytes;
           this.skipping = true;
           this.parts = [];
           this.partBytes = 0;
           this.onDiagnostic(`dropping a line longer than ${MAX_LINE} bytes`);
+          this.addJunk(held);
         } else if (end > start) {
           this.parts.push(chunk.subarray(start, end));
           this.partBytes += end - start;

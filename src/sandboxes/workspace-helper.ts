@@ -14,6 +14,7 @@
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { HOST_PYTHON } from '../host/python.js';
 
 const HELPER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workspace_helper.py');
 
@@ -104,7 +105,7 @@ export class WorkspaceHelper {
       '--net',
       '--ipc',
       '--',
-      'python3',
+      HOST_PYTHON,
       '-I',
       '-S',
       HELPER_SCRIPT,

@@ -12,6 +12,9 @@ import { mountPoints } from '../sandboxes/volumes.js';
 
 export default function setup(): () => Promise<void> {
   const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-run-')));
+  // Passable (not listable) by other users: stdio upstream servers run as uids of their
+  // own and must reach their homes below it, as they must below SANDGATE_UPSTREAM_HOME_DIR.
+  fs.chmodSync(dir, 0o711);
   const previous = process.env.TMPDIR;
   process.env.TMPDIR = dir;
   return async () => {

@@ -91,6 +91,33 @@ describe('parseUpstreamConfig', () => {
     expect(msg).toContain('mcpServers.bad name!: server names are');
   });
 
+  it('gives stdio servers no network unless their network policy says otherwise', () => {
+    const servers = parse({
+      quiet: { command: 'x', sandgate: { allowUsers: ['*'] } },
+      web: { command: 'x', sandgate: { allowUsers: ['*'], network: 'public' } },
+      gh: { command: 'x', sandgate: { allowUsers: ['*'], network: { allow: ['api.github.com', '*.Example.com:8443', '10.0.0.5:80', '[::1]:9000'] } } },
+      raw: { command: 'x', sandgate: { allowUsers: ['*'], network: 'host' } },
+    });
+    expect(servers.map((s) => s.network)).toEqual([
+      { kind: 'none' },
+      { kind: 'public' },
+      { kind: 'allow', hosts: [{ host: 'api.github.com' }, { host: '*.example.com', port: 8443 }, { host: '10.0.0.5', port: 80 }, { host: '::1', port: 9000 }] },
+      { kind: 'host' },
+    ]);
+    const msg = errorOf(() =>
+      parse({
+        a: { command: 'x', sandgate: { allowUsers: ['*'], network: 'everything' } },
+        b: { command: 'x', sandgate: { allowUsers: ['*'], network: { allow: ['http://evil.com/'] } } },
+        c: { url: 'http://h/', sandgate: { allowUsers: ['*'], network: 'public' } },
+        d: { command: 'x', sandgate: { allowUsers: ['*'], network: { allow: [] } } },
+      }),
+    );
+    expect(msg).toContain('mcpServers.a.sandgate.network');
+    expect(msg).toContain('mcpServers.b.sandgate.network.allow.0: must be a host name, *.domain or IP address, with an optional :port');
+    expect(msg).toContain('mcpServers.c.sandgate.network: applies to stdio servers only');
+    expect(msg).toContain('mcpServers.d.sandgate.network');
+  });
+
   it('rejects a ${VAR} the gateway does not have, unless it has a default', () => {
     expect(errorOf(() => parse({ s: { command: 'x', env: { T: '${NOPE}' }, sandgate: { allowUsers: ['*'] } } }))).toContain(
       'mcpServers.s.env.T: ${NOPE} is not set',

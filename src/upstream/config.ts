@@ -41,6 +41,16 @@ export const CONNECTION_PLACEHOLDERS = ['SANDGATE_WORKDIR', 'SANDGATE_USER', 'SA
 /** Default time limit for one upstream call. */
 export const DEFAULT_UPSTREAM_TIMEOUT_SEC = 60;
 
+/**
+ * What a stdio server may reach (its `sandgate.network`). A server that fetches what
+ * its arguments name does so for code in a sandbox, so its reach is the sandbox's reach:
+ * - `none` (the default): no network at all, not even the host's loopback;
+ * - `public`: hosts on the internet, never loopback, private or link-local addresses;
+ * - `allow`: only the listed hosts (`name`, `*.domain`, optionally `:port`);
+ * - `host`: the gateway host's own network, loopback included. UNSAFE: warned at start.
+ */
+export type NetworkPolicy = { kind: 'none' } | { kind: 'public' } | { kind: 'allow'; hosts: { host: string; port?: number }[] } | { kind: 'host' };
+
 export type UpstreamTransportConfig =
   | { type: 'stdio'; command: string; args: string[]; env: Record<string, string>; cwd?: string }
   | { type: 'http' | 'sse'; url: string; headers: Record<string, string> };
@@ -71,6 +81,8 @@ export interface UpstreamServerConfig {
   timeoutMs: number;
   /** Shown in search results and in the server's generated index. */
   description?: string;
+  /** What a stdio server may reach; `none` unless the config says otherwise (url servers: `none`, unused). */
+  network: NetworkPolicy;
 }
 
 export class UpstreamConfigError extends Error {
@@ -81,6 +93,14 @@ const SERVER_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;
 const TEAM = /^[A-Za-z0-9][A-Za-z0-9-]*\/[A-Za-z0-9_.-]+$/;
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+/** An allow-list entry: a host name, `*.` and a domain, or an IP address ([v6] with a port), and an optional port. */
+const HOST_RULE = /^(\*\.)?([A-Za-z0-9-]+\.)*[A-Za-z0-9-]+(:\d{1,5})?$|^\d{1,3}(\.\d{1,3}){3}(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/;
+
+function hostRule(entry: string): { host: string; port?: number } {
+  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(entry)!;
+  const host = m[1]!.startsWith('[') ? m[1]!.slice(1, -1) : m[1]!;
+  return { host: host.toLowerCase(), ...(m[2] ? { port: Number(m[2]) } : {}) };
+}
 
 const sandgateSchema = z
   .object({
@@ -92,6 +112,12 @@ const sandgateSchema = z
     userCredentials: z.array(z.string().min(1)).default([]),
     timeoutSec: z.number().positive().max(3600).default(DEFAULT_UPSTREAM_TIMEOUT_SEC),
     description: z.string().max(2000).optional(),
+    network: z
+      .union([
+        z.enum(['none', 'public', 'host']),
+        z.object({ allow: z.array(z.string().regex(HOST_RULE, 'must be a host name, *.domain or IP address, with an optional :port')).min(1) }).strict(),
+      ])
+      .optional(),
   })
   .strict();
 
@@ -188,6 +214,9 @@ export function parseUpstreamConfig(
       if (!g.allowUsers.length && !g.allowTeams.length) {
         fail('sandgate', 'nobody may use this server: list users in "allowUsers" (["*"] for every user) or teams in "allowTeams"');
       }
+      if (g.network !== undefined && transport && transport.type !== 'stdio') {
+        fail('sandgate.network', 'applies to stdio servers only: the gateway itself connects to a url server');
+      }
       if (g.scope === 'shared' && g.userCredentials.length) {
         fail('sandgate.userCredentials', 'users can only supply credentials to a "per-user" server (set "scope": "per-user")');
       }
@@ -217,6 +246,12 @@ export function parseUpstreamConfig(
       userCredentials: g.userCredentials,
       timeoutMs: Math.round(g.timeoutSec * 1000),
       ...(g.description !== undefined ? { description: g.description } : {}),
+      network:
+        g.network === undefined || g.network === 'none'
+          ? { kind: 'none' }
+          : g.network === 'public' || g.network === 'host'
+            ? { kind: g.network }
+            : { kind: 'allow', hosts: g.network.allow.map(hostRule) },
     });
   }
   if (errors.length) throw new UpstreamConfigError(`invalid upstream server config in ${source}:\n  - ${errors.join('\n  - ')}`);

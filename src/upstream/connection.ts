@@ -12,7 +12,9 @@
  *   listing resets the count.
  * - A tools/call is never retried by sandgate: it may have had effects upstream.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -21,7 +23,9 @@ import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import type { CallToolResult, Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../logger.js';
 import { fillConnectionPlaceholders, type UpstreamServerConfig } from './config.js';
+import { startEgressProxy, type EgressProxy } from './egress-proxy.js';
 import { UpstreamError, fromCallError } from './errors.js';
+import { isolatedCommand, prepareHome } from './isolation.js';
 
 export interface BackoffOptions {
   /** Delay before the second consecutive retry; it doubles from there. */
@@ -35,6 +39,12 @@ export interface ConnectionOptions {
   user?: { id: number; name: string; credentials: Record<string, string> };
   /** Private directory of this connection (`${SANDGATE_WORKDIR}`; HOME and default cwd of stdio servers). */
   workDir: string;
+  /**
+   * Who a stdio server runs as (isolation.ts): its own uid, whose home `workDir` is,
+   * under `base`; the egress proxy's socket goes in `proxyDir`. `legacyWorkDir` is where an
+   * earlier version kept this connection's files (moved into `workDir` once).
+   */
+  isolation: { uid: number; gid: number; base: string; proxyDir: string; legacyWorkDir?: string };
   connectTimeoutMs: number;
   backoff: BackoffOptions;
   logger?: Logger;
@@ -67,6 +77,8 @@ export class UpstreamConnection {
   private pid?: number;
   private readonly stderrTail: string[] = [];
   private readonly label: string;
+  /** The egress proxy of the running stdio server, when its policy allows network. */
+  private proxy?: EgressProxy;
   private readonly now: () => number;
 
   constructor(private readonly opts: ConnectionOptions) {
@@ -118,6 +130,13 @@ export class UpstreamConnection {
       this.closedByUs = true;
       await client.close().catch(() => undefined);
     }
+    await this.closeProxy();
+  }
+
+  private async closeProxy(): Promise<void> {
+    const proxy = this.proxy;
+    this.proxy = undefined;
+    await proxy?.close().catch(() => undefined);
   }
 
   private connect(): Promise<Client> {
@@ -157,8 +176,9 @@ export class UpstreamConnection {
     });
     let transport: Transport;
     try {
-      transport = this.makeTransport();
+      transport = await this.makeTransport();
     } catch (e) {
+      await this.closeProxy();
       throw this.failed(e);
     }
     this.closedByUs = false;
@@ -168,6 +188,7 @@ export class UpstreamConnection {
       this.client = undefined;
       this.cachedTools = undefined;
       this.pid = undefined;
+      void this.closeProxy();
       if (!this.closedByUs) {
         this.noteFailure(`the connection closed${this.stderrHint()}`);
         logger?.warn({ server: server.name, user: this.opts.user?.name }, 'upstream connection closed; reconnecting on next use');
@@ -178,6 +199,7 @@ export class UpstreamConnection {
     } catch (e) {
       this.closedByUs = true;
       await client.close().catch(() => undefined);
+      await this.closeProxy();
       throw this.failed(e);
     }
     this.client = client;
@@ -201,29 +223,42 @@ export class UpstreamConnection {
     return tools;
   }
 
-  private makeTransport(): Transport {
+  private async makeTransport(): Promise<Transport> {
     const { server, user, workDir } = this.opts;
-    fs.mkdirSync(workDir, { recursive: true, mode: 0o700 });
     const vars = { SANDGATE_WORKDIR: workDir, SANDGATE_USER: user?.name ?? '', SANDGATE_USER_ID: user ? String(user.id) : '' };
     const fill = (v: string) => fillConnectionPlaceholders(v, vars);
     const t = server.transport;
     if (t.type === 'stdio') {
-      const env: Record<string, string | undefined> = {
-        // The SDK adds HOME, LOGNAME, SHELL, TERM and USER of the gateway; only PATH may pass.
-        HOME: workDir,
-        LOGNAME: undefined,
-        SHELL: undefined,
-        TERM: undefined,
-        USER: undefined,
-        PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
-        ...Object.fromEntries(Object.entries(t.env).map(([k, v]) => [k, fill(v)])),
-        ...(user?.credentials ?? {}),
-      };
-      const transport = new StdioClientTransport({
+      const iso = this.opts.isolation;
+      prepareHome(iso.base, workDir, iso.uid, iso.gid, iso.legacyWorkDir);
+      const policy = server.network;
+      if (policy.kind === 'public' || policy.kind === 'allow') {
+        fs.mkdirSync(iso.proxyDir, { recursive: true, mode: 0o711 });
+        const name = crypto.createHash('sha256').update(workDir).digest('hex').slice(0, 16);
+        this.proxy = await startEgressProxy({ socketPath: path.join(iso.proxyDir, `${name}.sock`), policy, uid: iso.uid, gid: iso.gid, label: server.name, logger: this.opts.logger });
+      }
+      const start = isolatedCommand({
+        uid: iso.uid,
+        gid: iso.gid,
+        home: workDir,
+        cwd: t.cwd !== undefined ? fill(t.cwd) : workDir,
+        policy,
+        proxySocket: this.proxy?.socketPath,
         command: fill(t.command),
         args: t.args.map(fill),
-        env: env as Record<string, string>,
-        cwd: t.cwd !== undefined ? fill(t.cwd) : workDir,
+        env: {
+          HOME: workDir,
+          PATH: process.env.PATH ?? '/usr/local/bin:/usr/bin:/bin',
+          ...Object.fromEntries(Object.entries(t.env).map(([k, v]) => [k, fill(v)])),
+          ...(user?.credentials ?? {}),
+        },
+      });
+      const transport = new StdioClientTransport({
+        command: start.command,
+        args: start.args,
+        // The SDK adds HOME, LOGNAME, SHELL, TERM and USER of the gateway; only what is here may pass.
+        env: { ...start.env, LOGNAME: undefined, SHELL: undefined, TERM: undefined, USER: undefined } as unknown as Record<string, string>,
+        cwd: workDir,
         stderr: 'pipe',
       });
       this.stderrTail.length = 0;
@@ -247,6 +282,12 @@ export class UpstreamConnection {
     let msg = e instanceof Error ? e.message : String(e);
     const code = (e as NodeJS.ErrnoException).code;
     const t = this.opts.server.transport;
+    // The launcher's own words (a command it cannot start) say it best.
+    const launcher = this.stderrTail.findLast((l) => l.startsWith('sandgate: '));
+    if (launcher) {
+      this.noteFailure(launcher.slice('sandgate: '.length));
+      return new UpstreamError(`${this.label} could not be reached: ${this.lastError}`, 'unavailable', { cause: e });
+    }
     if (code === 'ENOENT' && t.type === 'stdio') msg = `cannot start "${t.command}": not found on PATH`;
     else if (e instanceof Error && /timed out|RequestTimeout/i.test(msg)) msg = `no answer within ${Math.round(this.opts.connectTimeoutMs / 1000)} s`;
     this.noteFailure(`${msg}${this.stderrHint()}`);

@@ -15,11 +15,16 @@ import type { UpstreamServerConfig } from './config.js';
 import type { CredentialStore } from './credentials.js';
 import { UpstreamConnection, type BackoffOptions, type ConnectionState } from './connection.js';
 import { UpstreamError } from './errors.js';
+import type { UpstreamIdentity } from './identities.js';
 
 export interface UpstreamHubOptions {
   servers: readonly UpstreamServerConfig[];
-  /** Per-connection work directories go under `<dataDir>/upstream/`. */
+  /** The data directory; earlier versions kept connection homes under `<dataDir>/upstream/`. */
   dataDir: string;
+  /** Where connection homes go (SANDGATE_UPSTREAM_HOME_DIR and the gateway's id): `<homeDir>/<server id>/<shared|user-N>`. */
+  homeDir: string;
+  /** The uid a stdio connection runs as (identities.ts), by its name `<server id>/<shared|user-N>`. */
+  identityOf: (connection: string) => UpstreamIdentity;
   /** Needed when any server is per-user with userCredentials. */
   credentials?: CredentialStore;
   /** GitHub teams (`org/team`, any case) of a user; for allowTeams. Defaults to none. */
@@ -297,11 +302,18 @@ export class UpstreamHub {
           credentials: server.userCredentials.length ? this.requireCredentialStore().get(owner.userId, server.name) : {},
         };
       }
-      const dir = path.join(this.opts.dataDir, 'upstream', server.id, perUser ? `user-${owner.userId}` : 'shared');
+      const name = `${server.id}/${perUser ? `user-${owner.userId}` : 'shared'}`;
+      const identity = server.transport.type === 'stdio' ? this.opts.identityOf(name) : { uid: -1, gid: -1 };
       const conn = new UpstreamConnection({
         server,
         ...(user ? { user } : {}),
-        workDir: dir,
+        workDir: path.join(this.opts.homeDir, name),
+        isolation: {
+          ...identity,
+          base: this.opts.homeDir,
+          proxyDir: path.join(this.opts.homeDir, '.proxy'),
+          legacyWorkDir: path.join(this.opts.dataDir, 'upstream', name),
+        },
         connectTimeoutMs: this.opts.connectTimeoutMs ?? 30_000,
         backoff: this.opts.backoff ?? DEFAULT_BACKOFF,
         ...(this.opts.logger ? { logger: this.opts.logger } : {}),

@@ -9,6 +9,7 @@
  * - `catalog` → the MCP endpoint's search_tools,
  * - `hub` → admin pages and credential forms.
  */
+import path from 'node:path';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { ToolCatalog } from '../mcp/catalog.js';
@@ -20,11 +21,15 @@ import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
 import { createCredentialStore, loadOrCreateKey } from './credentials.js';
 import { UpstreamHub } from './hub.js';
 import { createToolsDirs } from './tools-dir.js';
+import { UpstreamConfigError } from './config.js';
+import { upstreamIdentity } from './identities.js';
+import { unreachableAncestor } from './isolation.js';
+import { gatewayIdFor } from '../sandboxes/index.js';
 
 export { UPSTREAM_MIGRATION } from './schema.js';
 export { UpstreamHub, type HubTool, type ToolListing, type ConnectionStatus } from './hub.js';
 export { UpstreamError, type UpstreamErrorReason } from './errors.js';
-export { UpstreamConfigError, parseUpstreamConfig, loadUpstreamConfig, upstreamConfigFile, type UpstreamServerConfig } from './config.js';
+export { UpstreamConfigError, parseUpstreamConfig, loadUpstreamConfig, upstreamConfigFile, type UpstreamServerConfig, type NetworkPolicy } from './config.js';
 export { createBridgeHandler, type UpstreamAudit, type UpstreamAuditEntry } from './bridge.js';
 export { createToolCatalog } from './catalog.js';
 export { createToolsDirs, type ToolsDirs } from './tools-dir.js';
@@ -32,6 +37,8 @@ export { createCredentialStore, loadOrCreateKey, type CredentialStore } from './
 
 export interface Upstream {
   hub: UpstreamHub;
+  /** Weaker-than-default choices in the config (a server on the host's network), to be said loudly at start. */
+  warnings: string[];
   catalog: ToolCatalog;
   toolsDirFor(owner: SandboxOwner): Promise<string>;
   /** The sandbox manager's `prepareTools(dir, owner)`. */
@@ -41,7 +48,7 @@ export interface Upstream {
 }
 
 export interface UpstreamDeps {
-  config: Pick<Config, 'dataDir' | 'mcpServersFile'>;
+  config: Pick<Config, 'dataDir' | 'mcpServersFile' | 'upstreamHomeDir'>;
   /** The store's database, migrated with UPSTREAM_MIGRATION. */
   db: Db;
   audit: UpstreamAudit;
@@ -57,17 +64,33 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
   const servers = loadUpstreamConfig(upstreamConfigFile(deps.config), deps.env);
   const credentials = createCredentialStore(deps.db, loadOrCreateKey(deps.config.dataDir));
   const logger = deps.logger?.child({ module: 'upstream' });
+  const homeDir = path.join(path.resolve(deps.config.upstreamHomeDir), gatewayIdFor(deps.config.dataDir));
+  if (servers.some((s) => s.transport.type === 'stdio') && process.getuid?.() === 0) {
+    const blocked = unreachableAncestor(homeDir);
+    if (blocked) {
+      throw new UpstreamConfigError(
+        `stdio upstream servers run as users of their own and must reach ${homeDir}, but ${blocked} does not let other users pass ` +
+          `(chmod o+x ${blocked}), or set SANDGATE_UPSTREAM_HOME_DIR to a folder they can reach`,
+      );
+    }
+  }
   const hub = new UpstreamHub({
     servers,
     dataDir: deps.config.dataDir,
+    homeDir,
+    identityOf: (connection) => upstreamIdentity(deps.db, connection),
     credentials,
     ...(deps.teamsOf ? { teamsOf: deps.teamsOf } : {}),
     ...(logger ? { logger } : {}),
     idleCloseMs: 10 * 60_000,
   });
   const dirs = createToolsDirs({ hub, dataDir: deps.config.dataDir, ...(logger ? { logger } : {}) });
+  const warnings = servers
+    .filter((s) => s.network.kind === 'host')
+    .map((s) => `UNSAFE: upstream server "${s.name}" runs on the host's own network (sandgate.network "host"): code in any sandbox that may call it reaches what the host reaches, the gateway's own port included.`);
   return {
     hub,
+    warnings,
     catalog: createToolCatalog(hub),
     toolsDirFor: dirs.toolsDirFor,
     prepareTools: dirs.prepareTools,

@@ -12,7 +12,22 @@ import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
 import { ALL_MIGRATIONS } from '../store/registry.js';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
+import type { Db } from '../store/store.js';
 import { parseUpstreamConfig, type UpstreamServerConfig } from './config.js';
+import { upstreamIdentity } from './identities.js';
+
+/**
+ * Where a test hub keeps its connection homes (beside the data directory, as a gateway
+ * keeps them apart from it) and whose uid each connection gets: the real identities table.
+ */
+export function hubHomes(dataDir: string, db: Db): { homeDir: string; identityOf: (connection: string) => ReturnType<typeof upstreamIdentity> } {
+  return { homeDir: `${dataDir}-homes`, identityOf: (connection) => upstreamIdentity(db, connection) };
+}
+
+/** The upstream settings of a test gateway whose data directory is `dataDir`. */
+export function upstreamSettings(dataDir: string, mcpServersFile = ''): { dataDir: string; mcpServersFile: string; upstreamHomeDir: string } {
+  return { dataDir, mcpServersFile, upstreamHomeDir: `${dataDir}-homes` };
+}
 
 /** A fresh data directory with a migrated store and the named users, as sandbox owners. */
 export function openTestStore(prefix: string, names: string[]): { dataDir: string; store: Store; owners: SandboxOwner[] } {

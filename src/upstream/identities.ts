@@ -1,0 +1,39 @@
+/**
+ * Who each stdio upstream connection runs as: a uid of its own, never root and never
+ * another connection's, so a server (holding, say, one user's GitHub token) can neither
+ * read another server's home and files nor trace or signal its processes. A connection
+ * keeps its uid across restarts (its home belongs to it), so the mapping is stored.
+ *
+ * The uids start at UPSTREAM_UID_BASE, far above any range a distribution or a container
+ * runtime hands out; they need no entry in /etc/passwd.
+ */
+import type { Migration } from '../store/migrations.js';
+import type { Db } from '../store/store.js';
+
+export const UPSTREAM_UID_BASE = 1_500_000_000;
+
+export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
+  version: 7,
+  description: 'a uid of its own for each stdio upstream connection',
+  up(db) {
+    db.exec(`
+      CREATE TABLE upstream_identities (
+        id INTEGER PRIMARY KEY,        -- the uid is UPSTREAM_UID_BASE + id
+        connection TEXT NOT NULL UNIQUE -- "<server id>/shared" or "<server id>/user-<user id>"
+      );
+    `);
+  },
+};
+
+export interface UpstreamIdentity {
+  uid: number;
+  gid: number;
+}
+
+/** The identity of a connection, made on its first use. */
+export function upstreamIdentity(db: Db, connection: string): UpstreamIdentity {
+  db.prepare('INSERT INTO upstream_identities (connection) VALUES (?) ON CONFLICT(connection) DO NOTHING').run(connection);
+  const row = db.prepare('SELECT id FROM upstream_identities WHERE connection = ?').get(connection) as { id: number };
+  const uid = UPSTREAM_UID_BASE + row.id;
+  return { uid, gid: uid };
+}
