@@ -8,6 +8,7 @@
  *
  *   node --import tsx bench/file-tools.ts   (BENCH_CALLS, BENCH_WARMUP)
  */
+import { setMaxListeners } from 'node:events';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { startGateway } from '../test/mcp-helpers.js';
@@ -35,6 +36,9 @@ async function time(label: string, once: () => Promise<unknown>): Promise<void> 
 }
 
 async function main(): Promise<void> {
+  // The SDK client's transport adds an abort listener per request to one AbortSignal and
+  // lets them go only with the requests: thousands of calls trip Node's leak warning.
+  setMaxListeners(0);
   // A bench client calls far faster than the default per-token limit allows.
   const gw = await startGateway({ pii: true, harness: { env: { SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '1000000' } } });
   const token = gw.tokenFor('bench');
