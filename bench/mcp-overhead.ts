@@ -63,7 +63,7 @@ import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/client';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { RateLimiter } from '../src/mcp/rate-limit.js';
+import { RateLimiter } from '../src/limits/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/mcp-helpers.js';
 import { hostBusyMs } from './host.js';

@@ -236,8 +236,27 @@ describe('processes that detach', () => {
   it('end with their run, however they detach; Python children that did not detach live on with the kernel', async () => {
     await run(mallory, 'bash', 'setsid sleep 301 & (setsid sh -c "sleep 302" &) ; nohup setsid sleep 303 >/dev/null 2>&1 & true');
     await run(mallory, 'python', 'import subprocess\nsubprocess.Popen(["sleep", "304"], start_new_session=True)\nkept = subprocess.Popen(["sleep", "305"])');
+    // A detached process whose main thread exits alone: its leader shows as a zombie while a thread runs on.
+    await run(
+      mallory,
+      'python',
+      `import os, threading, time, ctypes
+if os.fork() == 0:
+    os.setsid()
+    def beat():
+        while True:
+            open('/workspace/heartbeat', 'w').write(str(time.time()))
+            time.sleep(0.05)
+    threading.Thread(target=beat).start()
+    time.sleep(0.2)
+    ctypes.CDLL(None).syscall(60, 0)  # exit(2) of this thread only
+time.sleep(0.5)`,
+    );
     const ps = (await run(mallory, 'bash', 'ps -eo args --no-headers')).text;
     for (const n of [301, 302, 303, 304]) expect(ps).not.toContain(`sleep ${n}`);
     expect(ps).toContain('sleep 305');
+    const beat1 = (await run(mallory, 'bash', 'sleep 0.3; cat heartbeat')).text.split('\n')[0];
+    const beat2 = (await run(mallory, 'bash', 'sleep 0.3; cat heartbeat')).text.split('\n')[0];
+    expect(beat2, 'the zombie-led process was still writing').toBe(beat1);
   });
 });

@@ -7,7 +7,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { RateLimiter } from '../src/mcp/rate-limit.js';
+import { RateLimiter } from '../src/limits/rate-limit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
 import { findUser } from '../src/store/users.js';
@@ -234,6 +234,13 @@ describe('rate limits', () => {
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(6) })).status).toBe(200);
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(5) })).status).toBe(429);
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(4) })).status).toBe(200);
+      // A refusal costs its sender nothing, so it costs the audit log one row, not one per message.
+      for (let i = 0; i < 3; i++) expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(5000) })).status).toBe(429);
+      const fay = findUser(limited.harness.store.db, 'fay')!;
+      const refused = listAudit(limited.harness.store.db, fay.id, { limit: 1000 }).filter((e) => e.outcome === 'rate_limited');
+      expect(refused.length).toBeLessThanOrEqual(3);
+      expect(refused.length).toBeGreaterThanOrEqual(1);
+      expect(refused.at(-1)).toMatchObject({ method: 'ping', argsShape: { batch: 100 } });
     } finally {
       await limited.close();
     }

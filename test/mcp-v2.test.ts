@@ -8,7 +8,7 @@
 import { Client, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, StreamableHTTPClientTransport, type CallToolResult } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { RateLimiter } from '../src/mcp/rate-limit.js';
+import { RateLimiter } from '../src/limits/rate-limit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { findUser, ensureUser } from '../src/store/users.js';

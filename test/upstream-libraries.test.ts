@@ -12,6 +12,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
+import { RateLimiter } from '../src/limits/rate-limit.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
@@ -211,6 +212,17 @@ print(json.dumps({"names": names, "obs": obs, "weather": sorted(weather), "sum":
     expect(JSON.stringify(create.argsShape)).not.toContain('runs TypeScript');
     expect(create.durationMs).toBeGreaterThan(0);
     expect(audit.find((a) => a.tool === 'everything/get-env')).toMatchObject({ errorClass: 'denied' });
+  });
+
+  it('limits upstream calls per user, and audits a run of refusals as one row', async () => {
+    const rows: UpstreamAuditEntry[] = [];
+    const limited = createBridgeHandler(hub, (e) => rows.push(e), { rateLimiter: new RateLimiter({ perMinute: 60, burst: 2 }) });
+    const call = (owner: SandboxOwner) => limited(owner, 'tools/call', { server: 'memory', tool: 'read_graph', arguments: {} });
+    await call(alice);
+    await call(alice);
+    for (let i = 0; i < 5; i++) await expect(call(alice)).rejects.toThrow(/too many upstream calls: retry after \d+ s/);
+    await call(bob); // another user's calls are their own
+    expect(rows.map((r) => r.outcome)).toEqual(['ok', 'ok', 'rate_limited', 'ok']);
   });
 
   it('ranks catalogue searches and respects who may see what', async () => {

@@ -575,13 +575,23 @@ def _process_table():
         if not name.isdigit() or name == '1' or int(name) == own:
             continue
         try:
-            if os.stat('/proc/' + name).st_uid != SANDBOX_UID:
+            # The real uid from status, not the owner of /proc/<pid>: gVisor shows a leader
+            # whose threads live on without it (no address space) as root's.
+            with open('/proc/%s/status' % name, 'rb') as f:
+                status = f.read()
+            if int(status.split(b'\nUid:', 1)[1].split()[0]) != SANDBOX_UID:
                 continue
             with open('/proc/%s/stat' % name, 'rb') as f:
                 stat = f.read()
             fields = stat[stat.rfind(b')') + 2:].split()
-            if fields[0] in (b'Z', b'X') or int(fields[1]) == own:
-                continue  # dead (waiting to be reaped), or the runner's own child
+            if int(fields[1]) == own:
+                continue  # the runner's own child
+            # Dead, waiting to be reaped; unless its threads live on after the leader
+            # exited alone (a zombie leader whose process still runs: under gVisor it has
+            # no task folder then, but status counts its threads).
+            threads = int(status.split(b'\nThreads:', 1)[1].split()[0]) if b'\nThreads:' in status else 1
+            if fields[0] in (b'Z', b'X') and threads <= 1:
+                continue
             table.append((int(name), int(fields[3])))
         except (OSError, ValueError, IndexError):
             continue
@@ -867,8 +877,9 @@ class Bridge:
     the execution that is running may call; its pending calls fail when it ends.
     One thread multiplexes all connections, so slow clients cost no threads."""
 
-    MAX_REQUEST = 16 << 20
+    MAX_REQUEST = 1 << 20    # a call's line, parameters included
     MAX_CONNECTIONS = 256
+    MAX_PENDING = 8          # calls of one execution waiting for the gateway at once
 
     def __init__(self, path, emitter):
         self.path = path
@@ -1010,7 +1021,8 @@ class Bridge:
             return
         exec_id = req.get('execId')
         with self.lock:
-            if exec_id is None or exec_id != self.active_exec:
+            busy = sum(1 for c in self.pending.values() if c.exec_id == exec_id) >= self.MAX_PENDING
+            if exec_id is None or exec_id != self.active_exec or busy:
                 refused = True
             else:
                 refused = False
@@ -1022,8 +1034,9 @@ class Bridge:
                 self.emitter.emit({'type': 'call', 'id': conn.call_id, 'execId': exec_id,
                                    'method': req['method'], 'params': req.get('params')})
         if refused:
-            self._start_write(conn, json_line(
-                {'ok': False, 'error': 'no running execution %r: calls are accepted only while it runs' % (exec_id,)}))
+            error = ('%d calls are already waiting: wait for one to finish' % self.MAX_PENDING if busy else
+                     'no running execution %r: calls are accepted only while it runs' % (exec_id,))
+            self._start_write(conn, json_line({'ok': False, 'error': error}))
 
     def _send_replies(self):
         try:
@@ -1761,7 +1774,7 @@ def dispatch(line, worker, bridge, emitter, versions):
         return
     op = req.get('op')
     if op == 'ping':
-        emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions)})
+        emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions), 'separated': SEPARATED})
     elif op in ('exec', 'preload'):
         worker.submit(op, req)
     elif op == 'cancel':

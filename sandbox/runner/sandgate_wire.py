@@ -2,9 +2,17 @@
 
 `import json` also loads re, enum and functools: about 1.2 MB that every idle sandbox
 would keep twice (runner and kernel). This module drives the same C scanner and
-encoder that json.loads / json.dumps use, so the results are identical. When _json is
-missing or its signature differs (another Python version), it falls back to json.
+encoder that json.loads / json.dumps use, so the results are identical, but for one
+thing: NaN and Infinity, which are not JSON, are refused both ways (the gateway would
+take a line holding them for a broken one). When _json is missing or its signature
+differs (another Python version), it falls back to json.
 """
+
+
+def _no_constant(name):
+    raise ValueError('%s is not JSON' % name)
+
+
 try:
     import _json
 
@@ -15,7 +23,7 @@ try:
         object_pairs_hook = None
         parse_float = float
         parse_int = int
-        parse_constant = {'-Infinity': float('-inf'), 'Infinity': float('inf'), 'NaN': float('nan')}.__getitem__
+        parse_constant = staticmethod(_no_constant)
         memo = {}
 
     def _default(obj):
@@ -23,9 +31,9 @@ try:
 
     _scan = _json.make_scanner(_Context())
     # As json.dumps(..., separators=(',', ':')) with ensure_ascii False / True.
-    _encode_utf8 = _json.make_encoder({}, _default, _json.encode_basestring, None, ':', ',', False, False, True)
+    _encode_utf8 = _json.make_encoder({}, _default, _json.encode_basestring, None, ':', ',', False, False, False)
     _encode_ascii = _json.make_encoder({}, _default, _json.encode_basestring_ascii, None, ':', ',', False, False,
-                                       True)
+                                       False)
     _WHITESPACE = ' \t\n\r'
 
     def loads(data):
@@ -52,7 +60,7 @@ except (ImportError, TypeError, AttributeError):
     import json
 
     def loads(data):
-        return json.loads(data)
+        return json.loads(data, parse_constant=_no_constant)
 
     def dumps(obj, ascii=False):
-        return json.dumps(obj, ensure_ascii=ascii, separators=(',', ':'))
+        return json.dumps(obj, ensure_ascii=ascii, separators=(',', ':'), allow_nan=False)

@@ -520,6 +520,27 @@ class RunnerTest(unittest.TestCase):
         log = self.r.next(lambda e: e['type'] == 'log')
         self.assertEqual(log['level'], 'warn')
 
+    def test_bridge_limits_calls_waiting_at_once(self):
+        code = ('import json, os, socket\n'
+                'socks = []\n'
+                'for i in range(10):\n'
+                '    s = socket.socket(socket.AF_UNIX)\n'
+                '    s.connect(os.environ["SANDGATE_BRIDGE"])\n'
+                '    s.sendall(json.dumps({"execId": os.environ["SANDGATE_EXEC_ID"], "method": "m", "params": i}).encode() + b"\\n")\n'
+                '    socks.append(s)\n'
+                'import time; time.sleep(0.5)\n'
+                'refused = []\n'
+                'for s in socks[8:]:\n'
+                '    refused.append(json.loads(s.makefile().readline())["error"])\n'
+                'print(refused)')
+        self.r.send({'op': 'exec', 'id': 'e1', 'language': 'python', 'code': code, 'timeoutMs': 10000, 'outputLimit': 65536,
+                     'env': self.r.exec_env, 'denoFlags': []})
+        calls = [self.r.next(lambda e: e.get('type') == 'call') for _ in range(8)]
+        self.assertEqual(len({c['id'] for c in calls}), 8)
+        out = self.r.next(lambda e: e.get('type') == 'stdout')
+        self.assertIn('8 calls are already waiting', out['data'])
+        self.r.next(lambda e: e.get('type') == 'done')
+
     def test_bridge_client_may_half_close(self):
         code = ('import json, os, socket\ns = socket.socket(socket.AF_UNIX)\ns.connect(os.environ["SANDGATE_BRIDGE"])\n'
                 's.sendall(json.dumps({"execId": os.environ["SANDGATE_EXEC_ID"], "method": "m"}).encode() + b"\\n")\n'
@@ -638,7 +659,7 @@ class LeanTest(unittest.TestCase):
     def test_wire_is_json(self):
         sys.path.insert(0, HERE)
         import sandgate_wire
-        values = [0, -1, 2 ** 70, 1.5, 1e300, -0.0, float('inf'), None, True, 'x', 'ünï "\\ \n\x00\u2028', '\ud800',
+        values = [0, -1, 2 ** 70, 1.5, 1e300, -0.0, None, True, 'x', 'ünï "\\ \n\x00\u2028', '\ud800',
                   [], {}, {'a': [1, {'b': None}], 'é': 'ü'}]
         for value in values:
             for ascii_only in (False, True):
@@ -648,9 +669,13 @@ class LeanTest(unittest.TestCase):
             if value == value:  # not NaN
                 self.assertEqual(sandgate_wire.loads(text), json.loads(text))
                 self.assertEqual(sandgate_wire.loads(text.encode()), json.loads(text))
-        for bad in ('', '{', 'nope', '[1] x', '{"a" 1}'):
+        for bad in ('', '{', 'nope', '[1] x', '{"a" 1}', 'NaN', '[Infinity]', '{"a": -Infinity}'):
             with self.assertRaises(ValueError):
                 sandgate_wire.loads(bad)
+        # Not JSON either way: the gateway would take the line for a broken one.
+        for value in (float('nan'), [float('inf')], {'a': float('-inf')}):
+            with self.assertRaises(ValueError):
+                sandgate_wire.dumps(value)
 
     def test_bytecode_cache(self):
         r = Runner()

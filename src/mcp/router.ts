@@ -21,7 +21,7 @@ import { bearerAuth, bearerToken, principalOf } from './bearer-auth.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
 import type { McpDeps } from './context.js';
 import { hostAndOriginValidation } from './host-origin.js';
-import { RateLimiter } from './rate-limit.js';
+import { RateLimiter } from '../limits/rate-limit.js';
 import { createMcpServer, instructionsFor, partsFor, toolContext, toolInputSchema, type ServerParts } from './server.js';
 import { SkillsDir } from './skills.js';
 
@@ -93,6 +93,12 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     }
   };
 
+  /**
+   * When each token's last refusal was audited: a refused request costs its sender
+   * nothing, so its audit row must not cost the gateway much either. One row per refused
+   * POST (the batch as one), at most one a second per token.
+   */
+  const lastRefusalAudit = new Map<number, number>();
   const rateLimit: RequestHandler = function rateLimitPerToken(req, res, next) {
     const p = principalOf(req);
     const requests = requestsIn(req.body);
@@ -101,7 +107,19 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     const decision = limiter.take(String(p.tokenId), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
-    for (const r of requests) audit(p, { ...describeRequest(r, schemaOf), ts: at, durationMs: performance.now() - t0, outcome: 'rate_limited', errorClass: 'rate_limited' });
+    if (at - (lastRefusalAudit.get(p.tokenId) ?? 0) >= 1000) {
+      lastRefusalAudit.set(p.tokenId, at);
+      if (lastRefusalAudit.size > 10_000) lastRefusalAudit.clear();
+      const first = requests[0];
+      audit(p, {
+        ...(first ? describeRequest(first, schemaOf) : { method: 'other', tool: null }),
+        ...(messages > 1 ? { argsShape: { batch: messages } } : {}),
+        ts: at,
+        durationMs: performance.now() - t0,
+        outcome: 'rate_limited',
+        errorClass: 'rate_limited',
+      });
+    }
     const why = decision.tooLarge
       ? `This batch has ${messages} messages, more than the ${limiter.opts.burst} a token may send at once: send them in smaller batches.`
       : `Rate limit exceeded for token "${p.tokenName}": retry after ${decision.retryAfterSec} s.`;

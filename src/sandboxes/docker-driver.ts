@@ -170,7 +170,8 @@ export class DockerDriver implements SandboxDriver {
       const id = `adopt-${crypto.randomBytes(4).toString('hex')}`;
       const pong = handle.connection.waitFor((e): e is Extract<RunnerEvent, { type: 'pong' }> => e.type === 'pong' && e.id === id, 5000, 'ping');
       handle.send({ op: 'ping', id });
-      await pong;
+      // A container of an older image, whose runner runs code as itself, is not adopted.
+      if (!(await pong).separated) throw new Error('runner without separation');
       return handle;
     } catch {
       handle.connection.exit('not answering');

@@ -43,6 +43,8 @@ export const MAX_CODE_BYTES = 1024 * 1024;
 export const MAX_QUEUED = 16;
 /** How long past its timeout the gateway waits for the runner before it kills the container. */
 const TIMEOUT_GRACE_MS = 10_000;
+/** Calls from code to the gateway one sandbox may have waiting at once (the runner's own limit too). */
+const MAX_CALLS_IN_FLIGHT = 8;
 /** Output kept per stream beyond the limit the runner enforces: room for its truncation notice. */
 const OUTPUT_SLACK = 4096;
 /**
@@ -410,11 +412,14 @@ export class SandboxManager {
 
   /** Routes bridge calls and notices death. */
   private watch(sb: UserSandbox): void {
+    let calls = 0;
     sb.handle.onEvent((e) => {
       if (e.type !== 'call') return;
+      // Only the id is kept while the call is out: its parameters go to the bridge alone.
+      const id = e.id;
       const reply = (ok: boolean, result?: unknown, error?: string) => {
         try {
-          sb.handle.send({ op: 'call_result', id: e.id, ok, result, error });
+          sb.handle.send({ op: 'call_result', id, ok, result, error });
         } catch {
           /* sandbox gone */
         }
@@ -422,10 +427,14 @@ export class SandboxManager {
       // The runner takes calls only from the running execution; so does the gateway.
       if (e.execId !== sb.inFlight) return reply(false, undefined, 'calls are accepted only from the execution that is running');
       if (!this.bridge) return reply(false, undefined, 'no tools are available from this gateway');
-      this.bridge(sb.owner, e.method, e.params).then(
-        (r) => reply(true, r),
-        (err: unknown) => reply(false, undefined, err instanceof Error ? err.message : String(err)),
-      );
+      if (calls >= MAX_CALLS_IN_FLIGHT) return reply(false, undefined, `${MAX_CALLS_IN_FLIGHT} calls are already waiting: wait for one to finish`);
+      calls++;
+      this.bridge(sb.owner, e.method, e.params)
+        .then(
+          (r) => reply(true, r),
+          (err: unknown) => reply(false, undefined, err instanceof Error ? err.message : String(err)),
+        )
+        .finally(() => calls--);
     });
     sb.handle.onExit((reason) => {
       if (this.users.get(sb.owner.userId) === sb) {

@@ -86,7 +86,7 @@ export type RunnerEvent =
   | { type: 'ready'; pid: number; versions: Record<string, string>; separated?: boolean }
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
-  | { type: 'pong'; id: string }
+  | { type: 'pong'; id: string; separated?: boolean }
   | { type: 'preloaded'; id: string; modules: string[]; ms: number; error?: string }
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
   | { type: 'call'; id: string; execId: string; method: string; params: unknown }
@@ -167,7 +167,7 @@ export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
     case 'done':
       return id !== undefined ? checkedDone(v, id) : undefined;
     case 'pong':
-      return id !== undefined ? { type: 'pong', id } : undefined;
+      return id !== undefined ? { type: 'pong', id, separated: v.separated === true } : undefined;
     case 'preloaded':
       if (id === undefined) return undefined;
       return {

@@ -17,6 +17,7 @@ import { parseRunnerEvent, type RunnerEvent } from './protocol.js';
 export const MAX_LINE = 8 * 1024 * 1024;
 /** Bytes of lines that are not protocol a connection may send before it is ended. */
 export const MAX_JUNK = 1024 * 1024;
+const MAX_DIAGNOSTICS = 20;
 
 const NEWLINE = 0x0a;
 
@@ -29,6 +30,8 @@ export class RunnerConnection {
   /** The line being received is over MAX_LINE: drop until its end. */
   private skipping = false;
   private junk = 0;
+  /** Diagnostics said so far: past MAX_DIAGNOSTICS, a connection is not worth more log lines. */
+  private diagnostics = 0;
   private _exited = false;
   private exitReason = '';
 
@@ -103,7 +106,7 @@ export class RunnerConnection {
           this.skipping = true;
           this.parts = [];
           this.partBytes = 0;
-          this.onDiagnostic(`dropping a line longer than ${MAX_LINE} bytes`);
+          this.diagnose(`dropping a line longer than ${MAX_LINE} bytes`);
           this.addJunk(held);
         } else if (end > start) {
           this.parts.push(chunk.subarray(start, end));
@@ -128,11 +131,12 @@ export class RunnerConnection {
     try {
       parsed = JSON.parse(line.toString('utf8'));
     } catch {
-      if (line.toString('utf8').trim()) this.refuse(`not JSON: ${line.subarray(0, 200).toString('utf8')}`, bytes);
+      // The line itself is not logged: it is whatever a sandbox put there.
+      if (line.toString('utf8').trim()) this.refuse(`a line that is not JSON (${bytes} bytes)`, bytes);
       return;
     }
     const event = parseRunnerEvent(parsed);
-    if (!event) return this.refuse(`not a runner event: ${line.subarray(0, 200).toString('utf8')}`, bytes);
+    if (!event) return this.refuse(`a line that is not a runner event (${bytes} bytes, type ${JSON.stringify(String((parsed as { type?: unknown })?.type ?? '')).slice(0, 40)})`, bytes);
     for (const l of [...this.listeners]) {
       try {
         l(event);
@@ -143,8 +147,13 @@ export class RunnerConnection {
   }
 
   private refuse(diagnostic: string, bytes: number): void {
-    this.onDiagnostic(diagnostic);
+    this.diagnose(diagnostic);
     this.addJunk(bytes);
+  }
+
+  private diagnose(message: string): void {
+    if (++this.diagnostics <= MAX_DIAGNOSTICS) this.onDiagnostic(message);
+    else if (this.diagnostics === MAX_DIAGNOSTICS + 1) this.onDiagnostic('further protocol diagnostics of this connection are not logged');
   }
 
   private addJunk(bytes: number): void {

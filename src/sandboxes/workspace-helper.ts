@@ -18,8 +18,8 @@ import { HOST_PYTHON } from '../host/python.js';
 
 const HELPER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workspace_helper.py');
 
-/** Longest reply header taken (a listing of 20,000 entries with long names fits). */
-const MAX_REPLY_HEADER = 64 * 1024 * 1024;
+/** Longest reply header taken (the helper keeps a listing under 2 MiB). */
+const MAX_REPLY_HEADER = 4 * 1024 * 1024;
 /** Largest payload a reply may carry (the helper's own read limit). */
 const MAX_REPLY_BYTES = 16 * 1024 * 1024;
 /** How long one request may take before the helper is ended. */
@@ -57,7 +57,9 @@ export class HelperError extends Error {
 export class WorkspaceHelper {
   private child?: ChildProcessWithoutNullStreams;
   private readonly queue: Pending[] = [];
-  private buffer: Buffer = Buffer.alloc(0);
+  /** Bytes received and not yet taken, as the chunks they came in (joined once, when whole). */
+  private chunks: Buffer[] = [];
+  private buffered = 0;
   /** The header whose payload is still arriving. */
   private header?: HelperReply;
   private ready = false;
@@ -116,7 +118,8 @@ export class WorkspaceHelper {
     const child = spawn('unshare', args, { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' } });
     this.child = child;
     this.ready = false;
-    this.buffer = Buffer.alloc(0);
+    this.chunks = [];
+    this.buffered = 0;
     this.header = undefined;
     this.stderrTail = '';
     child.stdout.on('data', (chunk: Buffer) => this.receive(child, chunk));
@@ -132,35 +135,61 @@ export class WorkspaceHelper {
     return child;
   }
 
+  /**
+   * Takes what the helper wrote. A header is searched for its newline only in the chunk
+   * that just came (never the whole buffer again), and chunks are joined once a header or
+   * payload is whole: reading costs time linear in what arrives.
+   */
   private receive(child: ChildProcessWithoutNullStreams, chunk: Buffer): void {
     if (child !== this.child) return;
-    this.buffer = this.buffer.length ? Buffer.concat([this.buffer, chunk]) : chunk;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
     for (;;) {
       if (!this.header) {
-        const nl = this.buffer.indexOf(0x0a);
-        if (nl < 0) {
-          if (this.buffer.length > MAX_REPLY_HEADER) return this.broken('a reply header too long');
+        const last = this.chunks[this.chunks.length - 1]!;
+        const nlInLast = last.indexOf(0x0a);
+        if (nlInLast < 0) {
+          if (this.buffered > MAX_REPLY_HEADER) return this.broken('a reply header too long');
           return;
         }
+        const all = this.take(this.buffered);
+        const nl = all.length - last.length + nlInLast;
         let header: HelperReply;
         try {
-          header = JSON.parse(this.buffer.subarray(0, nl).toString('utf8')) as HelperReply;
+          header = JSON.parse(all.subarray(0, nl).toString('utf8')) as HelperReply;
           if (typeof header !== 'object' || header === null || typeof header.ok !== 'boolean') throw new Error('not a reply');
         } catch {
           return this.broken('a reply that is not in the wire format');
         }
-        this.buffer = this.buffer.subarray(nl + 1);
+        this.put(all.subarray(nl + 1));
         const bytes = header.bytes ?? 0;
         if (typeof bytes !== 'number' || !Number.isSafeInteger(bytes) || bytes < 0 || bytes > MAX_REPLY_BYTES) return this.broken('a reply payload of a bad size');
         this.header = header;
       }
       const header = this.header;
       const bytes = (header.bytes as number | undefined) ?? 0;
-      if (this.buffer.length < bytes) return;
-      const data = bytes ? Buffer.from(this.buffer.subarray(0, bytes)) : undefined;
-      this.buffer = this.buffer.subarray(bytes);
+      if (this.buffered < bytes) return;
+      const all = this.take(this.buffered);
+      const data = bytes ? Buffer.from(all.subarray(0, bytes)) : undefined;
+      this.put(all.subarray(bytes));
       this.header = undefined;
       this.settle(header, data);
+      if (!this.buffered) return;
+    }
+  }
+
+  /** All buffered bytes, joined (the chunks are then empty). */
+  private take(n: number): Buffer {
+    const all = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, n);
+    this.chunks = [];
+    this.buffered = 0;
+    return all;
+  }
+
+  private put(rest: Buffer): void {
+    if (rest.length) {
+      this.chunks = [rest];
+      this.buffered = rest.length;
     }
   }
 

@@ -135,6 +135,25 @@ describe('Workspace helper confinement', () => {
     expect(await ws.list('')).toEqual([]);
   });
 
+  it('names built to bloat a listing (undecodable, long, thousands of links) keep it bounded', async () => {
+    // 15 folders with 250-byte names that are not UTF-8, and 2,000 hard links at the bottom.
+    execFileSync('python3', [
+      '-c',
+      "import os,sys\nos.chdir(sys.argv[1])\nn=b'\\xff'*250\nfor _ in range(15):\n    os.mkdir(n); os.chdir(n)\nopen('f','w').write('x')\nfor i in range(2000):\n    os.link('f', b'\\xfe'*200 + str(i).encode())",
+      root,
+    ]);
+    execFileSync('chown', ['-R', `${SANDBOX_UID}:${SANDBOX_GID}`, root]);
+    const t0 = performance.now();
+    const listing = await ws.list('', { recursive: true, limit: 20_000 });
+    const ms = performance.now() - t0;
+    expect(listing.length).toBeGreaterThan(15);
+    expect(listing.stopped).toBe('limit');
+    expect(Buffer.byteLength(JSON.stringify(listing))).toBeLessThan(4 * 1024 * 1024);
+    // Undecodable bytes arrive as replacement characters, not as escapes of escapes.
+    expect(listing[0]!.path).toMatch(/^\uFFFD+$/);
+    expect(ms).toBeLessThan(5000);
+  });
+
   it('a helper that dies is replaced on the next request', async () => {
     await ws.write('x.txt', '1');
     execFileSync('pkill', ['-KILL', '-f', `workspace_helper.py ${root} `]);

@@ -45,6 +45,8 @@ import sys
 import time
 
 MAX_READ = 16 << 20        # bytes one read may return
+MAX_REPLY = 2 << 20        # bytes one reply header may take (a listing stops before)
+MAX_PATH = 4096            # a longer path is not listed
 MAX_WRITE = 64 << 20       # bytes one write may carry
 MAX_LIST = 20_000          # entries one listing may return
 MAX_DEPTH = 64             # folders a recursive listing or removal goes into
@@ -54,6 +56,9 @@ REMOVE_ENTRIES = 200_000   # a removal stops after this many entries (and says s
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
+AT_FDCWD = -100
+RENAME_NOREPLACE = 1
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 class Refused(Exception):
@@ -84,7 +89,7 @@ def confine(root, uid, gid):
         os.setgroups([])
         os.setresgid(gid, gid, gid)
         os.setresuid(uid, uid, uid)
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = LIBC
     # Every capability set emptied (a uid change from root did that already; as root of
     # a user namespace it is what keeps the chroot closed).
     header = CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
@@ -97,8 +102,27 @@ def confine(root, uid, gid):
     try:
         os.chroot('/')  # must fail now: the chroot cannot be left
     except PermissionError:
+        forbid_imports()
         return
     raise OSError(errno.EPERM, 'still privileged after dropping privileges')
+
+
+class NoImports:
+    """After the chroot, a module file would be read from inside the workspace, which the
+    sandbox writes: code outside gVisor. So nothing is imported any more, whatever asks
+    (an error report, a lazy import in the library)."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        raise ImportError('the workspace helper imports nothing once confined (%s)' % name)
+
+
+def forbid_imports():
+    sys.path.clear()
+    sys.path_importer_cache.clear()
+    sys.meta_path.insert(0, NoImports)
+    # An error that escapes is reported without the traceback module.
+    sys.excepthook = lambda kind, value, tb: os.write(2, ('workspace helper: %s\n' % kind.__name__).encode())
 
 
 def segments(path):
@@ -298,12 +322,13 @@ def op_rename(req):
             os.close(open_dir(dst[:-1], create=True))
         dst_parent, dst_name = lookup(dst)
         try:
-            try:
-                os.stat(dst_name, dir_fd=dst_parent, follow_symlinks=False)
-                raise Refused('EEXIST', '"%s" already exists' % '/'.join(dst))
-            except FileNotFoundError:
-                pass
-            os.rename(src_name, dst_name, src_dir_fd=src_parent, dst_dir_fd=dst_parent)
+            # renameat2 with RENAME_NOREPLACE: no check-then-rename window in which the
+            # sandbox could put a file at the target for the rename to overwrite.
+            if LIBC.renameat2(src_parent, os.fsencode(src_name), dst_parent, os.fsencode(dst_name), RENAME_NOREPLACE) != 0:
+                err = ctypes.get_errno()
+                if err == errno.EEXIST:
+                    raise Refused('EEXIST', '"%s" already exists' % '/'.join(dst))
+                raise OSError(err, os.strerror(err))
         finally:
             os.close(dst_parent)
     except OSError as exc:
@@ -324,6 +349,7 @@ def op_list(req):
     recursive = bool(req.get('recursive'))
     deadline = time.monotonic() + LIST_SECONDS
     entries = []
+    budget = MAX_REPLY
     stopped = None
     queue = [(parts, 0)]
     while queue:
@@ -350,7 +376,13 @@ def op_list(req):
                 if kind not in ('file', 'dir'):
                     continue
                 child = dir_parts + [entry.name]
-                entries.append({'path': '/'.join(child), 'type': kind, 'size': st.st_size if kind == 'file' else 0,
+                path = '/'.join(child)
+                if len(os.fsencode(path)) > MAX_PATH:
+                    continue  # not a path anything could open
+                budget -= len(path) * 2 + 60
+                if budget < 0:
+                    return {'entries': entries, 'stopped': 'limit'}, None
+                entries.append({'path': path, 'type': kind, 'size': st.st_size if kind == 'file' else 0,
                                 'mtimeMs': st.st_mtime_ns / 1e6})
                 if kind == 'dir' and recursive:
                     if depth + 1 > max_depth:
@@ -376,7 +408,8 @@ def read_exact(stream, n):
 def reply(out, header, data=None):
     if data is not None:
         header['bytes'] = len(data)
-    out.write(json.dumps(header).encode() + b'\n')
+    # Names as their bytes (not 6-character escapes of each undecodable one).
+    out.write(json.dumps(header, ensure_ascii=False).encode('utf-8', 'surrogateescape') + b'\n')
     if data:
         out.write(data)
     out.flush()
@@ -415,6 +448,10 @@ def serve(inp, out):
             reply(out, {'ok': False, 'code': errno.errorcode.get(exc.errno, 'EIO'), 'message': os.strerror(exc.errno or 5)})
         except (ValueError, TypeError) as exc:
             reply(out, {'ok': False, 'code': 'EINVAL', 'message': 'invalid request: %s' % exc})
+        except MemoryError:
+            reply(out, {'ok': False, 'code': 'ENOMEM', 'message': 'out of memory'})
+        except Exception as exc:  # never a traceback (it would import): a clear error, and carry on
+            reply(out, {'ok': False, 'code': 'EIO', 'message': type(exc).__name__})
 
 
 def main():

@@ -18,6 +18,18 @@ describe('store', () => {
     store.close();
   });
 
+  it('keeps the data directory and the database private, whatever mode they had', () => {
+    const dir = tmp();
+    fs.chmodSync(dir, 0o755);
+    fs.writeFileSync(path.join(dir, 'sandgate.db'), '', { mode: 0o644 });
+    fs.chmodSync(path.join(dir, 'sandgate.db'), 0o644);
+    const store = openStore(dir);
+    store.db.exec('CREATE TABLE t (x)');
+    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
+    for (const f of ['sandgate.db', 'sandgate.db-wal', 'sandgate.db-shm']) expect(fs.statSync(path.join(dir, f)).mode & 0o777, f).toBe(0o600);
+    store.close();
+  });
+
   it('keeps data across restarts and applies only new migrations', () => {
     const dir = tmp();
     const file = path.join(dir, 'sandgate.db');

@@ -39,10 +39,19 @@ export interface Store {
   close(): void;
 }
 
-/** Opens (creating when absent) `<dataDir>/sandgate.db` and migrates it. */
+/**
+ * Opens (creating when absent) `<dataDir>/sandgate.db` and migrates it. The data
+ * directory holds the store, the keys and every workspace: it is made private (0700)
+ * whatever mode it had (a folder made beforehand, as compose's /var/lib/sandgate, is
+ * often 0755), and so is the database, so neither another local user nor an upstream
+ * server (which runs as a user of its own) can read it.
+ */
 export function openStore(dataDir: string, migrations: readonly Migration[] = MIGRATIONS): Store {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  fs.chmodSync(dataDir, 0o700);
   const file = path.join(dataDir, 'sandgate.db');
+  if (!fs.existsSync(file)) fs.closeSync(fs.openSync(file, 'a', 0o600));
+  fs.chmodSync(file, 0o600);
   return openStoreFile(file, migrations);
 }
 

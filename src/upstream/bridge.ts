@@ -15,6 +15,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { argsShape } from '../audit/audit.js';
 import type { Logger } from '../logger.js';
 import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
+import type { RateLimiter } from '../limits/rate-limit.js';
 import { UpstreamError } from './errors.js';
 import type { UpstreamHub } from './hub.js';
 import type { UpstreamServerConfig } from './config.js';
@@ -30,7 +31,7 @@ export interface UpstreamAuditEntry {
   /** Shape of the arguments (src/audit/audit.ts `argsShape`); never their values. */
   argsShape: unknown;
   durationMs: number;
-  outcome: 'ok' | 'error' | 'denied';
+  outcome: 'ok' | 'error' | 'denied' | 'rate_limited';
   /** The readable message the sandbox got. */
   error?: string;
   /** A class, not a message: an UpstreamErrorReason, or `tool-error` for `isError` results. */
@@ -64,7 +65,16 @@ function parse<T>(schema: z.ZodType<T>, params: unknown, method: string, usage: 
   return r.data;
 }
 
-export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts: { logger?: Logger } = {}): BridgeHandler {
+export interface BridgeOptions {
+  logger?: Logger;
+  /**
+   * Upstream calls each user may make, as MCP requests are limited per token: code in a
+   * loop would otherwise call (and fill the audit log) without bound. Absent: no limit.
+   */
+  rateLimiter?: RateLimiter;
+}
+
+export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts: BridgeOptions = {}): BridgeHandler {
   const info = (server: UpstreamServerConfig, tool: Tool, all: readonly Tool[]): BridgeToolInfo => {
     const loc = toolLocations(server, all).get(tool.name)!;
     return {
@@ -78,10 +88,25 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
     };
   };
 
+  const lastRefusal = new Map<number, number>();
   return async function upstreamBridge(owner: SandboxOwner, method: string, params: unknown): Promise<unknown> {
     switch (method) {
       case 'tools/call': {
         const p = parse(callParams, params, method, '{server, tool, arguments}');
+        const allowed = opts.rateLimiter?.take(`user:${owner.userId}`) ?? { ok: true };
+        if (!allowed.ok) {
+          // A refused call costs the caller nothing: one audit row a second at most.
+          const now = Date.now();
+          if (now - (lastRefusal.get(owner.userId) ?? 0) >= 1000) {
+            lastRefusal.set(owner.userId, now);
+            safeAudit(audit, opts.logger, { userId: owner.userId, kind: 'upstream', method: hub.isServer(p.server) ? p.server : '?', tool: '?', argsShape: {}, durationMs: 0, outcome: 'rate_limited', errorClass: 'rate-limited' });
+          }
+          throw new UpstreamError(
+            `too many upstream calls: retry after ${allowed.retryAfterSec} s (the limit is ${opts.rateLimiter!.opts.perMinute} a minute, ` +
+              `bursts of ${opts.rateLimiter!.opts.burst}; an operator can raise SANDGATE_RATE_LIMIT_PER_MIN)`,
+            'rate-limited',
+          );
+        }
         const args = p.arguments ?? {};
         const started = performance.now();
         // Names and keys come from code in the sandbox: the log keeps a server's name only

@@ -65,6 +65,8 @@ export interface ConnectionState {
 }
 
 const STDERR_LINES = 20;
+/** Largest message a stdio server may send (a tool result with a large text). */
+const MAX_STDIO_MESSAGE = 8 * 1024 * 1024;
 
 export class UpstreamConnection {
   private client?: Client;
@@ -260,6 +262,8 @@ export class UpstreamConnection {
         env: { ...start.env, LOGNAME: undefined, SHELL: undefined, TERM: undefined, USER: undefined } as unknown as Record<string, string>,
         cwd: workDir,
         stderr: 'pipe',
+        // A server's messages are read whole before parsing: bound what one may hold.
+        maxBufferSize: MAX_STDIO_MESSAGE,
       });
       this.stderrTail.length = 0;
       transport.stderr?.on('data', (chunk: Buffer) => {

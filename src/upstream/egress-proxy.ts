@@ -16,7 +16,7 @@
  *   a listed name that resolves to a non-public address is still refused unless the
  *   entry is that literal address (or `localhost`).
  */
-import dns from 'node:dns/promises';
+import { Resolver } from 'node:dns/promises';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
@@ -40,6 +40,31 @@ export interface EgressProxyOptions {
   logger?: Logger;
   /** How long a tunnel may stay silent before it is closed. */
   idleMs?: number;
+}
+
+/** Tunnels and plain requests one proxy carries at once, and host lookups it waits for at once. */
+const MAX_OPEN = 64;
+const MAX_LOOKUPS = 16;
+
+/**
+ * Names are resolved with c-ares (DNS only, with a timeout), not getaddrinfo: the latter
+ * runs on libuv's four threads, which the gateway's file access shares, so a server
+ * asking for slow names could stall the gateway. /etc/hosts is not read; `localhost` is
+ * the loopback addresses.
+ */
+const resolver = new Resolver({ timeout: 3000, tries: 2 });
+let lookups = 0;
+
+async function addressesOf(host: string): Promise<string[]> {
+  if (host.toLowerCase() === 'localhost') return ['127.0.0.1', '::1'];
+  if (lookups >= MAX_LOOKUPS) throw new Error('too many lookups at once');
+  lookups++;
+  try {
+    const found = await Promise.allSettled([resolver.resolve4(host), resolver.resolve6(host)]);
+    return found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
+  } finally {
+    lookups--;
+  }
 }
 
 /** Why a destination is refused, or undefined when it may be reached. */
@@ -78,7 +103,7 @@ export async function decide(policy: EgressProxyOptions['policy'], host: string,
   if (!allowed) return { ok: false, reason: `${bare}:${port} is not on this server's allow-list (sandgate.network.allow)` };
   let addresses: string[];
   try {
-    addresses = net.isIP(bare) ? [bare] : (await dns.lookup(bare, { all: true, verbatim: true })).map((a) => a.address);
+    addresses = net.isIP(bare) ? [bare] : await addressesOf(bare);
   } catch {
     return { ok: false, reason: `${bare} could not be resolved` };
   }
@@ -101,7 +126,14 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const refuse = (what: string, reason: string) => log?.warn({ destination: what, reason }, 'upstream server network request refused');
 
   const tunnels = new Set<net.Socket>();
+  let requests = 0;
   const server = http.createServer((req, res) => {
+    if (requests + tunnels.size >= MAX_OPEN) {
+      res.writeHead(503).end('sandgate egress proxy: too many open connections\n');
+      return;
+    }
+    requests++;
+    res.on('close', () => requests--);
     // Plain HTTP through a proxy: an absolute URI.
     let url: URL;
     try {
@@ -140,6 +172,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
     const { host, port } = hostPort(req.url ?? '', 443);
     client.on('error', () => {});
+    if (requests + tunnels.size >= MAX_OPEN) {
+      client.end('HTTP/1.1 503 Service Unavailable\r\n\r\n');
+      return;
+    }
     tunnels.add(client);
     client.on('close', () => tunnels.delete(client));
     void decide(opts.policy, host, port).then((v) => {

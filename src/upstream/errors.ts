@@ -5,7 +5,7 @@
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 
-export const UPSTREAM_ERROR_REASONS = ['unknown-server', 'denied', 'unknown-tool', 'missing-credential', 'unavailable', 'timeout', 'failed'] as const;
+export const UPSTREAM_ERROR_REASONS = ['unknown-server', 'denied', 'unknown-tool', 'missing-credential', 'unavailable', 'timeout', 'failed', 'rate-limited'] as const;
 export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
 
 export class UpstreamError extends Error {

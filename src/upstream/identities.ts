@@ -5,12 +5,20 @@
  * keeps its uid across restarts (its home belongs to it), so the mapping is stored.
  *
  * The uids start at UPSTREAM_UID_BASE, far above any range a distribution or a container
- * runtime hands out; they need no entry in /etc/passwd.
+ * runtime hands out; they need no entry in /etc/passwd. Each gateway on a host (one per
+ * data directory) takes its own block of 65,536 from its id, so two gateways' servers
+ * never share a uid (unless their ids share the first three hex digits: 1 in 4,096).
  */
 import type { Migration } from '../store/migrations.js';
 import type { Db } from '../store/store.js';
 
 export const UPSTREAM_UID_BASE = 1_500_000_000;
+const BLOCK = 65_536;
+
+/** The first uid of a gateway's block, from its id (src/sandboxes: gatewayIdFor). */
+export function uidBlockOf(gatewayId: string): number {
+  return UPSTREAM_UID_BASE + (parseInt(gatewayId.slice(0, 3), 16) || 0) * BLOCK;
+}
 
 export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
   version: 7,
@@ -18,7 +26,7 @@ export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
   up(db) {
     db.exec(`
       CREATE TABLE upstream_identities (
-        id INTEGER PRIMARY KEY,        -- the uid is UPSTREAM_UID_BASE + id
+        id INTEGER PRIMARY KEY,        -- the uid is the gateway's block (uidBlockOf) + id
         connection TEXT NOT NULL UNIQUE -- "<server id>/shared" or "<server id>/user-<user id>"
       );
     `);
@@ -30,10 +38,11 @@ export interface UpstreamIdentity {
   gid: number;
 }
 
-/** The identity of a connection, made on its first use. */
-export function upstreamIdentity(db: Db, connection: string): UpstreamIdentity {
+/** The identity of a connection, made on its first use, in the gateway's block (`uidBlockOf`). */
+export function upstreamIdentity(db: Db, connection: string, block: number): UpstreamIdentity {
   db.prepare('INSERT INTO upstream_identities (connection) VALUES (?) ON CONFLICT(connection) DO NOTHING').run(connection);
   const row = db.prepare('SELECT id FROM upstream_identities WHERE connection = ?').get(connection) as { id: number };
-  const uid = UPSTREAM_UID_BASE + row.id;
+  if (row.id >= BLOCK) throw new Error(`more than ${BLOCK} upstream connections have been given a uid; remove old rows from upstream_identities`);
+  const uid = block + row.id;
   return { uid, gid: uid };
 }

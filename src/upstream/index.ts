@@ -21,8 +21,9 @@ import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
 import { createCredentialStore, loadOrCreateKey } from './credentials.js';
 import { UpstreamHub } from './hub.js';
 import { createToolsDirs } from './tools-dir.js';
+import { RateLimiter } from '../limits/rate-limit.js';
 import { UpstreamConfigError } from './config.js';
-import { upstreamIdentity } from './identities.js';
+import { uidBlockOf, upstreamIdentity } from './identities.js';
 import { unreachableAncestor } from './isolation.js';
 import { gatewayIdFor } from '../sandboxes/index.js';
 
@@ -48,7 +49,7 @@ export interface Upstream {
 }
 
 export interface UpstreamDeps {
-  config: Pick<Config, 'dataDir' | 'mcpServersFile' | 'upstreamHomeDir'>;
+  config: Pick<Config, 'dataDir' | 'mcpServersFile' | 'upstreamHomeDir'> & Partial<Pick<Config, 'rateLimitPerMin' | 'rateLimitBurst'>>;
   /** The store's database, migrated with UPSTREAM_MIGRATION. */
   db: Db;
   audit: UpstreamAudit;
@@ -78,7 +79,7 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
     servers,
     dataDir: deps.config.dataDir,
     homeDir,
-    identityOf: (connection) => upstreamIdentity(deps.db, connection),
+    identityOf: (connection) => upstreamIdentity(deps.db, connection, uidBlockOf(gatewayIdFor(deps.config.dataDir))),
     credentials,
     ...(deps.teamsOf ? { teamsOf: deps.teamsOf } : {}),
     ...(logger ? { logger } : {}),
@@ -94,7 +95,10 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
     catalog: createToolCatalog(hub),
     toolsDirFor: dirs.toolsDirFor,
     prepareTools: dirs.prepareTools,
-    bridgeHandler: createBridgeHandler(hub, deps.audit, logger ? { logger } : {}),
+    bridgeHandler: createBridgeHandler(hub, deps.audit, {
+      ...(logger ? { logger } : {}),
+      ...(deps.config.rateLimitPerMin ? { rateLimiter: new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst ?? 60 }) } : {}),
+    }),
     async close() {
       dirs.close();
       await hub.close();

@@ -14,14 +14,15 @@ import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import type { Db } from '../store/store.js';
 import { parseUpstreamConfig, type UpstreamServerConfig } from './config.js';
-import { upstreamIdentity } from './identities.js';
+import { gatewayIdFor } from '../sandboxes/index.js';
+import { uidBlockOf, upstreamIdentity } from './identities.js';
 
 /**
  * Where a test hub keeps its connection homes (beside the data directory, as a gateway
  * keeps them apart from it) and whose uid each connection gets: the real identities table.
  */
 export function hubHomes(dataDir: string, db: Db): { homeDir: string; identityOf: (connection: string) => ReturnType<typeof upstreamIdentity> } {
-  return { homeDir: `${dataDir}-homes`, identityOf: (connection) => upstreamIdentity(db, connection) };
+  return { homeDir: `${dataDir}-homes`, identityOf: (connection) => upstreamIdentity(db, connection, uidBlockOf(gatewayIdFor(dataDir))) };
 }
 
 /** The upstream settings of a test gateway whose data directory is `dataDir`. */
