@@ -1,6 +1,11 @@
 // @ts-check
+import fs from 'node:fs';
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+
+const pkg = JSON.parse(fs.readFileSync(new globalThis.URL('./package.json', import.meta.url), 'utf8'));
+/** Packages only tests, benches and the build may use. */
+const devOnly = Object.keys(pkg.devDependencies).filter((name) => !name.startsWith('@types/'));
 
 export default tseslint.config(
   { ignores: ['node_modules/**', 'data/**', 'static/vendor/**', 'tools/**', 'sandbox/**', 'coverage/**', '.scratch/**', '.*.mts'] },
@@ -11,6 +16,39 @@ export default tseslint.config(
       '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrors: 'none' }],
       '@typescript-eslint/no-non-null-assertion': 'off',
       'no-constant-condition': ['error', { checkLoops: false }],
+    },
+  },
+  {
+    // What ships: no test code, no dev dependency.
+    files: ['src/**/*.ts'],
+    ignores: ['src/**/*.test.ts'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          patterns: [
+            { group: ['**/test/**', '../../test/*', '**/testing/**'], message: 'src/ must not import test code (it lives in test/support).' },
+            { group: devOnly.flatMap((name) => [name, `${name}/*`]), message: 'a dev dependency: src/ may use only "dependencies".' },
+          ],
+        },
+      ],
+    },
+  },
+  {
+    // Domain modules never see HTTP: only the app, the gateway's composition, main and src/http/.
+    files: ['src/**/*.ts'],
+    ignores: ['src/**/*.test.ts', 'src/app.ts', 'src/gateway.ts', 'src/main.ts', 'src/http/**'],
+    rules: {
+      '@typescript-eslint/no-restricted-imports': [
+        'error',
+        {
+          paths: [{ name: 'express', message: 'domain modules never import express: routes live in src/http/.' }],
+          patterns: [
+            { group: ['**/test/**', '../../test/*', '**/testing/**'], message: 'src/ must not import test code (it lives in test/support).' },
+            { group: devOnly.flatMap((name) => [name, `${name}/*`]), message: 'a dev dependency: src/ may use only "dependencies".' },
+          ],
+        },
+      ],
     },
   },
   {

@@ -4,7 +4,7 @@ export default defineConfig({
   test: {
     include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
     // Every temporary file of the run goes under one directory, removed at the end.
-    globalSetup: ['src/testing/global-setup.ts'],
+    globalSetup: ['test/support/global-setup.ts'],
     // Sandbox tests start real gVisor containers: give them room, and run files one
     // at a time on these 2-core machines so timings stay honest.
     testTimeout: 120_000,

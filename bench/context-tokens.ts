@@ -28,8 +28,7 @@ import { SkillsDir } from '../src/mcp/skills.js';
 import { formatEntries } from '../src/mcp/tools/search-tools.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { hubHomes, packageFile, serversFrom } from '../src/upstream/testing.js';
-import { ALL_MIGRATIONS } from '../src/store/registry.js';
+import { hubHomes, packageFile, serversFrom } from '../test/support/upstream.js';
 import { openStore } from '../src/store/store.js';
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-tokens-'));
@@ -120,7 +119,7 @@ async function main(): Promise<void> {
   console.log(`  ${'total'.padEnd(20)} ${String(toolCount).padStart(4)} tools ${String(upstreamTokens).padStart(8)} tokens`);
 
   // ---- sandgate: its own server, over the same upstream servers
-  const store = openStore(path.join(work, 'data'), ALL_MIGRATIONS);
+  const store = openStore(path.join(work, 'data'));
   const hub = new UpstreamHub({ servers: serversFrom(mcpServers), dataDir: path.join(work, 'data'), ...hubHomes(path.join(work, 'data'), store.db) });
   const catalog = createToolCatalog(hub);
   const config = configFor({ SANDGATE_DATA_DIR: work });

@@ -11,7 +11,7 @@
 import { setMaxListeners } from 'node:events';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { startGateway } from '../test/mcp-helpers.js';
+import { startGateway } from '../test/support/mcp.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 300);
 const WARMUP = Number(process.env.BENCH_WARMUP ?? 300);

@@ -11,7 +11,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { countTokens } from 'gpt-tokenizer/encoding/o200k_base';
-import { startGateway } from '../test/mcp-helpers.js';
+import { startGateway } from '../test/support/mcp.js';
 
 export interface ContextFigures {
   tools: { name: string; tokens: number }[];

@@ -65,7 +65,7 @@ import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { RateLimiter } from '../src/limits/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { startGateway } from '../test/mcp-helpers.js';
+import { startGateway } from '../test/support/mcp.js';
 import { hostBusyMs } from './host.js';
 
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);

@@ -12,12 +12,12 @@
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
 import { usSocialSecurityNumber, emailAddress, phoneNumber, creditCardNumber, ipAddress } from 'redact-pii/lib/built-ins/simple-regexp-patterns.js';
-import { generateCorpus, type CorpusDoc, type CorpusKind } from '../src/pii/corpus.js';
+import { generateCorpus, type CorpusDoc, type CorpusKind } from '../test/support/pii-corpus.js';
 import { createDetector, resolveOverlaps } from '../src/pii/detector.js';
 import type { PiiEntityType, Span } from '../src/pii/entities.js';
-import { formatScores, scoreCorpus } from '../src/pii/metrics.js';
+import { formatScores, scoreCorpus } from '../test/support/pii-metrics.js';
 import { preloadWordKnowledge } from '../src/pii/recognizers/word-knowledge.js';
-import { openTestVault } from '../src/pii/testing.js';
+import { openTestVault } from '../test/support/pii.js';
 import { createPiiBoundary } from '../src/mcp/pii-boundary.js';
 
 const quick = process.argv.includes('--quick');

@@ -16,7 +16,7 @@ import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import { promisify } from 'node:util';
 import { dockerClient } from '../src/sandboxes/index.js';
-import { createHarness, type Harness } from '../src/testing/harness.js';
+import { createHarness, type Harness } from '../test/support/harness.js';
 import { hostBusyMs } from './host.js';
 
 const run = promisify(execFile);

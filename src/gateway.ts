@@ -9,13 +9,12 @@ import { recordAudit } from './audit/audit.js';
 import type { Config } from './config.js';
 import type { Logger } from './logger.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './mcp/boundary.js';
-import { mcpRouter } from './mcp/router.js';
+import { mcpRouter } from './http/mcp-endpoint.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './mcp/pii-boundary.js';
 import { createDetector, detectorOptions, loadOrCreateKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createSandboxManager, dockerClient } from './sandboxes/index.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
-import { ALL_MIGRATIONS } from './store/registry.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
 
@@ -51,7 +50,7 @@ export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: M
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 
 export function createGateway(config: Config, logger: Logger): Gateway {
-  const store = openStore(config.dataDir, ALL_MIGRATIONS);
+  const store = openStore(config.dataDir);
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const manager = createSandboxManager(config, store.db, logger, { prepareTools: upstream.prepareTools });
   manager.setBridgeHandler(upstream.bridgeHandler);

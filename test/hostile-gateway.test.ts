@@ -14,7 +14,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { findUser, getUser } from '../src/store/users.js';
-import { callTool, startGateway, toolText, type Gateway } from './mcp-helpers.js';
+import { callTool, startGateway, toolText, type Gateway } from './support/mcp.js';
 
 let gw: Gateway;
 let mallory: Client;

@@ -10,7 +10,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecuteResult, SandboxOwner } from '../src/sandboxes/types.js';
 import type { Language } from '../src/sandboxes/protocol.js';
-import { createHarness, type Harness } from '../src/testing/harness.js';
+import { createHarness, type Harness } from './support/harness.js';
 
 let h: Harness;
 let mallory: SandboxOwner;

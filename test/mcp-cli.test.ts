@@ -13,9 +13,8 @@ import { runCli, type CliContext } from '../src/cli/program.js';
 import { findUser } from '../src/store/users.js';
 import { isWellFormedToken } from '../src/tokens/format.js';
 import { verifyToken } from '../src/tokens/tokens.js';
-import { createHarness, type Harness } from '../src/testing/harness.js';
+import { createHarness, type Harness } from './support/harness.js';
 import { openStore } from '../src/store/store.js';
-import { ALL_MIGRATIONS } from '../src/store/registry.js';
 
 let h: Harness;
 
@@ -23,7 +22,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
-    openStore: () => openStore(h.dataDir, ALL_MIGRATIONS),
+    openStore: () => openStore(h.dataDir),
     driver: () => createDriver(h.config, h.logger),
     out: (s) => out.push(s),
     err: (s) => err.push(s),

@@ -13,7 +13,7 @@ import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
 import { findUser } from '../src/store/users.js';
 import { findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
-import { callTool, initializeBody, rawRequest, startGateway, toolText, type Gateway } from './mcp-helpers.js';
+import { callTool, initializeBody, rawRequest, startGateway, toolText, type Gateway } from './support/mcp.js';
 
 let gw: Gateway;
 let aliceToken: string;

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { TOOL_NAMES } from '../src/mcp/server.js';
-import { startGateway, type Gateway } from './mcp-helpers.js';
+import { startGateway, type Gateway } from './support/mcp.js';
 
 const run = promisify(execFile);
 const INSPECTOR = fileURLToPath(new URL('../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url));

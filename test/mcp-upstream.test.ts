@@ -10,8 +10,8 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { findUser } from '../src/store/users.js';
-import { MEMORY_SERVER, nodeServer } from '../src/upstream/testing.js';
-import { startGateway, type Gateway } from './mcp-helpers.js';
+import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
+import { startGateway, type Gateway } from './support/mcp.js';
 
 let gw: Gateway;
 let alice: Client;

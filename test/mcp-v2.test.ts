@@ -14,7 +14,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { findUser, ensureUser } from '../src/store/users.js';
 import { createToken, findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
-import { callTool, rawRequest, serveGateway, startGateway, toolText, type ServedGateway } from './mcp-helpers.js';
+import { callTool, rawRequest, serveGateway, startGateway, toolText, type ServedGateway } from './support/mcp.js';
 
 const MODERN = '2026-07-28';
 const EMAIL = 'maria.gonzalez@example.org';

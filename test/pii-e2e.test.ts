@@ -14,12 +14,12 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { KEY_FILE } from '../src/pii/index.js';
-import { card, createFakers, iban, person, phone } from '../src/pii/corpus-values.js';
+import { card, createFakers, iban, person, phone } from './support/pii-corpus-values.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Workspace } from '../src/sandboxes/workspace.js';
 import { ensureUser } from '../src/store/users.js';
 import { createToken } from '../src/tokens/tokens.js';
-import { callTool, serveGateway, toolText, type ServedGateway } from './mcp-helpers.js';
+import { callTool, serveGateway, toolText, type ServedGateway } from './support/mcp.js';
 
 interface Customer {
   id: number;

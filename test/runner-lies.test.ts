@@ -12,10 +12,9 @@ import { configFor } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
 import { SandboxManager } from '../src/sandboxes/manager.js';
 import { WorkspaceVolumes } from '../src/sandboxes/volumes.js';
-import { ALL_MIGRATIONS } from '../src/store/registry.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { ensureUser } from '../src/store/users.js';
-import { LyingRunnerDriver, type LyingScript } from './fakes/lying-runner-driver.js';
+import { LyingRunnerDriver, type LyingScript } from './support/lying-runner-driver.js';
 
 let store: Store | undefined;
 let manager: SandboxManager | undefined;
@@ -28,7 +27,7 @@ afterEach(async () => {
 function stack(script: LyingScript) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-lies-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_WORKSPACE_BACKEND: 'directory' });
-  store = openStore(dataDir, ALL_MIGRATIONS);
+  store = openStore(dataDir);
   const driver = new LyingRunnerDriver(script);
   manager = new SandboxManager({
     config,

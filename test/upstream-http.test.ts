@@ -18,7 +18,7 @@ import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credenti
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { createUpstream } from '../src/upstream/index.js';
-import { hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore, upstreamSettings } from '../src/upstream/testing.js';
+import { hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore, upstreamSettings } from './support/upstream.js';
 
 /** A stateless Streamable HTTP MCP server with one tool that reports the headers it got. */
 function startHeaderServer(port = 0): Promise<http.Server> {

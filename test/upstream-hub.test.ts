@@ -13,8 +13,8 @@ import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
-import { until } from '../src/testing/until.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
+import { until } from './support/until.js';
 
 let dataDir: string;
 let store: Store;

@@ -16,7 +16,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { decide, isPublicAddress } from '../src/upstream/egress-proxy.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { UPSTREAM_UID_BASE } from '../src/upstream/identities.js';
-import { hubHomes, nodeServer, openTestStore, serversFrom } from '../src/upstream/testing.js';
+import { hubHomes, nodeServer, openTestStore, serversFrom } from './support/upstream.js';
 
 const PROBE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'net-probe-server.mjs');
 const asRoot = process.getuid?.() === 0;

@@ -26,7 +26,7 @@ import {
   startBridgeSocket,
   openTestStore,
   hubHomes,
-} from '../src/upstream/testing.js';
+} from './support/upstream.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
 
 const run = promisify(execFile);

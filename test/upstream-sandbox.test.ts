@@ -6,11 +6,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { createHarness, type Harness } from '../src/testing/harness.js';
+import { createHarness, type Harness } from './support/harness.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom } from './support/upstream.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
 
 describe('upstream MCP tools called from code in a real sandbox', () => {

@@ -10,9 +10,9 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from '../src/upstream/testing.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
-import { until } from '../src/testing/until.js';
+import { until } from './support/until.js';
 
 let dataDir: string;
 let store: Store;

@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ALL_MIGRATIONS } from '../store/registry.js';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { argsShape, auditErrorClass, listAudit, recordAudit } from './audit.js';
@@ -63,7 +62,7 @@ describe('audit log', () => {
   let store: Store;
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-audit-'));
-    store = openStore(dir, ALL_MIGRATIONS);
+    store = openStore(dir);
   });
   afterEach(() => {
     store.close();

@@ -6,7 +6,6 @@
 import type { Migration } from '../store/migrations.js';
 
 export const auditMigration: Migration = {
-  version: 4,
   description: 'audit log',
   up(db) {
     db.exec(`

@@ -6,7 +6,6 @@
 import { ConfigError, loadConfig, type Config } from '../config.js';
 import { createDriver } from '../sandboxes/index.js';
 import { createLogger } from '../logger.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
 import { openStore } from '../store/store.js';
 import { runCli, type CliContext } from './program.js';
 
@@ -22,7 +21,7 @@ async function main(): Promise<number> {
     throw e;
   }
   const ctx: CliContext = {
-    openStore: () => openStore(config.dataDir, ALL_MIGRATIONS),
+    openStore: () => openStore(config.dataDir),
     // The driver alone, not a manager: a second manager would adopt the gateway's containers.
     driver: () => createDriver(config, createLogger('warn', process.stderr)),
     out: (s) => process.stdout.write(`${s}\n`),

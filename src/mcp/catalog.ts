@@ -7,6 +7,10 @@ import type { SandboxOwner } from '../sandboxes/types.js';
 
 export type CatalogDetail = 'names' | 'descriptions' | 'schemas';
 
+/** Tools one search returns when no limit is given, and at most. */
+export const DEFAULT_SEARCH_LIMIT = 10;
+export const MAX_SEARCH_LIMIT = 50;
+
 export interface CatalogEntry {
   server: string;
   tool: string;

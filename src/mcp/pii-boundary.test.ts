@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { openTestVault } from '../pii/testing.js';
+import { openTestVault } from '../../test/support/pii.js';
 import type { Principal } from '../tokens/tokens.js';
 import { IDENTITY_BOUNDARY } from './boundary.js';
 import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from './context.js';

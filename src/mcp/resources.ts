@@ -8,15 +8,15 @@
  */
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError, ResourceTemplate, type McpServer, type ReadResourceResult } from '@modelcontextprotocol/server';
 import { allows, denialMessage } from '../sandboxes/permissions.js';
-import { WorkspaceError } from '../sandboxes/workspace.js';
+import { MAX_READ_BYTES, WorkspaceError } from '../sandboxes/workspace.js';
 import { forCall, fromModel, toModel, unknownTokensNote, workspaceUri, type ToolContext } from './context.js';
 import { mimeTypeOf } from './mime.js';
 import { decodeChunk } from './text.js';
 
 /** Files resources/list returns; the template still reaches every file. */
 export const MAX_LISTED_RESOURCES = 500;
-/** Largest file served as one resource. */
-export const MAX_RESOURCE_BYTES = 8 * 1024 * 1024;
+/** Largest file served as one resource: one read of the gateway. */
+export const MAX_RESOURCE_BYTES = MAX_READ_BYTES;
 
 export const WORKSPACE_TEMPLATE = 'file:///workspace/{+path}';
 

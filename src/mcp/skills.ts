@@ -8,12 +8,12 @@
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { SKILLS_DIR } from '../paths.js';
 import type { Workspace, WorkspaceEntry } from '../sandboxes/workspace.js';
 import { WorkspaceError } from '../sandboxes/workspace.js';
 
 /** The repository's skills/ directory. */
-export const BUILTIN_SKILLS_DIR = fileURLToPath(new URL('../../skills', import.meta.url));
+export const BUILTIN_SKILLS_DIR = SKILLS_DIR;
 
 export interface SkillInfo {
   name: string;

@@ -5,11 +5,11 @@
  * recognizers were tuned on (bench/pii.ts uses 7), so this is held-out data.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CORPUS_KINDS, generateCorpus, type CorpusDoc } from './corpus.js';
+import { CORPUS_KINDS, generateCorpus, type CorpusDoc } from '../../test/support/pii-corpus.js';
 import { createDetector } from './detector.js';
 import type { PiiEntityType } from './entities.js';
-import { formatScores, scoreCorpus, type ScoreDetail } from './metrics.js';
-import { openTestVault } from './testing.js';
+import { formatScores, scoreCorpus, type ScoreDetail } from '../../test/support/pii-metrics.js';
+import { openTestVault } from '../../test/support/pii.js';
 
 const CORPUS_SEED = 20_240_601;
 const STRUCTURED: readonly PiiEntityType[] = ['EMAIL', 'PHONE', 'CARD', 'IBAN', 'IP', 'SSN', 'SECRET'];

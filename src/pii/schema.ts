@@ -9,7 +9,6 @@
 import type { Migration } from '../store/migrations.js';
 
 export const piiMigration: Migration = {
-  version: 2,
   description: 'PII vault: scopes, token counters, sealed values',
   up(db) {
     db.exec(`
@@ -54,7 +53,6 @@ export const piiMigration: Migration = {
  * scope's live ones into a batch the first time it reads that scope.
  */
 export const piiBatchesMigration: Migration = {
-  version: 6,
   description: 'PII vault: values sealed in batches',
   up(db) {
     db.exec(`

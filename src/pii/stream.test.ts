@@ -1,8 +1,8 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import { generateCorpus } from './corpus.js';
+import { generateCorpus } from '../../test/support/pii-corpus.js';
 import { createDetector } from './detector.js';
 import { MAX_RECORD } from './records.js';
-import { openTestVault, randomChunks, seededRandom } from './testing.js';
+import { openTestVault, randomChunks, seededRandom } from '../../test/support/pii.js';
 
 const t = openTestVault();
 afterAll(() => t.cleanup());

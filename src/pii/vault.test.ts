@@ -5,8 +5,8 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDetector } from './detector.js';
 import { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
-import { openTestVault, seededRandom, type TestVault } from './testing.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
+import { openTestVault, seededRandom, type TestVault } from '../../test/support/pii.js';
+import { MIGRATIONS, versionOf } from '../store/registry.js';
 import { openStoreFile } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { piiBatchesMigration } from './schema.js';
@@ -167,7 +167,7 @@ describe('PiiVault storage', () => {
     try {
       const file = path.join(dir, 'sandgate.db');
       const key = crypto.randomBytes(32);
-      const old = openStoreFile(file, ALL_MIGRATIONS.filter((m) => m.version < piiBatchesMigration.version));
+      const old = openStoreFile(file, MIGRATIONS.slice(0, versionOf(piiBatchesMigration) - 1));
       const userId = ensureUser(old.db, 'ana').id;
       old.db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', 'tok1', 0)").run(userId);
       const scopeId = old.db.prepare('SELECT id FROM pii_scopes').pluck().get() as number;
@@ -183,7 +183,7 @@ describe('PiiVault storage', () => {
       old.db.prepare("INSERT INTO pii_counters (scope_id, type, last_n) VALUES (?, 'EMAIL', 2), (?, 'IP', 1)").run(scopeId, scopeId);
       old.close();
 
-      const store = openStoreFile(file, ALL_MIGRATIONS);
+      const store = openStoreFile(file, MIGRATIONS);
       try {
         const vault = new PiiVault(store.db, key, { ttlMs: 3_600_000 });
         const scope = vault.scope({ userId, kind: 'token', id: 'tok1' });

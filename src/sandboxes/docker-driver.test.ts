@@ -5,8 +5,9 @@ import { describe, expect, it } from 'vitest';
 import { configFor } from '../config.js';
 import { createLogger } from '../logger.js';
 import { DockerDriver } from './docker-driver.js';
-import { runDriverConformance } from './driver.conformance.js';
-import { dockerClient, REPO_ROOT } from './index.js';
+import { runDriverConformance } from '../../test/support/driver-conformance.js';
+import { dockerClient } from './index.js';
+import { REPO_ROOT } from '../paths.js';
 
 const config = configFor({ SANDGATE_DATA_DIR: fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-drv-')) });
 

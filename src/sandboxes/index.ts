@@ -5,7 +5,7 @@
 import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { SKILLS_DIR, TOOLS_DIR } from '../paths.js';
 import Docker from 'dockerode';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
@@ -15,8 +15,6 @@ import { SandboxManager } from './manager.js';
 import type { SandboxOwner } from './types.js';
 import { WorkspaceVolumes } from './volumes.js';
 
-/** The repository root (skills/ and tools/ are mounted from it). */
-export const REPO_ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 
 /** A short id for this gateway's containers: one per data directory. */
 export function gatewayIdFor(dataDir: string): string {
@@ -29,7 +27,7 @@ export function dockerClient(config: Config): Docker {
 
 /** Copies the static in-sandbox library (repo tools/) into a sandbox's /tools directory. */
 export async function copyStaticTools(dir: string): Promise<void> {
-  await fsp.cp(path.join(REPO_ROOT, 'tools'), dir, { recursive: true, force: true, filter: (src) => !src.includes('__pycache__') });
+  await fsp.cp(TOOLS_DIR, dir, { recursive: true, force: true, filter: (src) => !src.includes('__pycache__') });
 }
 
 export interface SandboxStackOptions {
@@ -66,7 +64,7 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
     logger,
     driver,
     volumes,
-    skillsDir: opts.skillsDir ?? path.join(REPO_ROOT, 'skills'),
+    skillsDir: opts.skillsDir ?? SKILLS_DIR,
     toolsMountsDir: path.join(config.dataDir, 'sandbox-tools'),
     prepareTools: opts.prepareTools ?? ((dir) => copyStaticTools(dir)),
   });

@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { getUser } from '../store/users.js';
-import { createHarness, type Harness } from '../testing/harness.js';
+import { createHarness, type Harness } from '../../test/support/harness.js';
 import { PermissionError } from './permissions.js';
 import type { SandboxOwner } from './types.js';
 

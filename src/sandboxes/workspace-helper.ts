@@ -12,11 +12,8 @@
  * helper).
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { HOST_PYTHON } from '../host/python.js';
-
-const HELPER_SCRIPT = path.join(path.dirname(fileURLToPath(import.meta.url)), 'workspace_helper.py');
+import { WORKSPACE_HELPER } from '../paths.js';
 
 /** Longest reply header taken (the helper keeps a listing under 2 MiB). */
 const MAX_REPLY_HEADER = 4 * 1024 * 1024;
@@ -110,7 +107,7 @@ export class WorkspaceHelper {
       HOST_PYTHON,
       '-I',
       '-S',
-      HELPER_SCRIPT,
+      WORKSPACE_HELPER,
       this.opts.root,
       String(root ? this.opts.uid : -1),
       String(root ? this.opts.gid : -1),

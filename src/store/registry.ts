@@ -1,16 +1,19 @@
 /**
- * The store's complete schema: every module's migration, in version order. The
- * gateway, the CLI and the test harness open the store with ALL_MIGRATIONS.
+ * The store's complete schema: every module's migration step, in order. A step's
+ * version is its place in this list (from 1), so the list is append-only: never remove,
+ * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
+ * CLI and the tests all open the store with this list (openStore takes no other).
  */
 import { auditMigration } from '../audit/schema.js';
 import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
 import { tokensMigration } from '../tokens/schema.js';
 import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
-import { MIGRATIONS, type Migration } from './migrations.js';
+import type { Migration } from './migrations.js';
+import { usersMigration } from './schema.js';
 
-export const ALL_MIGRATIONS: readonly Migration[] = [
-  ...MIGRATIONS,
+export const MIGRATIONS: readonly Migration[] = [
+  usersMigration,
   piiMigration,
   tokensMigration,
   auditMigration,
@@ -18,3 +21,10 @@ export const ALL_MIGRATIONS: readonly Migration[] = [
   piiBatchesMigration,
   UPSTREAM_IDENTITIES_MIGRATION,
 ];
+
+/** The schema version a step brings the store to. */
+export function versionOf(step: Migration): number {
+  const i = MIGRATIONS.indexOf(step);
+  if (i < 0) throw new Error(`not a registered migration: ${step.description}`);
+  return i + 1;
+}

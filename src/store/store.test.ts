@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { MIGRATIONS, type Migration } from './migrations.js';
+import type { Migration } from './migrations.js';
+import { MIGRATIONS } from './registry.js';
 import { openStore, openStoreFile, StoreError } from './store.js';
 import { ensureUser, findUser } from './users.js';
 
@@ -37,7 +38,6 @@ describe('store', () => {
     ensureUser(first.db, 'alice', { isAdmin: true });
     first.close();
     const extra: Migration = {
-      version: MIGRATIONS.length + 1,
       description: 'test column',
       up: (db) => db.exec('ALTER TABLE users ADD COLUMN note TEXT'),
     };
@@ -67,7 +67,6 @@ describe('store', () => {
     const dir = tmp();
     const file = path.join(dir, 'sandgate.db');
     const bad: Migration = {
-      version: MIGRATIONS.length + 1,
       description: 'half-done',
       up: (db) => {
         db.exec('CREATE TABLE half (x)');

@@ -9,7 +9,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { MIGRATIONS, type Migration } from './migrations.js';
+import type { Migration } from './migrations.js';
+import { MIGRATIONS } from './registry.js';
 
 export type Db = Database.Database;
 
@@ -46,13 +47,13 @@ export interface Store {
  * often 0755), and so is the database, so neither another local user nor an upstream
  * server (which runs as a user of its own) can read it.
  */
-export function openStore(dataDir: string, migrations: readonly Migration[] = MIGRATIONS): Store {
+export function openStore(dataDir: string): Store {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   fs.chmodSync(dataDir, 0o700);
   const file = path.join(dataDir, 'sandgate.db');
   if (!fs.existsSync(file)) fs.closeSync(fs.openSync(file, 'a', 0o600));
   fs.chmodSync(file, 0o600);
-  return openStoreFile(file, migrations);
+  return openStoreFile(file);
 }
 
 export function openStoreFile(file: string, migrations: readonly Migration[] = MIGRATIONS): Store {
@@ -75,11 +76,8 @@ export function openStoreFile(file: string, migrations: readonly Migration[] = M
   }
 }
 
-/** Applies pending migrations in order; returns the resulting version. */
+/** Applies pending migrations in order (a step's version is its place in the list, from 1); returns the resulting version. */
 export function migrate(db: Db, migrations: readonly Migration[]): number {
-  migrations.forEach((m, i) => {
-    if (m.version !== i + 1) throw new StoreError(`migration list is out of order at index ${i} (version ${m.version})`);
-  });
   const latest = migrations.length;
   const current = db.pragma('user_version', { simple: true }) as number;
   if (current > latest) {
@@ -88,11 +86,12 @@ export function migrate(db: Db, migrations: readonly Migration[]): number {
         'Upgrade sandgate, or restore a backup made by this version. Nothing was changed.',
     );
   }
-  for (const m of migrations.slice(current)) {
+  migrations.forEach((m, i) => {
+    if (i < current) return;
     db.transaction(() => {
       m.up(db);
-      db.pragma(`user_version = ${m.version}`);
+      db.pragma(`user_version = ${i + 1}`);
     })();
-  }
+  });
   return latest;
 }

@@ -5,7 +5,6 @@
 import type { Migration } from '../store/migrations.js';
 
 export const tokensMigration: Migration = {
-  version: 3,
   description: 'personal API tokens',
   up(db) {
     db.exec(`

@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ALL_MIGRATIONS } from '../store/registry.js';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { checksum, crc32, generateToken, hashToken, isWellFormedToken, TOKEN_LENGTH, TOKEN_PATTERN, TOKEN_PREFIX } from './format.js';
@@ -72,7 +71,7 @@ describe('token store', () => {
 
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-tokens-'));
-    store = openStore(dir, ALL_MIGRATIONS);
+    store = openStore(dir);
     alice = ensureUser(store.db, 'alice').id;
     bob = ensureUser(store.db, 'bob').id;
   });

@@ -5,14 +5,11 @@
  * `createIssue` → create, issue) so "create issue" finds either.
  */
 import MiniSearch from 'minisearch';
-import type { CatalogDetail, CatalogEntry, ToolCatalog } from '../mcp/catalog.js';
+import { DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, type CatalogDetail, type CatalogEntry, type ToolCatalog } from '../mcp/catalog.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { HubTool, UpstreamHub } from './hub.js';
 import { words } from './names.js';
 import { toolLocations } from './wrappers.js';
-
-export const DEFAULT_SEARCH_LIMIT = 20;
-export const MAX_SEARCH_LIMIT = 200;
 
 const STOP_WORDS = new Set('a an and are as at be by for from in into is it of on or that the this to with your you'.split(' '));
 

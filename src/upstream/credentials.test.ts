@@ -5,7 +5,6 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { createCredentialStore, KEY_FILE, loadOrCreateKey } from './credentials.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
 
 const dirs: string[] = [];
 const stores: Store[] = [];
@@ -17,7 +16,7 @@ afterEach(() => {
 function setup() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-cred-'));
   dirs.push(dataDir);
-  const store = openStore(dataDir, ALL_MIGRATIONS);
+  const store = openStore(dataDir);
   stores.push(store);
   return { dataDir, store };
 }

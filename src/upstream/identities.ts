@@ -21,7 +21,6 @@ export function uidBlockOf(gatewayId: string): number {
 }
 
 export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
-  version: 7,
   description: 'a uid of its own for each stdio upstream connection',
   up(db) {
     db.exec(`

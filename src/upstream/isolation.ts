@@ -11,13 +11,10 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { HOST_PYTHON } from '../host/python.js';
+import { UPSTREAM_LAUNCHER, UPSTREAM_PROXY_PRELOAD } from '../paths.js';
 import type { NetworkPolicy } from './config.js';
 
-const HERE = path.dirname(fileURLToPath(import.meta.url));
-export const LAUNCHER = path.join(HERE, 'launcher.py');
-const PRELOAD = path.join(HERE, 'proxy-preload.cjs');
 /** Where the relay listens inside the server's network namespace. */
 export const PROXY_PORT = 3128;
 
@@ -42,7 +39,7 @@ export function isolatedCommand(s: IsolatedStart): { command: string; args: stri
   if (s.proxySocket) {
     const proxy = `http://127.0.0.1:${PROXY_PORT}`;
     Object.assign(env, { HTTP_PROXY: proxy, HTTPS_PROXY: proxy, http_proxy: proxy, https_proxy: proxy, NO_PROXY: '', no_proxy: '' });
-    env.NODE_OPTIONS = `${env.NODE_OPTIONS ? `${env.NODE_OPTIONS} ` : ''}--require ${JSON.stringify(PRELOAD)}`;
+    env.NODE_OPTIONS = `${env.NODE_OPTIONS ? `${env.NODE_OPTIONS} ` : ''}--require ${JSON.stringify(UPSTREAM_PROXY_PRELOAD)}`;
   }
   const spec = { uid: root ? s.uid : -1, gid: root ? s.gid : -1, cwd: s.cwd, env: Object.keys(env), proxy: s.proxySocket ? { socket: s.proxySocket, port: PROXY_PORT } : null };
   const args = [
@@ -57,7 +54,7 @@ export function isolatedCommand(s: IsolatedStart): { command: string; args: stri
     HOST_PYTHON,
     '-I',
     '-S',
-    LAUNCHER,
+    UPSTREAM_LAUNCHER,
     JSON.stringify(spec),
     '--',
     s.command,

@@ -5,7 +5,6 @@
 import type { Migration } from '../store/migrations.js';
 
 export const UPSTREAM_MIGRATION: Migration = {
-  version: 5,
   description: 'per-user credentials for upstream MCP servers (AES-256-GCM)',
   up(db) {
     db.exec(`

@@ -13,16 +13,16 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import type { Logger } from '../logger.js';
+import { TOOLS_DIR } from '../paths.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { UpstreamServerConfig } from './config.js';
 import type { UpstreamHub } from './hub.js';
 import { generateServerFiles, generateServersIndex } from './wrappers.js';
 
 /** The repo's static library: tools/sandgate.ts, tools/python/sandgate_tools/, tools/README.md. */
-export const STATIC_TOOLS_DIR = fileURLToPath(new URL('../../tools/', import.meta.url));
+export const STATIC_TOOLS_DIR = `${TOOLS_DIR}/`;
 
 export interface ToolsDirOptions {
   hub: UpstreamHub;

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { STATIC_TOOLS_DIR, syncDir } from './tools-dir.js';
-import { DENO_BIN as DENO } from './testing.js';
+import { DENO_BIN as DENO } from '../../test/support/upstream.js';
 import { generateServerFiles, generateServersIndex, toolLocations } from './wrappers.js';
 
 /** Tools written to break naive generators: odd names, comment and string terminators, odd property names. */

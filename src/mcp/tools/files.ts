@@ -17,9 +17,9 @@ import { mimeTypeOf } from '../mime.js';
 import type { SkillsDir } from '../skills.js';
 import { decodeChunk, formatBytes, pageLength } from '../text.js';
 
-/** Bytes read_file returns when no length is given, and at most. */
-export const DEFAULT_READ_BYTES = 64 * 1024;
-export const MAX_READ_BYTES = 256 * 1024;
+/** Bytes one page of read_file holds when no length is given, and at most (the gateway reads up to MAX_PAGE_BYTES at once). */
+export const DEFAULT_PAGE_BYTES = 64 * 1024;
+export const MAX_PAGE_BYTES = 256 * 1024;
 /** Entries list_files returns when no limit is given, and at most. */
 export const DEFAULT_LIST_LIMIT = 200;
 export const MAX_LIST_LIMIT = 2000;
@@ -64,7 +64,7 @@ export const READ_FILE_INPUT = jsonSchemaOnce(
   z.object({
     path: z.string().min(1).max(4096).describe('File path, e.g. data/report.csv or /skills/data-analysis/SKILL.md'),
     offset: z.number().int().min(0).optional().describe('First byte to read (default 0)'),
-    length: z.number().int().min(1).max(MAX_READ_BYTES).optional().describe(`Bytes to read (default ${DEFAULT_READ_BYTES}, at most ${MAX_READ_BYTES})`),
+    length: z.number().int().min(1).max(MAX_PAGE_BYTES).optional().describe(`Bytes to read (default ${DEFAULT_PAGE_BYTES}, at most ${MAX_PAGE_BYTES})`),
   }),
 );
 
@@ -91,12 +91,12 @@ export function registerReadFile(server: McpServer, ctx: ToolContext): void {
       title: 'Read a file',
       description:
         'Read a text file from /workspace (your files) or /skills (built-in skills, read-only). Relative paths start at /workspace. ' +
-        `Returns up to ${DEFAULT_READ_BYTES / 1024} KiB by default; for larger files pass offset and length (bytes) to read further pages. ` +
+        `Returns up to ${DEFAULT_PAGE_BYTES / 1024} KiB by default; for larger files pass offset and length (bytes) to read further pages. ` +
         'Binary files are described, not shown.',
       inputSchema: READ_FILE_INPUT,
       annotations: { readOnlyHint: true, openWorldHint: false },
     },
-    async ({ path, offset = 0, length = DEFAULT_READ_BYTES }) => {
+    async ({ path, offset = 0, length = DEFAULT_PAGE_BYTES }) => {
       const call = forCall(ctx);
       try {
         const area = await resolveArea(call, path, 'read');

@@ -5,11 +5,8 @@
 import type { McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import { jsonSchemaOnce } from '../schema-cache.js';
-import type { CatalogEntry, CatalogDetail } from '../catalog.js';
+import { DEFAULT_SEARCH_LIMIT, MAX_SEARCH_LIMIT, type CatalogEntry, type CatalogDetail } from '../catalog.js';
 import { errorResult, forCall, fromModel, textResult, type ToolContext } from '../context.js';
-
-export const DEFAULT_SEARCH_LIMIT = 10;
-export const MAX_SEARCH_LIMIT = 50;
 
 export const NO_UPSTREAM_SERVERS =
   'No upstream MCP servers are configured on this gateway, so there are no tools to search. You can still run code with execute_code; ask your sandgate admin to add the servers you need.';

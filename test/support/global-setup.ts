@@ -8,7 +8,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { mountPoints } from '../sandboxes/volumes.js';
+import { mountPoints } from '../../src/sandboxes/volumes.js';
 
 export default function setup(): () => Promise<void> {
   const dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-run-')));

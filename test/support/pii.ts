@@ -6,10 +6,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
-import { openStoreFile, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
-import { PiiVault, type PiiVaultOptions } from './vault.js';
+import { openStoreFile, type Store } from '../../src/store/store.js';
+import { ensureUser } from '../../src/store/users.js';
+import { MIGRATIONS } from '../../src/store/registry.js';
+import { PiiVault, type PiiVaultOptions } from '../../src/pii/vault.js';
 
 export interface TestVault {
   store: Store;
@@ -23,7 +23,7 @@ export interface TestVault {
 /** A vault over a fresh SQLite file in a temporary directory. */
 export function openTestVault(options: Partial<PiiVaultOptions> = {}): TestVault {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-'));
-  const store = openStoreFile(path.join(dir, 'sandgate.db'), ALL_MIGRATIONS);
+  const store = openStoreFile(path.join(dir, 'sandgate.db'), MIGRATIONS);
   const key = crypto.randomBytes(32);
   const vault = new PiiVault(store.db, key, { ttlMs: 7 * 24 * 3_600_000, ...options });
   return {

@@ -7,15 +7,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { configFor, type Config } from '../config.js';
-import { createLogger, type Logger } from '../logger.js';
-import { createSandboxManager, type SandboxStackOptions } from '../sandboxes/index.js';
-import type { SandboxManager } from '../sandboxes/manager.js';
-import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
-import { openStore, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
-import type { Migration } from '../store/migrations.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
+import { configFor, type Config } from '../../src/config.js';
+import { createLogger, type Logger } from '../../src/logger.js';
+import { createSandboxManager, type SandboxStackOptions } from '../../src/sandboxes/index.js';
+import type { SandboxManager } from '../../src/sandboxes/manager.js';
+import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
+import { openStore, type Store } from '../../src/store/store.js';
+import { ensureUser } from '../../src/store/users.js';
 
 export interface Harness {
   config: Config;
@@ -32,7 +30,6 @@ export interface HarnessOptions extends SandboxStackOptions {
   dataDir?: string;
   /** Setting overrides, by environment variable name. */
   env?: Record<string, string>;
-  migrations?: readonly Migration[];
   bridgeHandler?: BridgeHandler;
   /** Skip init() (adoption, pool, reaper). */
   noInit?: boolean;
@@ -42,7 +39,7 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
   const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-test-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent', ...opts.env });
   const logger = createLogger(config.logLevel);
-  const store = openStore(config.dataDir, opts.migrations ?? ALL_MIGRATIONS);
+  const store = openStore(config.dataDir);
   const manager = createSandboxManager(config, store.db, logger, opts);
   if (opts.bridgeHandler) manager.setBridgeHandler(opts.bridgeHandler);
   if (!opts.noInit) await manager.init();

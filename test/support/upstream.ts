@@ -8,14 +8,13 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
-import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
-import { ALL_MIGRATIONS } from '../store/registry.js';
-import { openStore, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
-import type { Db } from '../store/store.js';
-import { parseUpstreamConfig, type UpstreamServerConfig } from './config.js';
-import { gatewayIdFor } from '../sandboxes/index.js';
-import { uidBlockOf, upstreamIdentity } from './identities.js';
+import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
+import { openStore, type Store } from '../../src/store/store.js';
+import { ensureUser } from '../../src/store/users.js';
+import type { Db } from '../../src/store/store.js';
+import { parseUpstreamConfig, type UpstreamServerConfig } from '../../src/upstream/config.js';
+import { gatewayIdFor } from '../../src/sandboxes/index.js';
+import { uidBlockOf, upstreamIdentity } from '../../src/upstream/identities.js';
 
 /**
  * Where a test hub keeps its connection homes (beside the data directory, as a gateway
@@ -33,7 +32,7 @@ export function upstreamSettings(dataDir: string, mcpServersFile = ''): { dataDi
 /** A fresh data directory with a migrated store and the named users, as sandbox owners. */
 export function openTestStore(prefix: string, names: string[]): { dataDir: string; store: Store; owners: SandboxOwner[] } {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${prefix}-`));
-  const store = openStore(dataDir, ALL_MIGRATIONS);
+  const store = openStore(dataDir);
   const owners = names.map((name) => {
     const r = ensureUser(store.db, name);
     return { userId: r.id, name: r.name };

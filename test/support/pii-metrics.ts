@@ -4,8 +4,8 @@
  * name found without its last word is a miss and a false positive, as it should be,
  * since the unfound word still reaches the model.
  */
-import { PII_ENTITY_TYPES, type PiiEntityType, type Span } from './entities.js';
-import type { CorpusDoc } from './corpus.js';
+import { PII_ENTITY_TYPES, type PiiEntityType, type Span } from '../../src/pii/entities.js';
+import type { CorpusDoc } from './pii-corpus.js';
 
 export interface EntityScore {
   type: PiiEntityType;

@@ -5,8 +5,8 @@
  */
 import crypto from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ExecDone, ExecRequest, RunnerEvent } from './protocol.js';
-import type { SandboxDriver, SandboxHandle, SandboxSpec } from './types.js';
+import type { ExecDone, ExecRequest, RunnerEvent } from '../../src/sandboxes/protocol.js';
+import type { SandboxDriver, SandboxHandle, SandboxSpec } from '../../src/sandboxes/types.js';
 
 export interface ConformanceOptions {
   name: string;

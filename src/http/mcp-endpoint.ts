@@ -16,14 +16,14 @@ import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelco
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { recordAudit, type AuditEntry } from '../audit/audit.js';
 import type { Principal } from '../tokens/tokens.js';
-import { auditTransport, describeRequest } from './audited-transport.js';
+import { auditTransport, describeRequest } from '../mcp/audited-transport.js';
 import { bearerAuth, bearerToken, principalOf } from './bearer-auth.js';
-import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
-import type { McpDeps } from './context.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary } from '../mcp/boundary.js';
+import type { McpDeps } from '../mcp/context.js';
 import { hostAndOriginValidation } from './host-origin.js';
 import { RateLimiter } from '../limits/rate-limit.js';
-import { createMcpServer, instructionsFor, partsFor, toolContext, toolInputSchema, type ServerParts } from './server.js';
-import { SkillsDir } from './skills.js';
+import { createMcpServer, instructionsFor, partsFor, toolContext, toolInputSchema, type ServerParts } from '../mcp/server.js';
+import { SkillsDir } from '../mcp/skills.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */
 export const MAX_BODY = '4mb';

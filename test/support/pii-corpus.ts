@@ -7,11 +7,11 @@
  *
  * Deterministic: the same seed gives the same documents, byte for byte.
  */
-import type { PiiEntityType } from './entities.js';
+import type { PiiEntityType } from '../../src/pii/entities.js';
 import {
   card, createFakers, decoyId, decoyNumber, decoyProper, iban, ip, ipv4, ipv6, person, phone, privateKey, secret, ssn, userAgent,
   type Fakers, type Person, type SecretKind,
-} from './corpus-values.js';
+} from './pii-corpus-values.js';
 
 export interface LabelledSpan {
   type: PiiEntityType;
