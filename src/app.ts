@@ -2,11 +2,12 @@
  * createApp(deps) composes the gateway from its parts and returns the Express app.
  * It never listens (main.ts does), so tests drive it with supertest and no port.
  */
-import express, { type ErrorRequestHandler } from 'express';
+import express from 'express';
 import type { Config } from './config.js';
 import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
+import { errorHandler, notFound } from './http/errors.js';
 import { homeRoutes } from './http/home.js';
 
 export interface AppDeps {
@@ -29,15 +30,7 @@ export function createApp(deps: AppDeps): express.Express {
   deps.mount?.(app);
   app.use(healthRoutes(deps.store, deps.readiness ?? {}));
   app.use(homeRoutes(deps.config.publicUrl));
-  app.use((_req, res) => {
-    res.status(404).json({ error: 'not found' });
-  });
-  const onError: ErrorRequestHandler = (err: unknown, req, res, _next) => {
-    const status = typeof (err as { status?: unknown }).status === 'number' ? (err as { status: number }).status : 500;
-    if (status >= 500) deps.logger.error({ err, path: req.path }, 'request failed');
-    if (res.headersSent) return;
-    res.status(status).json({ error: status >= 500 ? 'internal error' : (err as Error).message });
-  };
-  app.use(onError);
+  app.use(notFound());
+  app.use(errorHandler(deps.logger));
   return app;
 }

@@ -11,6 +11,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { parse as parseDotenv } from 'dotenv';
 import { z } from 'zod';
+import { ConfigError } from './errors.js';
 
 const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => ['true', '1', 'yes'].includes(v));
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
@@ -72,11 +73,11 @@ export type Config = { [K in SettingKey]: SettingValue<K> } & {
   dataDir: string;
   /** publicUrl with its default applied. */
   publicUrl: string;
+  /** Whether SANDGATE_PUBLIC_URL was set (else publicUrl is http://HOST:PORT, and the port may be the one picked at listen). */
+  publicUrlSet: boolean;
 };
 
-export class ConfigError extends Error {
-  override name = 'ConfigError';
-}
+export { ConfigError };
 
 export interface LoadedConfig {
   config: Config;
@@ -108,6 +109,7 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
   const warnings: string[] = [];
 
   config.dataDir = path.resolve(config.dataDir);
+  config.publicUrlSet = config.publicUrl !== '';
   const loopback = ['127.0.0.1', '::1', 'localhost'].includes(config.host);
   if (!config.publicUrl) {
     if (!loopback) {

@@ -11,7 +11,7 @@ import type { Logger } from './logger.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './mcp/boundary.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './mcp/pii-boundary.js';
-import { createDetector, detectorOptions, loadOrCreateKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
+import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createSandboxManager, dockerClient } from './sandboxes/index.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
@@ -39,7 +39,7 @@ export interface Gateway {
 export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: ModelBoundary } | undefined {
   if (!config.piiTokenize) return undefined;
   const settings = parsePiiSettings({ entities: config.piiEntities, allow: config.piiAllow, ttlHours: String(config.piiTtlHours) });
-  const vault = new PiiVault(db, loadOrCreateKey(config.dataDir, config.piiKey || undefined), {
+  const vault = new PiiVault(db, loadOrCreatePiiKey(config.dataDir, config.piiKey || undefined), {
     ttlMs: ttlMs(settings),
     detector: createDetector(detectorOptions(settings)),
   });

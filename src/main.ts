@@ -4,20 +4,18 @@
  * and serves it; SIGTERM/SIGINT shut down gracefully.
  */
 import http from 'node:http';
-import { ConfigError, loadConfig } from './config.js';
+import { loadConfig } from './config.js';
+import { GatewayError } from './errors.js';
 import { createGateway } from './gateway.js';
 import { createLogger } from './logger.js';
-import { PiiKeyError } from './pii/index.js';
 import { loopBackendProblem } from './sandboxes/volumes.js';
-import { StoreError } from './store/store.js';
-import { UpstreamConfigError } from './upstream/index.js';
 
 async function main(): Promise<void> {
   let loaded;
   try {
     loaded = loadConfig();
   } catch (e) {
-    if (e instanceof ConfigError) {
+    if (e instanceof GatewayError) {
       process.stderr.write(`sandgate: ${e.message}\n`);
       process.exit(2);
     }
@@ -45,8 +43,8 @@ async function main(): Promise<void> {
   try {
     gateway = createGateway(config, logger);
   } catch (e) {
-    // Problems an operator fixes: say what and where, without a stack trace.
-    if (e instanceof StoreError || e instanceof UpstreamConfigError || e instanceof PiiKeyError) {
+    // Problems an operator fixes (the store, a key, the upstream config): what and where, no stack trace.
+    if (e instanceof GatewayError) {
       process.stderr.write(`sandgate: ${e.message}\n`);
       process.exit(2);
     }
@@ -64,7 +62,8 @@ async function main(): Promise<void> {
   server.listen(config.port, config.host, () => {
     const addr = server.address();
     const port = typeof addr === 'object' && addr ? addr.port : config.port;
-    const url = config.publicUrl.replace(/:\d+$/, `:${port}`);
+    // The public URL as set; only a default one takes the port picked at listen (SANDGATE_PORT=0).
+    const url = config.publicUrlSet ? config.publicUrl.replace(/\/$/, '') : config.publicUrl.replace(/:\d+$/, `:${port}`);
     logger.info({ url, runtime: config.sandboxRuntime }, 'sandgate listening');
     process.stdout.write(
       `\n  sandgate is running at ${url}\n` +

@@ -46,6 +46,32 @@ describe('gateway process', () => {
     }
   });
 
+  it('the banner shows an explicit public URL as it was set', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-main-'));
+    const g = startGateway({ SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_PUBLIC_URL: 'https://gate.example.com:8443' });
+    try {
+      await until(() => /sandgate is running at/.test(g.output()), 60_000);
+      expect(g.output()).toContain('sandgate is running at https://gate.example.com:8443\n');
+      expect(g.output()).toContain('MCP endpoint:  https://gate.example.com:8443/mcp');
+    } finally {
+      g.child.kill('SIGTERM');
+      await g.exited;
+    }
+  });
+
+  it.each([
+    ['damaged', 'short\n', 0o600, /upstream\.key is not a 32-byte key in base64 or hex: restore it from a backup/],
+    ['readable by others', `${'A'.repeat(43)}=\n`, 0o644, /upstream\.key can be read by other users \(mode 644\): run chmod 600/],
+  ])('a %s upstream.key stops the start with what to do, not a stack trace', async (_what, content, mode, message) => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-main-'));
+    fs.writeFileSync(path.join(dataDir, 'upstream.key'), content, { mode });
+    fs.chmodSync(path.join(dataDir, 'upstream.key'), mode);
+    const g = startGateway({ SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0' });
+    expect(await g.exited).toBe(2);
+    expect(g.output()).toMatch(message);
+    expect(g.output()).not.toMatch(/\n\s+at /);
+  });
+
   it('a bad setting stops the start with a message naming it', async () => {
     const g = startGateway({ SANDGATE_DATA_DIR: os.tmpdir(), SANDGATE_SANDBOX_MEMORY_MB: 'lots' });
     expect(await g.exited).toBe(2);

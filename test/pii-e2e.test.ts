@@ -13,7 +13,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { KEY_FILE } from '../src/pii/index.js';
+import { PII_KEY_FILE } from '../src/pii/index.js';
 import { card, createFakers, iban, person, phone } from './support/pii-corpus-values.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Workspace } from '../src/sandboxes/workspace.js';
@@ -111,7 +111,7 @@ describe('PII tokenization over MCP', () => {
 
   it('the gateway made a vault key file only its owner can read', () => {
     expect(gateway.vault).toBeDefined();
-    expect(fs.statSync(path.join(dataDir, KEY_FILE)).mode & 0o777).toBe(0o600);
+    expect(fs.statSync(path.join(dataDir, PII_KEY_FILE)).mode & 0o777).toBe(0o600);
   });
 
   it('execute_code printing the customer file: the client sees tokens, never a value', async () => {

@@ -14,7 +14,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
-import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { createUpstream } from '../src/upstream/index.js';
@@ -76,7 +76,7 @@ describe('Streamable HTTP upstream', () => {
       ),
       dataDir,
       ...hubHomes(dataDir, store.db),
-      credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
+      credentials: createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir)),
       backoff: { initialMs: 50, maxMs: 100 },
     });
     try {

@@ -10,7 +10,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
-import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
 import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
@@ -39,7 +39,7 @@ function hub(mcpServers: Record<string, unknown>, opts: Partial<UpstreamHubOptio
     servers: serversFrom(mcpServers),
     dataDir,
     ...hubHomes(dataDir, store.db),
-    credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
+    credentials: createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir)),
     backoff: { initialMs: 2000, maxMs: 10_000 },
     ...opts,
   });
@@ -151,9 +151,9 @@ describe('UpstreamHub with real npm MCP servers', () => {
     expect(new Set(listing.tools.map((t) => t.server.name))).toEqual(new Set(['picky']));
 
     const unknown = await rejection(h.callTool(alice, 'nope', 'echo', {}));
-    expect(unknown.reason).toBe('unknown-server');
+    expect(unknown.reason).toBe('unknown_server');
     const noTool = await rejection(h.callTool(alice, 'onlyAlice', 'ech0', {}));
-    expect(noTool.reason).toBe('unknown-tool');
+    expect(noTool.reason).toBe('unknown_tool');
     expect(noTool.message).toContain('upstream server "onlyAlice" has no tool "ech0"; its tools are: echo');
   });
 
@@ -208,7 +208,7 @@ describe('UpstreamHub with real npm MCP servers', () => {
         }),
       });
       const missing = await rejection(h.callTool(alice, 'envy', 'get-env', {}));
-      expect(missing.reason).toBe('missing-credential');
+      expect(missing.reason).toBe('missing_credential');
       expect(missing.message).toContain('yours are not set: API_TOKEN');
       await expect(h.setUserCredential(alice, 'envy', 'OTHER', 'x')).rejects.toThrow('takes no credential named OTHER; it takes: API_TOKEN');
 
@@ -228,11 +228,11 @@ describe('UpstreamHub with real npm MCP servers', () => {
       expect(JSON.parse(text(await h.callTool(alice, 'envy', 'get-env', {}))).API_TOKEN).toBe('alice-token-2');
 
       // Bob has none: he cannot call, but sees the tool list alice's connection found.
-      expect((await rejection(h.callTool(bob, 'envy', 'echo', { message: 'x' }))).reason).toBe('missing-credential');
+      expect((await rejection(h.callTool(bob, 'envy', 'echo', { message: 'x' }))).reason).toBe('missing_credential');
       expect((await h.listTools(bob, 'envy')).tools.length).toBeGreaterThan(5);
 
       await h.deleteUserCredential(alice, 'envy');
-      expect((await rejection(h.callTool(alice, 'envy', 'get-env', {}))).reason).toBe('missing-credential');
+      expect((await rejection(h.callTool(alice, 'envy', 'get-env', {}))).reason).toBe('missing_credential');
     } finally {
       delete process.env.SANDGATE_TEST_GATEWAY_SECRET;
     }

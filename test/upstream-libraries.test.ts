@@ -15,7 +15,7 @@ import type { Store } from '../src/store/store.js';
 import { RateLimiter } from '../src/limits/rate-limit.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
-import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import {
   DENO_BIN,
@@ -54,7 +54,7 @@ beforeAll(async () => {
     }),
     dataDir,
     ...hubHomes(dataDir, store.db),
-    credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
+    credentials: createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir)),
   });
   dirs = createToolsDirs({ hub, dataDir, regenerateDelayMs: 50 });
   aliceTools = await dirs.toolsDirFor(alice);

@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
-import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom } from './support/upstream.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
@@ -36,7 +36,7 @@ describe('upstream MCP tools called from code in a real sandbox', () => {
       }),
       dataDir: h.dataDir,
       ...hubHomes(h.dataDir, h.store.db),
-      credentials: createCredentialStore(h.store.db, loadOrCreateKey(h.dataDir)),
+      credentials: createCredentialStore(h.store.db, loadOrCreateCredentialsKey(h.dataDir)),
       logger: h.logger,
     });
     dirs = createToolsDirs({ hub, dataDir: h.dataDir, logger: h.logger });

@@ -8,7 +8,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
-import { createCredentialStore, loadOrCreateKey } from '../src/upstream/credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
@@ -73,7 +73,7 @@ describe('tools directories', () => {
       }),
       dataDir,
       ...hubHomes(dataDir, store.db),
-      credentials: createCredentialStore(store.db, loadOrCreateKey(dataDir)),
+      credentials: createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir)),
     });
     const dirs = createToolsDirs({ hub, dataDir, regenerateDelayMs: 20 });
     try {

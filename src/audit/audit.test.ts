@@ -46,7 +46,7 @@ describe('argsShape', () => {
 
 describe('auditErrorClass', () => {
   it('keeps its vocabulary and reduces anything else', () => {
-    for (const kept of ['ENOENT', 'PermissionError', 'SandboxError:busy', 'timeout', 'jsonrpc:-32602', 'code:ValueError', 'expired', 'unknown-tool']) {
+    for (const kept of ['ENOENT', 'PermissionError', 'SandboxError:busy', 'timeout', 'jsonrpc:-32602', 'code:ValueError', 'expired', 'unknown_tool']) {
       expect(auditErrorClass(kept)).toBe(kept);
     }
     expect(auditErrorClass('code:ann_lee_at_example_com')).toBe('code:other');
@@ -73,12 +73,12 @@ describe('audit log', () => {
     const a = ensureUser(store.db, 'alice').id;
     const b = ensureUser(store.db, 'bob').id;
     recordAudit(store.db, { userId: a, tokenId: 1, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', argsShape: argsShape({ code: 'secret' }, open(['code'])), durationMs: 12.3456, outcome: 'ok' });
-    recordAudit(store.db, { userId: a, kind: 'upstream', method: 'github', tool: 'list_issues', args: { repo: 'x' }, durationMs: 40, outcome: 'error', errorClass: 'tool-error' });
+    recordAudit(store.db, { userId: a, kind: 'upstream', method: 'github', tool: 'list_issues', args: { repo: 'x' }, durationMs: 40, outcome: 'error', errorClass: 'tool_error' });
     recordAudit(store.db, { userId: b, kind: 'mcp', method: 'tools/list', durationMs: 1, outcome: 'ok' });
     const mine = listAudit(store.db, a);
     expect(mine.map((e) => e.tool)).toEqual(['list_issues', 'execute_code']);
     expect(mine[1]).toMatchObject({ tokenName: 'laptop', kind: 'mcp', argsShape: { code: 'string(6)' }, durationMs: 12.346, outcome: 'ok', errorClass: null });
-    expect(mine[0]).toMatchObject({ kind: 'upstream', outcome: 'error', errorClass: 'tool-error', tokenName: null, argsShape: { '…': '1 other key' } });
+    expect(mine[0]).toMatchObject({ kind: 'upstream', outcome: 'error', errorClass: 'tool_error', tokenName: null, argsShape: { '…': '1 other key' } });
     expect(listAudit(store.db, b)).toHaveLength(1);
     expect(JSON.stringify(listAudit(store.db, a))).not.toContain('secret');
     expect(listAudit(store.db, a, { limit: 1, before: mine[0]!.id })[0]!.tool).toBe('execute_code');

@@ -140,7 +140,6 @@ const ERROR_CLASSES = new Set<string>([
   'rate_limited',
   'aborted',
   'tool_error',
-  'tool-error',
   'timeout',
   'killed',
   'exit',

@@ -3,7 +3,8 @@
  * configuration as the gateway, so it opens the same store and finds the same
  * containers.
  */
-import { ConfigError, loadConfig, type Config } from '../config.js';
+import { loadConfig, type Config } from '../config.js';
+import { GatewayError } from '../errors.js';
 import { createDriver } from '../sandboxes/index.js';
 import { createLogger } from '../logger.js';
 import { openStore } from '../store/store.js';
@@ -14,7 +15,7 @@ async function main(): Promise<number> {
   try {
     config = loadConfig().config;
   } catch (e) {
-    if (e instanceof ConfigError) {
+    if (e instanceof GatewayError) {
       process.stderr.write(`sandgate: ${e.message}\n`);
       return 2;
     }

@@ -12,6 +12,7 @@ import { ensureUser, findUser, listUsers, type User } from '../store/users.js';
 import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
+import { GatewayError } from '../errors.js';
 
 export interface CliContext {
   openStore(): Store;
@@ -23,8 +24,11 @@ export interface CliContext {
 }
 
 /** A failure the operator can fix; printed without a stack trace. */
-export class CliError extends Error {
+export class CliError extends GatewayError {
   override name = 'CliError';
+  constructor(message: string) {
+    super(message, { reason: 'cli_usage', status: 400 });
+  }
 }
 
 const iso = (ms: number | null | undefined) => (ms ? new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z') : '-');
@@ -203,9 +207,9 @@ export async function runCli(argv: string[], ctx: CliContext): Promise<number> {
     return 0;
   } catch (e) {
     if (e instanceof CommanderError) return e.exitCode === 0 ? 0 : 2;
-    const known = e instanceof CliError || (e as Error).name === 'TokenError' || (e as Error).name === 'StoreError' || (e as Error).name === 'SandboxError';
+    // Our own errors say what to do; anything else is a bug: its stack helps whoever reports it.
     ctx.err(`sandgate: ${(e as Error).message}`);
-    if (!known) ctx.err((e as Error).stack ?? '');
-    return 1;
+    if (!(e instanceof GatewayError)) ctx.err((e as Error).stack ?? '');
+    return e instanceof GatewayError && e.reason === 'config_invalid' ? 2 : 1;
   }
 }

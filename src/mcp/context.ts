@@ -13,10 +13,9 @@ import type { CallToolResult, ResourceLink } from '@modelcontextprotocol/server'
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { SandboxManager } from '../sandboxes/manager.js';
-import { PermissionError } from '../sandboxes/permissions.js';
+import { GatewayError } from '../errors.js';
 import { SandboxError } from '../sandboxes/errors.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
-import { WorkspaceError } from '../sandboxes/workspace.js';
 import type { Db } from '../store/store.js';
 import type { Principal } from '../tokens/tokens.js';
 import type { ModelBoundary, ModelStream } from './boundary.js';
@@ -158,20 +157,12 @@ export async function textResult(ctx: ToolContext, text: string, extra: CallTool
 export async function errorResult(ctx: ToolContext, tool: string, e: unknown): Promise<CallToolResult> {
   let text: string;
   let errorClass: string;
-  if (e instanceof PermissionError) {
-    text = e.message;
-    errorClass = 'PermissionError';
-  } else if (e instanceof WorkspaceError) {
-    // A user's mistake (a missing file, a name too long) is theirs to read, not an
-    // operator's problem: debug only. A workspace that could not be reached is worth a warning.
-    text = e.message;
-    errorClass = e.code;
-    if (e.code === 'EUNAVAILABLE') ctx.logger.warn({ user: ctx.owner.name, tool, detail: e.message }, 'workspace unavailable');
-    else ctx.logger.debug({ user: ctx.owner.name, tool, code: e.code }, 'tool refused');
-  } else if (e instanceof SandboxError) {
-    text = `The sandbox could not do this: ${e.message}`;
-    errorClass = `SandboxError:${e.reason}`;
-    if (e.logMessage) ctx.logger.warn({ user: ctx.owner.name, tool, reason: e.reason, detail: e.logMessage }, 'sandbox error');
+  if (e instanceof GatewayError) {
+    // A user's own mistake (a missing file, a permission they lack) is theirs to read:
+    // debug only. What an operator must see (a sandbox that cannot start) is a warning.
+    text = e instanceof SandboxError ? `The sandbox could not do this: ${e.message}` : e.message;
+    errorClass = e.auditClass;
+    ctx.logger[e.operator ? 'warn' : 'debug']({ user: ctx.owner.name, tool, reason: e.reason, ...(e.logMessage ? { detail: e.logMessage } : {}) }, 'tool refused');
   } else {
     ctx.logger.error({ err: e, user: ctx.owner.name, tool }, 'tool failed');
     text = `${tool} failed because of an internal error in the gateway (it has been logged). Try again; if it persists, tell your sandgate admin.`;

@@ -10,7 +10,7 @@ export { PII_ENTITY_TYPES, TOKEN_TYPES, type PiiEntityType, type Span, type Toke
 export { createDetector, type Detector, type DetectorOptions, type DetectionSession, type Segment } from './detector.js';
 export { dropPiiScope } from './scopes.js';
 export { formatToken, parseToken } from './token-format.js';
-export { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
+export { PII_KEY_FILE, loadOrCreatePiiKey } from './keys.js';
 export { piiBatchesMigration, piiMigration } from './schema.js';
 export { preloadWordKnowledge } from './recognizers/word-knowledge.js';
 export { DEFAULT_PII_TTL_HOURS, detectorOptions, parsePiiSettings, piiSettingsSchema, ttlMs, type PiiSettings } from './settings.js';

@@ -1,12 +1,12 @@
 /**
- * Encryption at rest for vault values: AES-256-GCM with a fresh 96-bit IV per record
- * and the record's owner as associated data (a record moved to another user's scope
- * fails to open). The key is derived from the configured vault key with HKDF.
+ * Encryption at rest for vault values (src/secrets/aead.ts: AES-256-GCM, a fresh IV per
+ * record, the record's owner as associated data, so a record moved to another user's
+ * scope fails to open), under a key derived from the vault key with HKDF, with IVs
+ * drawn from the CSPRNG in blocks.
  */
 import crypto from 'node:crypto';
+import { IV_BYTES, open, seal } from '../secrets/aead.js';
 
-const IV_BYTES = 12;
-const TAG_BYTES = 16;
 /** IVs drawn from the CSPRNG at a time: one call per value cost more than the encryption. */
 const IV_POOL_BYTES = IV_BYTES * 512;
 
@@ -32,20 +32,13 @@ export class Sealer {
   }
 
   seal(value: string, aad: string): Buffer {
-    const iv = this.nextIv();
-    const cipher = crypto.createCipheriv('aes-256-gcm', this.encKey, iv);
-    cipher.setAAD(Buffer.from(aad, 'utf8'));
-    const ct = Buffer.concat([cipher.update(value, 'utf8'), cipher.final()]);
-    return Buffer.concat([iv, cipher.getAuthTag(), ct]);
+    return seal(this.encKey, value, Buffer.from(aad, 'utf8'), Buffer.from(this.nextIv()));
   }
 
   /** The value, or undefined when the ciphertext or its row identity was tampered with. */
   open(sealed: Buffer, aad: string): string | undefined {
     try {
-      const decipher = crypto.createDecipheriv('aes-256-gcm', this.encKey, sealed.subarray(0, IV_BYTES));
-      decipher.setAAD(Buffer.from(aad, 'utf8'));
-      decipher.setAuthTag(sealed.subarray(IV_BYTES, IV_BYTES + TAG_BYTES));
-      return Buffer.concat([decipher.update(sealed.subarray(IV_BYTES + TAG_BYTES)), decipher.final()]).toString('utf8');
+      return open(this.encKey, sealed, Buffer.from(aad, 'utf8')).toString('utf8');
     } catch {
       return undefined;
     }

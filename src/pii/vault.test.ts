@@ -4,7 +4,6 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createDetector } from './detector.js';
-import { KEY_FILE, loadOrCreateKey, PiiKeyError } from './keys.js';
 import { openTestVault, seededRandom, type TestVault } from '../../test/support/pii.js';
 import { MIGRATIONS, versionOf } from '../store/registry.js';
 import { openStoreFile } from '../store/store.js';
@@ -273,32 +272,5 @@ describe('PiiVault storage', () => {
     t.vault.dropScope(ref);
     expect(t.store.db.prepare('SELECT COUNT(*) AS n FROM pii_batches').get()).toEqual({ n: 0 });
     expect(t.vault.scope(ref).detokenize('[EMAIL_1]').unknown).toEqual(['[EMAIL_1]']);
-  });
-});
-
-describe('loadOrCreateKey', () => {
-  it('creates a 0600 key file once and reads it back', () => {
-    const t = testVault();
-    const dir = path.join(t.dir, 'data');
-    const key = loadOrCreateKey(dir);
-    expect(key.length).toBe(32);
-    expect(fs.statSync(path.join(dir, KEY_FILE)).mode & 0o777).toBe(0o600);
-    expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
-    expect(loadOrCreateKey(dir).equals(key)).toBe(true);
-  });
-
-  it('refuses a key file others can read, and malformed keys', () => {
-    const t = testVault();
-    loadOrCreateKey(t.dir);
-    fs.chmodSync(path.join(t.dir, KEY_FILE), 0o644);
-    expect(() => loadOrCreateKey(t.dir)).toThrow(/chmod 600/);
-    expect(() => loadOrCreateKey(t.dir, 'too-short')).toThrow(PiiKeyError);
-  });
-
-  it('prefers the configured key, in base64 or hex', () => {
-    const hex = 'ab'.repeat(32);
-    expect(loadOrCreateKey('/nonexistent', hex).toString('hex')).toBe(hex);
-    const b64 = Buffer.alloc(32, 1).toString('base64');
-    expect(loadOrCreateKey('/nonexistent', b64).equals(Buffer.alloc(32, 1))).toBe(true);
   });
 });

@@ -1,19 +1,32 @@
 /**
- * The sandbox error tree, and the one place where Docker's errors are mapped to it.
- * `message` is what a user (or model) may read; `logMessage` is for the operator log.
+ * Sandbox errors (a branch of src/errors.ts), and the one place where Docker's errors are
+ * mapped to them. `message` is what a user (or model) may read; `logMessage` is for the
+ * operator log.
  */
+import { GatewayError } from '../errors.js';
 
 export const SANDBOX_ERROR_REASONS = ['image_missing', 'runtime_missing', 'docker_unreachable', 'start_failed', 'runner_died', 'busy', 'invalid_request'] as const;
 export type SandboxErrorReason = (typeof SANDBOX_ERROR_REASONS)[number];
 
-export class SandboxError extends Error {
+const SANDBOX_STATUS: Record<SandboxErrorReason, number> = {
+  image_missing: 503,
+  runtime_missing: 503,
+  docker_unreachable: 503,
+  start_failed: 503,
+  runner_died: 503,
+  busy: 429,
+  invalid_request: 400,
+};
+
+export class SandboxError extends GatewayError {
   override name = 'SandboxError';
-  constructor(
-    message: string,
-    readonly reason: SandboxErrorReason,
-    readonly logMessage?: string,
-  ) {
-    super(message);
+  declare readonly reason: SandboxErrorReason;
+  constructor(message: string, reason: SandboxErrorReason, logMessage?: string) {
+    super(message, { reason, status: SANDBOX_STATUS[reason], logMessage, operator: SANDBOX_STATUS[reason] >= 500 });
+  }
+
+  override get auditClass(): string {
+    return `SandboxError:${this.reason}`;
   }
 }
 

@@ -9,6 +9,7 @@
  */
 import path from 'node:path/posix';
 import { z } from 'zod';
+import { GatewayError } from '../errors.js';
 
 export const GRANT_NAMES = ['read', 'write', 'net', 'env', 'run', 'sys', 'ffi'] as const;
 export type GrantName = (typeof GRANT_NAMES)[number];
@@ -26,13 +27,18 @@ export const DENY_ALL: Permissions = { read: false, write: false, net: false, en
 /** Paths that code may never be granted, whatever the ceiling says. */
 const PATH_GRANTS: ReadonlySet<GrantName> = new Set(['read', 'write']);
 
-export class PermissionError extends Error {
+/** A grant the user's ceiling (or the run's narrowing) does not give; the message names the fix, as Deno's do. */
+export class PermissionError extends GatewayError {
   override name = 'PermissionError';
   constructor(
     message: string,
     readonly grant: GrantName,
   ) {
-    super(message);
+    super(message, { reason: 'permission_denied', status: 403 });
+  }
+
+  override get auditClass(): string {
+    return 'PermissionError';
   }
 }
 

@@ -12,6 +12,7 @@
  * helper).
  */
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { GatewayError } from '../errors.js';
 import { HOST_PYTHON } from '../host/python.js';
 import { WORKSPACE_HELPER } from '../paths.js';
 
@@ -47,8 +48,11 @@ interface Pending {
 }
 
 /** Raised when the helper itself failed (not a refused request): its message is for users. */
-export class HelperError extends Error {
+export class HelperError extends GatewayError {
   override name = 'HelperError';
+  constructor(message: string) {
+    super(message, { reason: 'workspace_unavailable', status: 503 });
+  }
 }
 
 export class WorkspaceHelper {

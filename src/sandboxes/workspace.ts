@@ -13,6 +13,7 @@
  * with a code and a message a user can act on: a user's mistake (a missing file, a name
  * too long, a full workspace) is never an internal error.
  */
+import { GatewayError } from '../errors.js';
 import { HelperError, type HelperReply, type WorkspaceHelper } from './workspace-helper.js';
 
 export const SANDBOX_UID = 1000;
@@ -35,13 +36,36 @@ export const WORKSPACE_ERROR_CODES = [
 ] as const;
 export type WorkspaceErrorCode = (typeof WORKSPACE_ERROR_CODES)[number];
 
-export class WorkspaceError extends Error {
+/** Each code's reason (src/errors.ts) and HTTP status. */
+const WORKSPACE_REASONS: Record<WorkspaceErrorCode, [string, number]> = {
+  ENOENT: ['not_found', 404],
+  EOUTSIDE: ['outside_workspace', 403],
+  EISDIR: ['is_a_folder', 400],
+  ENOTDIR: ['not_a_folder', 400],
+  ETOOBIG: ['too_large', 413],
+  ENOSPC: ['workspace_full', 507],
+  EEXIST: ['already_exists', 409],
+  EINVAL: ['invalid_path', 400],
+  ENAMETOOLONG: ['name_too_long', 400],
+  EACCES: ['access_denied', 403],
+  EROFS: ['read_only', 403],
+  EBUSY: ['in_use', 409],
+  EUNAVAILABLE: ['workspace_unavailable', 503],
+};
+
+/** A file operation that cannot be done; `code` says why (the audit log keeps it). */
+export class WorkspaceError extends GatewayError {
   override name = 'WorkspaceError';
   constructor(
     readonly code: WorkspaceErrorCode,
     message: string,
   ) {
-    super(message);
+    const [reason, status] = WORKSPACE_REASONS[code];
+    super(message, { reason, status });
+  }
+
+  override get auditClass(): string {
+    return this.code;
   }
 }
 

@@ -11,6 +11,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Migration } from './migrations.js';
 import { MIGRATIONS } from './registry.js';
+import { GatewayError } from '../errors.js';
 
 export type Db = Database.Database;
 
@@ -28,8 +29,12 @@ export function statement(db: Db, sql: string): Database.Statement {
   return s;
 }
 
-export class StoreError extends Error {
+/** The database cannot be opened, or was written by a newer sandgate: an operator must act. */
+export class StoreError extends GatewayError {
   override name = 'StoreError';
+  constructor(message: string) {
+    super(message, { reason: 'store_unavailable', operator: true });
+  }
 }
 
 export interface Store {

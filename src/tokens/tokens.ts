@@ -9,6 +9,7 @@ import type { Statement } from 'better-sqlite3';
 import type { Db } from '../store/store.js';
 import { getUser, type User } from '../store/users.js';
 import { generateToken, hashToken, isWellFormedToken } from './format.js';
+import { GatewayError } from '../errors.js';
 
 export interface TokenRecord {
   id: number;
@@ -35,8 +36,12 @@ export type VerifyResult =
   | { ok: true; principal: Principal }
   | { ok: false; reason: TokenFailure; message: string; /** Set when the token is known (expired or revoked). */ token?: TokenRecord };
 
-export class TokenError extends Error {
+/** A token request that cannot be done (a bad name or expiry): the message says what to give instead. */
+export class TokenError extends GatewayError {
   override name = 'TokenError';
+  constructor(message: string) {
+    super(message, { reason: 'token_request_invalid', status: 400 });
+  }
 }
 
 /** How precisely last use is recorded. */

@@ -34,7 +34,7 @@ export interface UpstreamAuditEntry {
   outcome: 'ok' | 'error' | 'denied' | 'rate_limited';
   /** The readable message the sandbox got. */
   error?: string;
-  /** A class, not a message: an UpstreamErrorReason, or `tool-error` for `isError` results. */
+  /** A class, not a message: an UpstreamErrorReason, or `tool_error` for `isError` results. */
   errorClass?: string;
 }
 
@@ -99,12 +99,12 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
           const now = Date.now();
           if (now - (lastRefusal.get(owner.userId) ?? 0) >= 1000) {
             lastRefusal.set(owner.userId, now);
-            safeAudit(audit, opts.logger, { userId: owner.userId, kind: 'upstream', method: hub.isServer(p.server) ? p.server : '?', tool: '?', argsShape: {}, durationMs: 0, outcome: 'rate_limited', errorClass: 'rate-limited' });
+            safeAudit(audit, opts.logger, { userId: owner.userId, kind: 'upstream', method: hub.isServer(p.server) ? p.server : '?', tool: '?', argsShape: {}, durationMs: 0, outcome: 'rate_limited', errorClass: 'rate_limited' });
           }
           throw new UpstreamError(
             `too many upstream calls: retry after ${allowed.retryAfterSec} s (the limit is ${opts.rateLimiter!.opts.perMinute} a minute, ` +
               `bursts of ${opts.rateLimiter!.opts.burst}; an operator can raise SANDGATE_RATE_LIMIT_PER_MIN)`,
-            'rate-limited',
+            'rate_limited',
           );
         }
         const args = p.arguments ?? {};
@@ -133,12 +133,12 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
               .filter((c) => c.type === 'text')
               .map((c) => (c as { text: string }).text)
               .join('\n');
-            entry('error', { error: text.slice(0, 500), errorClass: 'tool-error' });
+            entry('error', { error: text.slice(0, 500), errorClass: 'tool_error' });
           } else entry('ok');
           return result;
         } catch (e) {
           const err = e instanceof UpstreamError ? e : new UpstreamError(`${p.server}/${p.tool} failed: ${(e as Error).message}`, 'failed');
-          const denied = ['denied', 'unknown-server', 'unknown-tool', 'missing-credential'].includes(err.reason);
+          const denied = ['denied', 'unknown_server', 'unknown_tool', 'missing_credential'].includes(err.reason);
           entry(denied ? 'denied' : 'error', { error: err.message, errorClass: err.reason });
           throw err;
         }

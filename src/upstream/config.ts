@@ -34,6 +34,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { z } from 'zod';
 import { serverId } from './names.js';
+import { GatewayError } from '../errors.js';
 
 /** Placeholders filled in per connection, not from the gateway's environment. */
 export const CONNECTION_PLACEHOLDERS = ['SANDGATE_WORKDIR', 'SANDGATE_USER', 'SANDGATE_USER_ID'] as const;
@@ -85,8 +86,12 @@ export interface UpstreamServerConfig {
   network: NetworkPolicy;
 }
 
-export class UpstreamConfigError extends Error {
+/** The upstream server config file is invalid: the message names each server and field. */
+export class UpstreamConfigError extends GatewayError {
   override name = 'UpstreamConfigError';
+  constructor(message: string) {
+    super(message, { reason: 'upstream_config_invalid', operator: true });
+  }
 }
 
 const SERVER_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/;

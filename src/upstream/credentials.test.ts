@@ -4,7 +4,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
-import { createCredentialStore, KEY_FILE, loadOrCreateKey } from './credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from './credentials.js';
 
 const dirs: string[] = [];
 const stores: Store[] = [];
@@ -22,25 +22,10 @@ function setup() {
 }
 
 describe('credential store', () => {
-  it('creates the key 0600 once and reuses it', () => {
-    const { dataDir } = setup();
-    const k1 = loadOrCreateKey(dataDir);
-    const k2 = loadOrCreateKey(dataDir);
-    expect(k1.length).toBe(32);
-    expect(k2.equals(k1)).toBe(true);
-    expect(fs.statSync(path.join(dataDir, KEY_FILE)).mode & 0o777).toBe(0o600);
-  });
-
-  it('refuses a damaged key file', () => {
-    const { dataDir } = setup();
-    fs.writeFileSync(path.join(dataDir, KEY_FILE), 'short');
-    expect(() => loadOrCreateKey(dataDir)).toThrow(/32-byte base64 key/);
-  });
-
   it('keeps values encrypted at rest: the raw value is nowhere in the database files', () => {
     const { dataDir, store } = setup();
     const alice = ensureUser(store.db, 'alice');
-    const creds = createCredentialStore(store.db, loadOrCreateKey(dataDir));
+    const creds = createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir));
     const secret = 'ghp_SuperSecretValue_1234567890';
     creds.set(alice.id, 'github', 'GITHUB_TOKEN', secret);
     expect(creds.get(alice.id, 'github')).toEqual({ GITHUB_TOKEN: secret });
@@ -57,7 +42,7 @@ describe('credential store', () => {
     const { dataDir, store } = setup();
     const alice = ensureUser(store.db, 'alice');
     const bob = ensureUser(store.db, 'bob');
-    const creds = createCredentialStore(store.db, loadOrCreateKey(dataDir));
+    const creds = createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir));
     creds.set(alice.id, 'github', 'GITHUB_TOKEN', 'alice-token');
     store.db.prepare('UPDATE upstream_credentials SET user_id = ?').run(bob.id);
     expect(() => creds.get(bob.id, 'github')).toThrow(/cannot be decrypted/);
@@ -66,7 +51,7 @@ describe('credential store', () => {
   it('replaces and deletes', () => {
     const { dataDir, store } = setup();
     const alice = ensureUser(store.db, 'alice');
-    const creds = createCredentialStore(store.db, loadOrCreateKey(dataDir));
+    const creds = createCredentialStore(store.db, loadOrCreateCredentialsKey(dataDir));
     creds.set(alice.id, 's', 'A', '1');
     creds.set(alice.id, 's', 'A', '2');
     creds.set(alice.id, 's', 'B', '3');

@@ -1,42 +1,30 @@
 /**
- * Per-user credentials for per-user upstream servers, encrypted at rest with
- * AES-256-GCM under a key kept in `<dataDir>/upstream.key` (created 0600 when absent).
+ * Per-user credentials for per-user upstream servers, encrypted at rest
+ * (src/secrets/aead.ts) under a key kept in `<dataDir>/upstream.key`.
  * Each value is bound to its row (user, server, name) as additional authenticated data,
  * so a sealed value copied to another row does not decrypt.
  *
  * Values go into the upstream connection only (env for stdio, headers for http): never
  * into a sandbox, a log line or an audit entry.
  */
-import crypto from 'node:crypto';
-import fs from 'node:fs';
-import path from 'node:path';
+import { GatewayError } from '../errors.js';
+import { open, seal } from '../secrets/aead.js';
+import { loadOrCreateKey } from '../secrets/key-file.js';
 import type { Db } from '../store/store.js';
 
-export const KEY_FILE = 'upstream.key';
-const IV_BYTES = 12;
-const TAG_BYTES = 16;
+export const CREDENTIALS_KEY_FILE = 'upstream.key';
 
-export class CredentialError extends Error {
+/** A stored credential cannot be read (its key file was replaced): the user sets it again. */
+export class CredentialError extends GatewayError {
   override name = 'CredentialError';
+  constructor(message: string) {
+    super(message, { reason: 'credential_unreadable', status: 409, operator: false });
+  }
 }
 
-/**
- * Reads `<dataDir>/upstream.key` (32 random bytes, base64), creating it with mode 0600
- * when absent. Losing the file makes stored credentials unreadable: users re-enter them.
- */
-export function loadOrCreateKey(dataDir: string): Buffer {
-  const file = path.join(dataDir, KEY_FILE);
-  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  try {
-    fs.writeFileSync(file, `${crypto.randomBytes(32).toString('base64')}\n`, { flag: 'wx', mode: 0o600 });
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-  }
-  const key = Buffer.from(fs.readFileSync(file, 'utf8').trim(), 'base64');
-  if (key.length !== 32) {
-    throw new CredentialError(`${file} does not hold a 32-byte base64 key; restore it from a backup, or delete it (stored upstream credentials are then lost)`);
-  }
-  return key;
+/** The key that seals users' credentials: `<dataDir>/upstream.key`, with the rules of every key (src/secrets/key-file.ts). */
+export function loadOrCreateCredentialsKey(dataDir: string): Buffer {
+  return loadOrCreateKey(dataDir, CREDENTIALS_KEY_FILE);
 }
 
 export interface CredentialStore {
@@ -51,21 +39,6 @@ export interface CredentialStore {
 }
 
 const aad = (userId: number, server: string, name: string) => Buffer.from(`${userId}\0${server}\0${name}`, 'utf8');
-
-export function seal(key: Buffer, plaintext: string, ad: Buffer): Buffer {
-  const iv = crypto.randomBytes(IV_BYTES);
-  const cipher = crypto.createCipheriv('aes-256-gcm', key, iv);
-  cipher.setAAD(ad);
-  const data = Buffer.concat([cipher.update(plaintext, 'utf8'), cipher.final()]);
-  return Buffer.concat([iv, cipher.getAuthTag(), data]);
-}
-
-export function open(key: Buffer, sealed: Buffer, ad: Buffer): string {
-  const decipher = crypto.createDecipheriv('aes-256-gcm', key, sealed.subarray(0, IV_BYTES));
-  decipher.setAAD(ad);
-  decipher.setAuthTag(sealed.subarray(IV_BYTES, IV_BYTES + TAG_BYTES));
-  return Buffer.concat([decipher.update(sealed.subarray(IV_BYTES + TAG_BYTES)), decipher.final()]).toString('utf8');
-}
 
 /** A CredentialStore over the `upstream_credentials` table (schema.ts). */
 export function createCredentialStore(db: Db, key: Buffer): CredentialStore {
@@ -90,10 +63,10 @@ export function createCredentialStore(db: Db, key: Buffer): CredentialStore {
       const out: Record<string, string> = {};
       for (const r of rows) {
         try {
-          out[r.name] = open(key, r.sealed, aad(userId, server, r.name));
+          out[r.name] = open(key, r.sealed, aad(userId, server, r.name)).toString('utf8');
         } catch {
           throw new CredentialError(
-            `your stored credential ${r.name} for upstream server "${server}" cannot be decrypted (was ${KEY_FILE} replaced?): set it again`,
+            `your stored credential ${r.name} for upstream server "${server}" cannot be decrypted (was ${CREDENTIALS_KEY_FILE} replaced?): set it again`,
           );
         }
       }

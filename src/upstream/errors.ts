@@ -4,18 +4,28 @@
  * failed and, where there is one, what to change. `reason` doubles as the audit outcome.
  */
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { GatewayError } from '../errors.js';
 
-export const UPSTREAM_ERROR_REASONS = ['unknown-server', 'denied', 'unknown-tool', 'missing-credential', 'unavailable', 'timeout', 'failed', 'rate-limited'] as const;
+export const UPSTREAM_ERROR_REASONS = ['unknown_server', 'denied', 'unknown_tool', 'missing_credential', 'unavailable', 'timeout', 'failed', 'rate_limited'] as const;
 export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
 
-export class UpstreamError extends Error {
+const UPSTREAM_STATUS: Record<UpstreamErrorReason, number> = {
+  unknown_server: 404,
+  denied: 403,
+  unknown_tool: 404,
+  missing_credential: 409,
+  unavailable: 503,
+  timeout: 504,
+  failed: 502,
+  rate_limited: 429,
+};
+
+export class UpstreamError extends GatewayError {
   override name = 'UpstreamError';
-  constructor(
-    message: string,
-    readonly reason: UpstreamErrorReason,
-    options?: { cause?: unknown },
-  ) {
-    super(message, options);
+  declare readonly reason: UpstreamErrorReason;
+  constructor(message: string, reason: UpstreamErrorReason, options?: { cause?: unknown }) {
+    // Upstream trouble is the upstream's or the user's, not the gateway's: no operator alarm.
+    super(message, { reason, status: UPSTREAM_STATUS[reason], operator: false, cause: options?.cause });
   }
 }
 

@@ -59,7 +59,7 @@ const missingCredentials = (server: UpstreamServerConfig, missing: string[]) =>
   new UpstreamError(
     `upstream server "${server.name}" runs with each user's own credentials, and yours are not set: ` +
       `${missing.join(', ')} (store them in sandgate for this server; they never enter the sandbox)`,
-    'missing-credential',
+    'missing_credential',
   );
 
 export class UpstreamHub {
@@ -162,10 +162,10 @@ export class UpstreamHub {
       throw new UpstreamError(
         `upstream server "${server.name}" takes no credential named ${name}` +
           (server.userCredentials.length ? `; it takes: ${server.userCredentials.join(', ')}` : ' (it takes none)'),
-        'missing-credential',
+        'missing_credential',
       );
     }
-    if (!value) throw new UpstreamError(`the value of ${name} is empty`, 'missing-credential');
+    if (!value) throw new UpstreamError(`the value of ${name} is empty`, 'missing_credential');
     this.requireCredentialStore().set(owner.userId, server.name, name, value);
     await this.dropConnection(server, owner);
   }
@@ -222,7 +222,7 @@ export class UpstreamHub {
   private configured(serverName: string): UpstreamServerConfig {
     const server = this.byName.get(serverName);
     if (!server) {
-      throw new UpstreamError(`there is no upstream server named "${serverName}"; listTools() shows the servers you may use`, 'unknown-server');
+      throw new UpstreamError(`there is no upstream server named "${serverName}"; listTools() shows the servers you may use`, 'unknown_server');
     }
     return server;
   }
@@ -248,7 +248,7 @@ export class UpstreamHub {
       const names = tools.map((t) => t.name);
       throw new UpstreamError(
         `upstream server "${server.name}" has no tool "${toolName}"; its tools are: ${names.slice(0, 50).join(', ')}${names.length > 50 ? ', …' : ''}`,
-        'unknown-tool',
+        'unknown_tool',
       );
     }
     return tool;
@@ -359,7 +359,7 @@ export class UpstreamHub {
   }
 
   private requireCredentialStore(): CredentialStore {
-    if (!this.opts.credentials) throw new UpstreamError('per-user credentials are not available: the hub has no credential store', 'missing-credential');
+    if (!this.opts.credentials) throw new UpstreamError('per-user credentials are not available: the hub has no credential store', 'missing_credential');
     return this.opts.credentials;
   }
 }

@@ -18,7 +18,7 @@ import type { Db } from '../store/store.js';
 import { createBridgeHandler, type UpstreamAudit } from './bridge.js';
 import { createToolCatalog } from './catalog.js';
 import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
-import { createCredentialStore, loadOrCreateKey } from './credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey } from './credentials.js';
 import { UpstreamHub } from './hub.js';
 import { createToolsDirs } from './tools-dir.js';
 import { RateLimiter } from '../limits/rate-limit.js';
@@ -34,7 +34,7 @@ export { UpstreamConfigError, parseUpstreamConfig, loadUpstreamConfig, upstreamC
 export { createBridgeHandler, type UpstreamAudit, type UpstreamAuditEntry } from './bridge.js';
 export { createToolCatalog } from './catalog.js';
 export { createToolsDirs, type ToolsDirs } from './tools-dir.js';
-export { createCredentialStore, loadOrCreateKey, type CredentialStore } from './credentials.js';
+export { createCredentialStore, loadOrCreateCredentialsKey, type CredentialStore } from './credentials.js';
 
 export interface Upstream {
   hub: UpstreamHub;
@@ -63,7 +63,7 @@ export interface UpstreamDeps {
 /** Throws UpstreamConfigError when the config file is invalid; a missing file means no servers. */
 export function createUpstream(deps: UpstreamDeps): Upstream {
   const servers = loadUpstreamConfig(upstreamConfigFile(deps.config), deps.env);
-  const credentials = createCredentialStore(deps.db, loadOrCreateKey(deps.config.dataDir));
+  const credentials = createCredentialStore(deps.db, loadOrCreateCredentialsKey(deps.config.dataDir));
   const logger = deps.logger?.child({ module: 'upstream' });
   const homeDir = path.join(path.resolve(deps.config.upstreamHomeDir), gatewayIdFor(deps.config.dataDir));
   if (servers.some((s) => s.transport.type === 'stdio') && process.getuid?.() === 0) {
