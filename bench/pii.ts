@@ -18,7 +18,9 @@ import type { PiiEntityType, Span } from '../src/pii/entities.js';
 import { formatScores, scoreCorpus } from '../test/support/pii-metrics.js';
 import { preloadWordKnowledge } from '../src/pii/recognizers/word-knowledge.js';
 import { openTestVault } from '../test/support/pii.js';
-import { createPiiBoundary } from '../src/mcp/pii-boundary.js';
+import { createPiiBoundary } from '../src/pii/pii-boundary.js';
+import type { Caller } from '../src/identity/caller.js';
+import type { User } from '../src/store/users.js';
 
 const quick = process.argv.includes('--quick');
 const RUNS = quick ? 3 : 7;
@@ -81,7 +83,7 @@ const detector = createDetector();
 const vault = openTestVault();
 const userId = vault.userId('bench');
 const boundary = createPiiBoundary(vault.vault);
-const owner = { userId, name: 'bench' };
+const callerWith = (p: { tokenId: number; tokenName: string }): Caller => ({ user: { id: userId, name: 'bench' } as User, via: { kind: 'token', ...p } });
 
 console.log(`PII throughput, one core (median of ${RUNS} runs)\n`);
 console.log(
@@ -106,15 +108,15 @@ for (const [name, text] of workloads) {
   // As the MCP endpoint does it: one boundary call (a scope lookup) per tool result.
   const results = (t: string) => toolResults(t, 4096);
   const warmPrincipal = { tokenId: tokenN++, tokenName: 'warm' };
-  for (const r of results(text)) boundary.toModel(owner, warmPrincipal, r);
+  for (const r of results(text)) boundary.toModel(callerWith(warmPrincipal), r);
   const mcpWarm = throughput(text, (t) => {
-    for (const r of results(t)) boundary.toModel(owner, warmPrincipal, r);
+    for (const r of results(t)) boundary.toModel(callerWith(warmPrincipal), r);
   });
   const mcpNew = throughput(
     text,
     (t) => {
       const principal = { tokenId: tokenN++, tokenName: 'new' };
-      for (const r of results(t)) boundary.toModel(owner, principal, r);
+      for (const r of results(t)) boundary.toModel(callerWith(principal), r);
     },
     Math.min(RUNS, 3),
   );

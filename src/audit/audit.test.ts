@@ -2,7 +2,9 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { openStore, type Store } from '../store/store.js';
+import { openStore, openStoreFile, type Store } from '../store/store.js';
+import { MIGRATIONS, versionOf } from '../store/registry.js';
+import { auditCallersMigration } from './schema.js';
 import { ensureUser } from '../store/users.js';
 import { argsShape, auditErrorClass, listAudit, recordAudit } from './audit.js';
 
@@ -93,6 +95,31 @@ describe('audit log', () => {
       ['?', '?', 'other'],
       ['other', '?', 'code:other'],
     ]);
+  });
+
+  it('an audit log from before callers were recorded keeps its rows; new kinds and callers can be written', () => {
+    const file = path.join(dir, 'old.db');
+    const old = openStoreFile(file, MIGRATIONS.slice(0, versionOf(auditCallersMigration) - 1));
+    const u = ensureUser(old.db, 'olga').id;
+    old.db.prepare(`INSERT INTO audit_log (ts, user_id, token_id, token_name, kind, method, tool, args_shape, duration_ms, outcome, error_class)
+      VALUES (1, ?, 7, 'laptop', 'mcp', 'tools/call', 'read_file', NULL, 2, 'ok', NULL)`).run(u);
+    old.close();
+    const upgraded = openStoreFile(file);
+    try {
+      expect(listAudit(upgraded.db, u)).toEqual([expect.objectContaining({ via: 'token', tokenId: 7, tokenName: 'laptop', tool: 'read_file', outcome: 'ok' })]);
+      recordAudit(upgraded.db, { userId: u, via: 'agent', conversationId: 'c1', kind: 'mcp', method: 'tools/call', tool: 'execute_code', durationMs: 1, outcome: 'ok' });
+      recordAudit(upgraded.db, { userId: u, via: 'session', kind: 'admin', method: 'sandbox/stop', targetUserId: u, durationMs: 1, outcome: 'ok' });
+      recordAudit(upgraded.db, { userId: u, via: 'session', kind: 'web', method: 'Ann Lee uploads', durationMs: 1, outcome: 'ok' });
+      const rows = listAudit(upgraded.db, u);
+      expect(rows.map((r) => [r.kind, r.via, r.method, r.conversationId, r.targetUserId])).toEqual([
+        ['web', 'session', 'other', null, null],
+        ['admin', 'session', 'sandbox/stop', null, u],
+        ['mcp', 'agent', 'tools/call', 'c1', null],
+        ['mcp', 'token', 'tools/call', null, null],
+      ]);
+    } finally {
+      upgraded.close();
+    }
   });
 
   it('refuses unknown outcomes and kinds', () => {

@@ -13,11 +13,13 @@
 import type { Statement } from 'better-sqlite3';
 import { SANDBOX_ERROR_REASONS } from '../sandboxes/errors.js';
 import { WORKSPACE_ERROR_CODES } from '../sandboxes/workspace.js';
+import type { Caller, ViaKind } from '../identity/caller.js';
 import type { Db } from '../store/store.js';
 import { TOKEN_FAILURES } from '../tokens/tokens.js';
 import { UPSTREAM_ERROR_REASONS } from '../upstream/errors.js';
 
-export type AuditKind = 'mcp' | 'upstream';
+/** Which door: the MCP tools (over HTTP or in process), an upstream call, a web page's action, the agent's own, an admin's. */
+export type AuditKind = 'mcp' | 'upstream' | 'web' | 'agent' | 'admin';
 export type AuditOutcome = 'ok' | 'error' | 'denied' | 'rate_limited';
 
 export interface AuditEntry {
@@ -26,6 +28,11 @@ export interface AuditEntry {
   userId: number;
   tokenId?: number | null;
   tokenName?: string | null;
+  /** How the caller came (src/identity/caller.ts); the token columns go with `token`. */
+  via?: ViaKind | null;
+  conversationId?: string | null;
+  /** Whom an admin's action was about. */
+  targetUserId?: number | null;
   kind: AuditKind;
   /** JSON-RPC method (`tools/call`), or for upstream calls the server name. */
   method: string;
@@ -44,8 +51,11 @@ export interface AuditRecord {
   id: number;
   ts: number;
   userId: number;
+  via: ViaKind | null;
   tokenId: number | null;
   tokenName: string | null;
+  conversationId: string | null;
+  targetUserId: number | null;
   kind: AuditKind;
   method: string;
   tool: string | null;
@@ -155,10 +165,27 @@ export function auditErrorClass(raw: string | null | undefined): string | null {
   return 'other';
 }
 
-/** A method as the log keeps it: an MCP method, an upstream server's name (kind `upstream`), or `other`. */
+/**
+ * A method as the log keeps it: an MCP method (kind `mcp`), an upstream server's name
+ * (`upstream`), or for the gateway's own actions (`web`, `agent`, `admin`) the action's
+ * name, which the code names (`tokens/create`, `sandbox/stop`), never a user.
+ */
 function auditMethod(kind: AuditKind, raw: string): string {
   if (kind === 'upstream') return /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(raw) ? raw : '?';
-  return METHODS.has(raw) ? raw : 'other';
+  if (kind === 'mcp') return METHODS.has(raw) ? raw : 'other';
+  return /^[a-z][a-z_]{0,31}(\/[a-z][a-z_]{0,31}){0,2}$/.test(raw) ? raw : 'other';
+}
+
+/** The columns that say who called and how, for an entry. */
+export function callerColumns(caller: Caller): Pick<AuditEntry, 'userId' | 'via' | 'tokenId' | 'tokenName' | 'conversationId'> {
+  const via = caller.via;
+  return {
+    userId: caller.user.id,
+    via: via.kind,
+    tokenId: via.kind === 'token' ? via.tokenId : null,
+    tokenName: via.kind === 'token' ? via.tokenName : null,
+    conversationId: via.kind === 'agent' ? via.conversationId : null,
+  };
 }
 
 /** Tool names callers pass are already checked against what exists; this is the last line. */
@@ -167,8 +194,8 @@ function auditTool(raw: string | null | undefined): string | null {
   return /^[A-Za-z0-9_.?-]{1,64}(\/[A-Za-z0-9_.?-]{1,64})?$/.test(raw) ? raw : '?';
 }
 
-const INSERT_SQL = `INSERT INTO audit_log (ts, user_id, token_id, token_name, kind, method, tool, args_shape, duration_ms, outcome, error_class)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
+const INSERT_SQL = `INSERT INTO audit_log (ts, user_id, via, token_id, token_name, conversation_id, kind, method, tool, args_shape, target_user_id, duration_ms, outcome, error_class)
+  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
 /** Every request writes one row: prepare the insert once per database. */
 const inserts = new WeakMap<Db, Statement>();
 
@@ -179,12 +206,15 @@ export function recordAudit(db: Db, e: AuditEntry): void {
   insert.run(
     ts,
     e.userId,
+    e.via ?? (e.tokenId ? 'token' : null),
     e.tokenId ?? null,
     e.tokenName ?? null,
+    e.conversationId ?? null,
     e.kind,
     auditMethod(e.kind, e.method),
     auditTool(e.tool),
     e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
+    e.targetUserId ?? null,
     Math.round(e.durationMs * 1000) / 1000,
     e.outcome,
     auditErrorClass(e.errorClass),
@@ -195,8 +225,11 @@ interface AuditRow {
   id: number;
   ts: number;
   user_id: number;
+  via: ViaKind | null;
   token_id: number | null;
   token_name: string | null;
+  conversation_id: string | null;
+  target_user_id: number | null;
   kind: AuditKind;
   method: string;
   tool: string | null;
@@ -216,8 +249,11 @@ export function listAudit(db: Db, userId: number, opts: { limit?: number; before
     id: r.id,
     ts: r.ts,
     userId: r.user_id,
+    via: r.via,
     tokenId: r.token_id,
     tokenName: r.token_name,
+    conversationId: r.conversation_id,
+    targetUserId: r.target_user_id,
     kind: r.kind,
     method: r.method,
     tool: r.tool,

@@ -5,6 +5,7 @@
  * nobody owns are only logged, so garbage cannot fill the audit log.
  */
 import type { Request, RequestHandler } from 'express';
+import type { Caller } from '../identity/caller.js';
 import { recordAudit } from '../audit/audit.js';
 import type { Logger } from '../logger.js';
 import type { Db } from '../store/store.js';
@@ -25,11 +26,11 @@ export function bearerToken(req: Request): string | undefined {
   return header ? /^Bearer\s+(\S+)\s*$/i.exec(header)?.[1] : undefined;
 }
 
-/** The principal `bearerAuth` attached to the request. */
-export function principalOf(req: Request): Principal {
+/** The caller `bearerAuth` attached to the request: its token's user, via that token. */
+export function callerOf(req: Request): Caller & { via: { kind: 'token' } } {
   const p = (req as Request & { principal?: Principal }).principal;
-  if (!p) throw new Error('principalOf() called on a request bearerAuth did not authenticate');
-  return p;
+  if (!p) throw new Error('callerOf() called on a request bearerAuth did not authenticate');
+  return { user: p.user, via: { kind: 'token', tokenId: p.tokenId, tokenName: p.tokenName } };
 }
 
 export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {

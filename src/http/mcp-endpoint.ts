@@ -14,16 +14,16 @@
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
-import { recordAudit, type AuditEntry } from '../audit/audit.js';
-import type { Principal } from '../tokens/tokens.js';
-import { auditTransport, describeRequest } from '../mcp/audited-transport.js';
-import { bearerAuth, bearerToken, principalOf } from './bearer-auth.js';
-import { IDENTITY_BOUNDARY, type ModelBoundary } from '../mcp/boundary.js';
-import type { McpDeps } from '../mcp/context.js';
-import { hostAndOriginValidation } from './host-origin.js';
+import type { Caller } from '../identity/caller.js';
 import { RateLimiter } from '../limits/rate-limit.js';
-import { createMcpServer, instructionsFor, partsFor, toolContext, toolInputSchema, type ServerParts } from '../mcp/server.js';
-import { SkillsDir } from '../mcp/skills.js';
+import { describeRequest } from '../mcp/audited-transport.js';
+import type { McpDeps } from '../mcp/context.js';
+import { auditFor, serverForCaller } from '../mcp/serve.js';
+import { partsFor, toolInputSchema, type ServerParts } from '../mcp/server.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary } from '../pii/boundary.js';
+import { SkillsDir } from '../skills/skills.js';
+import { bearerAuth, bearerToken, callerOf } from './bearer-auth.js';
+import { hostAndOriginValidation } from './host-origin.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */
 export const MAX_BODY = '4mb';
@@ -62,7 +62,7 @@ const ANSWERED_WITH_INSTRUCTIONS = new Set(['initialize', 'server/discover']);
  * factory only the request and its AuthInfo, so it travels in `AuthInfo.extra`.
  */
 interface Exchange {
-  principal: Principal;
+  caller: Caller & { via: { kind: 'token' } };
   arrival: { at: number; t0: number };
   wantsInstructions: boolean;
   parts: ServerParts;
@@ -70,7 +70,7 @@ interface Exchange {
 const EXCHANGE = 'org.sandgate/exchange';
 
 function authInfoFor(req: Request, exchange: Exchange): AuthInfo {
-  return { token: bearerToken(req) ?? '', clientId: `sandgate-token-${exchange.principal.tokenId}`, scopes: [], extra: { [EXCHANGE]: exchange } };
+  return { token: bearerToken(req) ?? '', clientId: `sandgate-token-${exchange.caller.via.tokenId}`, scopes: [], extra: { [EXCHANGE]: exchange } };
 }
 
 function exchangeOf(authInfo: AuthInfo | undefined): Exchange {
@@ -85,13 +85,6 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const log = deps.logger.child({ module: 'mcp' });
   const schemaOf = (tool: string) => toolInputSchema(deps.config, tool);
 
-  const audit = (p: Principal, e: Omit<AuditEntry, 'userId' | 'tokenId' | 'tokenName' | 'kind'>) => {
-    try {
-      recordAudit(deps.db, { ...e, userId: p.user.id, tokenId: p.tokenId, tokenName: p.tokenName, kind: 'mcp' });
-    } catch (err) {
-      log.error({ err }, 'could not write an audit entry');
-    }
-  };
 
   /**
    * When each token's last refusal was audited: a refused request costs its sender
@@ -100,29 +93,33 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
    */
   const lastRefusalAudit = new Map<number, number>();
   const rateLimit: RequestHandler = function rateLimitPerToken(req, res, next) {
-    const p = principalOf(req);
+    const caller = callerOf(req);
+    const tokenId = caller.via.tokenId;
     const requests = requestsIn(req.body);
     // Every message of a batch is charged, notifications and responses too.
     const messages = Array.isArray(req.body) ? req.body.length : 1;
-    const decision = limiter.take(String(p.tokenId), Math.max(1, messages));
+    const decision = limiter.take(String(tokenId), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
-    if (at - (lastRefusalAudit.get(p.tokenId) ?? 0) >= 1000) {
-      lastRefusalAudit.set(p.tokenId, at);
+    if (at - (lastRefusalAudit.get(tokenId) ?? 0) >= 1000) {
+      lastRefusalAudit.set(tokenId, at);
       if (lastRefusalAudit.size > 10_000) lastRefusalAudit.clear();
       const first = requests[0];
-      audit(p, {
-        ...(first ? describeRequest(first, schemaOf) : { method: 'other', tool: null }),
-        ...(messages > 1 ? { argsShape: { batch: messages } } : {}),
-        ts: at,
-        durationMs: performance.now() - t0,
-        outcome: 'rate_limited',
-        errorClass: 'rate_limited',
-      });
+      auditFor(
+        deps,
+        caller,
+        {
+          ...(first ? describeRequest(first, schemaOf) : { method: 'other', tool: null, argsShape: undefined }),
+          ...(messages > 1 ? { argsShape: { batch: messages } } : {}),
+          outcome: 'rate_limited',
+          errorClass: 'rate_limited',
+        },
+        { ts: at, durationMs: performance.now() - t0 },
+      );
     }
     const why = decision.tooLarge
       ? `This batch has ${messages} messages, more than the ${limiter.opts.burst} a token may send at once: send them in smaller batches.`
-      : `Rate limit exceeded for token "${p.tokenName}": retry after ${decision.retryAfterSec} s.`;
+      : `Rate limit exceeded for token "${caller.via.tokenName}": retry after ${decision.retryAfterSec} s.`;
     res
       .status(429)
       .set('Retry-After', String(decision.retryAfterSec))
@@ -136,15 +133,10 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
 
   /** One McpServer per request, for either protocol era, bound to the caller. */
   const serverFor: McpServerFactory = async ({ authInfo, requestInfo }) => {
-    const { principal, arrival, wantsInstructions, parts } = exchangeOf(authInfo);
+    const { caller, arrival, wantsInstructions, parts } = exchangeOf(authInfo);
     // Both eras send MCP-Protocol-Version after the handshake (2026-07-28 requires it on every request).
     const protocolVersion = requestInfo?.headers.get('mcp-protocol-version') ?? undefined;
-    const ctx = toolContext(deps, { principal, protocolVersion });
-    return createMcpServer(ctx, {
-      instructions: wantsInstructions ? await instructionsFor(ctx) : undefined,
-      parts,
-      beforeConnect: (transport) => auditTransport(transport, (o, sentAt) => audit(principal, { ...o, ts: arrival.at, durationMs: sentAt - arrival.t0 }), schemaOf),
-    });
+    return serverForCaller(deps, caller, { protocolVersion, withInstructions: wantsInstructions, parts, arrival });
   };
   const handler = toNodeHandler(
     createMcpHandler(serverFor, {
@@ -157,7 +149,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     // Method checks, not the SDK's schema check: the SDK validates messages anyway.
     const requests = requestsIn(req.body);
     const exchange: Exchange = {
-      principal: principalOf(req),
+      caller: callerOf(req),
       arrival: arrivalOf(res),
       wantsInstructions: requests.some((r) => ANSWERED_WITH_INSTRUCTIONS.has(r.method)),
       parts: partsFor(requests),

@@ -68,20 +68,37 @@ function outcomeOf(p: Pending, message: JSONRPCMessage): Outcome {
   return { ...p, outcome: result.isError ? 'error' : 'ok', errorClass: result.isError ? String(errorClass ?? 'tool_error') : null };
 }
 
+/** When a request arrived (epoch ms) and how long it took, for its audit row. */
+export interface Timing {
+  ts: number;
+  durationMs: number;
+}
+
 /**
  * Audits every request that passes `transport`. Call before the server connects to it.
- * @param record `at`: performance.now() when the response was handed to the HTTP layer.
+ * A request's time runs from its arrival on the transport to its response being handed
+ * back, unless `arrival` says when the whole exchange arrived (an HTTP request, whose
+ * authentication then counts too).
  */
-export function auditTransport(transport: Transport, record: (o: Outcome, at: number) => void, schemaOf?: (tool: string) => unknown): void {
-  const pending = new Map<RequestId, Pending>();
+export function auditTransport(
+  transport: Transport,
+  record: (o: Outcome, timing: Timing) => void,
+  opts: { schemaOf?: (tool: string) => unknown; arrival?: { at: number; t0: number } } = {},
+): void {
+  const pending = new Map<RequestId, Pending & { at: number; t0: number }>();
   const previous = { onmessage: transport.onmessage, onclose: transport.onclose };
+  const timing = (p: { at: number; t0: number }, end: number): Timing => {
+    const from = opts.arrival ?? p;
+    return { ts: from.at, durationMs: end - from.t0 };
+  };
 
   transport.onmessage = (message, extra) => {
-    if ('method' in message && 'id' in message) pending.set(message.id, describeRequest(message, schemaOf));
+    if ('method' in message && 'id' in message) pending.set(message.id, { ...describeRequest(message, opts.schemaOf), at: Date.now(), t0: performance.now() });
     previous.onmessage?.(message, extra);
   };
   transport.onclose = () => {
-    for (const p of pending.values()) record({ ...p, outcome: 'error', errorClass: 'aborted' }, performance.now());
+    const end = performance.now();
+    for (const { at, t0, ...p } of pending.values()) record({ ...p, outcome: 'error', errorClass: 'aborted' }, timing({ at, t0 }, end));
     pending.clear();
     previous.onclose?.();
   };
@@ -89,19 +106,22 @@ export function auditTransport(transport: Transport, record: (o: Outcome, at: nu
   const send = transport.send.bind(transport);
   transport.send = async (message, options) => {
     let outcome: Outcome | undefined;
+    let started: { at: number; t0: number } | undefined;
     if (('result' in message || 'error' in message) && 'id' in message && message.id !== undefined) {
       const p = pending.get(message.id);
       if (p) {
         pending.delete(message.id);
-        outcome = outcomeOf(p, message);
+        const { at, t0, ...rest } = p;
+        started = { at, t0 };
+        outcome = outcomeOf(rest, message);
       }
     }
     await send(message, options);
     // The entry is written once the response is on its way, off the caller's latency.
-    if (outcome) {
+    if (outcome && started) {
       const o = outcome;
-      const at = performance.now();
-      setImmediate(() => record(o, at));
+      const t = timing(started, performance.now());
+      setImmediate(() => record(o, t));
     }
   };
 }

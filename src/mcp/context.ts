@@ -17,12 +17,12 @@ import { GatewayError } from '../errors.js';
 import { SandboxError } from '../sandboxes/errors.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { Db } from '../store/store.js';
-import type { Principal } from '../tokens/tokens.js';
-import type { ModelBoundary, ModelStream } from './boundary.js';
+import type { Caller } from '../identity/caller.js';
+import type { ModelBoundary, ModelStream } from '../pii/boundary.js';
 import type { ToolCatalog } from './catalog.js';
 import { ERROR_CLASS_META } from './audited-transport.js';
 import { mimeTypeOf } from './mime.js';
-import type { SkillsDir } from './skills.js';
+import type { SkillsDir } from '../skills/skills.js';
 
 /** The slice of the sandbox manager the MCP tools use. */
 export type SandboxAccess = Pick<SandboxManager, 'execute' | 'openWorkspace' | 'ceiling'>;
@@ -41,7 +41,8 @@ export interface McpDeps {
 
 /** One request's view: deps plus the authenticated caller. */
 export interface ToolContext extends McpDeps {
-  principal: Principal;
+  caller: Caller;
+  /** The caller's user as the sandbox manager knows it. */
   owner: SandboxOwner;
   /** MCP-Protocol-Version the client sent (absent before 2025-06-18). */
   protocolVersion?: string;
@@ -60,22 +61,18 @@ export function forCall(ctx: ToolContext): ToolContext {
   return { ...ctx, unknownTokens: new Set() };
 }
 
-export function ownerOf(p: Principal): SandboxOwner {
-  return { userId: p.user.id, name: p.user.name };
-}
-
 /** Text for a model to read. */
-export const toModel = (ctx: ToolContext, text: string) => ctx.boundary.toModel(ctx.owner, ctx.principal, text);
+export const toModel = (ctx: ToolContext, text: string) => ctx.boundary.toModel(ctx.caller, text);
 
 /** Output for a model as it is produced; one stream per run and output stream. */
 export function toModelStream(ctx: ToolContext): { push(chunk: string): string | Promise<string>; end(): string | Promise<string> } {
-  const stream: ModelStream | undefined = ctx.boundary.toModelStream?.(ctx.owner, ctx.principal);
+  const stream: ModelStream | undefined = ctx.boundary.toModelStream?.(ctx.caller);
   return stream ?? { push: (chunk) => toModel(ctx, chunk), end: () => '' };
 }
 
 /** Text a model wrote, made ready for the sandbox; unresolved tokens are noted on `ctx`. */
 export async function fromModel(ctx: ToolContext, text: string): Promise<string> {
-  const r = await ctx.boundary.fromModel(ctx.owner, ctx.principal, text);
+  const r = await ctx.boundary.fromModel(ctx.caller, text);
   for (const t of r.unknown) ctx.unknownTokens.add(t);
   return r.text;
 }

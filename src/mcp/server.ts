@@ -7,16 +7,15 @@
  */
 import { McpServer, type Transport } from '@modelcontextprotocol/server';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
-import { ownerOf, toModel, type McpDeps, type ToolContext } from './context.js';
-import { buildInstructions } from './instructions.js';
+import { toModel, type McpDeps, type ToolContext } from './context.js';
+import { buildInstructions } from '../skills/instructions.js';
 import { registerWorkspaceResources } from './resources.js';
-import { userSkills, type SkillInfo } from './skills.js';
+import { skillsFor } from '../skills/skills.js';
 import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
 import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
 import { registerSearchTools, SEARCH_TOOLS_INPUT } from './tools/search-tools.js';
 import type { Config } from '../config.js';
-import type { Principal } from '../tokens/tokens.js';
-import { allows } from '../sandboxes/permissions.js';
+import { ownerOf, type Caller } from '../identity/caller.js';
 
 export const SERVER_INFO = { name: 'sandgate', title: 'sandgate', version: '0.1.0' } as const;
 
@@ -53,19 +52,9 @@ export function toolInputSchema(config: Config, name: string): Record<string, un
   return INPUTS[name as ToolName](config)['~standard'].jsonSchema.input({ target: 'draft-2020-12' });
 }
 
-export interface CallerInfo {
-  principal: Principal;
-  protocolVersion?: string;
-}
-
-export function toolContext(deps: McpDeps, caller: CallerInfo): ToolContext {
-  return {
-    ...deps,
-    principal: caller.principal,
-    owner: ownerOf(caller.principal),
-    protocolVersion: caller.protocolVersion,
-    unknownTokens: new Set(),
-  };
+/** The context of one caller's requests; `protocolVersion` as the client negotiated it. */
+export function toolContext(deps: McpDeps, caller: Caller, protocolVersion?: string): ToolContext {
+  return { ...deps, caller, owner: ownerOf(caller), protocolVersion, unknownTokens: new Set() };
 }
 
 /**
@@ -73,18 +62,7 @@ export function toolContext(deps: McpDeps, caller: CallerInfo): ToolContext {
  * plus the user's own (/workspace/skills). Text passes the model boundary.
  */
 export async function instructionsFor(ctx: ToolContext): Promise<string> {
-  const ceiling = ctx.sandboxes.ceiling(ctx.owner);
-  const builtin = allows(ceiling, 'read', '/skills') ? await ctx.skills.skills() : [];
-  let own: SkillInfo[] = [];
-  if (allows(ceiling, 'read', '/workspace/skills')) {
-    // A workspace that cannot be opened must not keep a client from connecting.
-    try {
-      own = await userSkills(await ctx.sandboxes.openWorkspace(ctx.owner));
-    } catch (e) {
-      ctx.logger.warn({ err: e, user: ctx.owner.name }, 'could not read the user skills for the instructions');
-    }
-  }
-  return toModel(ctx, buildInstructions([...builtin, ...own]));
+  return toModel(ctx, buildInstructions(await skillsFor(ctx, ctx.owner)));
 }
 
 /**

@@ -4,7 +4,7 @@
  * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
  * CLI and the tests all open the store with this list (openStore takes no other).
  */
-import { auditMigration } from '../audit/schema.js';
+import { auditCallersMigration, auditMigration } from '../audit/schema.js';
 import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
 import { tokensMigration } from '../tokens/schema.js';
 import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
@@ -20,6 +20,7 @@ export const MIGRATIONS: readonly Migration[] = [
   UPSTREAM_MIGRATION,
   piiBatchesMigration,
   UPSTREAM_IDENTITIES_MIGRATION,
+  auditCallersMigration,
 ];
 
 /** The schema version a step brings the store to. */

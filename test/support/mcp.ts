@@ -21,6 +21,9 @@ import { upstreamSettings } from './upstream.js';
 import { ensureUser } from '../../src/store/users.js';
 import { createHarness, type Harness, type HarnessOptions } from './harness.js';
 import { createToken } from '../../src/tokens/tokens.js';
+import type { McpDeps } from '../../src/mcp/context.js';
+import { IDENTITY_BOUNDARY } from '../../src/pii/boundary.js';
+import { SkillsDir } from '../../src/skills/skills.js';
 
 export interface Gateway {
   harness: Harness;
@@ -32,6 +35,8 @@ export interface Gateway {
   /** http://127.0.0.1:<port>/mcp */
   mcpUrl: string;
   port: number;
+  /** What the endpoint serves its tools with: an in-process caller uses the same (src/mcp/serve.ts). */
+  tools: McpDeps;
   /** Creates the user if needed and a fresh token for it. */
   tokenFor(user: string, name?: string, opts?: { expiresAt?: number }): string;
   close(): Promise<void>;
@@ -66,11 +71,20 @@ export async function startGateway(
   const config = { ...harness.config, publicUrl: `http://127.0.0.1:${port}` };
   const pii = opts.pii ? piiLayer(config, harness.store.db) : undefined;
   if (pii) preloadWordKnowledge();
+  const tools: McpDeps = {
+    config,
+    db: harness.store.db,
+    logger: harness.logger,
+    sandboxes: harness.manager,
+    skills: new SkillsDir(),
+    catalog: upstream?.catalog,
+    boundary: pii?.boundary ?? IDENTITY_BOUNDARY,
+  };
   const app = createApp({
     config,
     store: harness.store,
     logger: harness.logger,
-    mount: (a) => a.use(mcpRouter({ config, db: harness.store.db, logger: harness.logger, sandboxes: harness.manager, catalog: upstream?.catalog, boundary: pii?.boundary, ...opts.router })),
+    mount: (a) => a.use(mcpRouter({ ...tools, ...opts.router })),
   });
   server.on('request', app);
   const url = `http://127.0.0.1:${port}`;
@@ -81,6 +95,7 @@ export async function startGateway(
     url,
     mcpUrl: `${url}/mcp`,
     port,
+    tools,
     tokenFor(user, name, o = {}) {
       const u = ensureUser(harness.store.db, user);
       return createToken(harness.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;

@@ -11,6 +11,10 @@ import path from 'node:path';
 import { SKILLS_DIR } from '../paths.js';
 import type { Workspace, WorkspaceEntry } from '../sandboxes/workspace.js';
 import { WorkspaceError } from '../sandboxes/workspace.js';
+import type { Logger } from '../logger.js';
+import type { SandboxManager } from '../sandboxes/manager.js';
+import { allows } from '../sandboxes/permissions.js';
+import type { SandboxOwner } from '../sandboxes/types.js';
 
 /** The repository's skills/ directory. */
 export const BUILTIN_SKILLS_DIR = SKILLS_DIR;
@@ -176,4 +180,27 @@ export async function userSkills(ws: Workspace): Promise<SkillInfo[]> {
     }
   }
   return out;
+}
+
+/**
+ * The skills a user sees, built in and their own (/workspace/skills), as far as their
+ * permission ceiling lets them read each: the index the MCP instructions and the
+ * agent's system prompt carry.
+ */
+export async function skillsFor(
+  deps: { skills: SkillsDir; sandboxes: Pick<SandboxManager, 'ceiling' | 'openWorkspace'>; logger: Logger },
+  owner: SandboxOwner,
+): Promise<SkillInfo[]> {
+  const ceiling = deps.sandboxes.ceiling(owner);
+  const builtin = allows(ceiling, 'read', '/skills') ? await deps.skills.skills() : [];
+  let own: SkillInfo[] = [];
+  if (allows(ceiling, 'read', '/workspace/skills')) {
+    // A workspace that cannot be opened must not keep a client from connecting.
+    try {
+      own = await userSkills(await deps.sandboxes.openWorkspace(owner));
+    } catch (e) {
+      deps.logger.warn({ err: e, user: owner.name }, 'could not read the user skills for the index');
+    }
+  }
+  return [...builtin, ...own];
 }

@@ -1,8 +1,9 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { openTestVault } from '../../test/support/pii.js';
-import type { Principal } from '../tokens/tokens.js';
+import type { Caller } from '../identity/caller.js';
+import type { User } from '../store/users.js';
 import { IDENTITY_BOUNDARY } from './boundary.js';
-import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from './context.js';
+import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from '../mcp/context.js';
 import { createToken, revokeToken } from '../tokens/tokens.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii-boundary.js';
 
@@ -14,13 +15,16 @@ const bob = { userId: t.userId('bob'), name: 'bob' };
 const laptop = { tokenId: 1, tokenName: 'laptop' };
 const phone = { tokenId: 2, tokenName: 'phone' };
 
-const toModel = (owner: typeof ann, p: typeof laptop, text: string) => boundary.toModel(owner, p, text) as string;
-const fromModelText = (owner: typeof ann, p: typeof laptop, text: string) => boundary.fromModel(owner, p, text) as { text: string; unknown: string[] };
+/** A caller with an API token, or in a conversation of the agent, or signed in to the web app. */
+const viaToken = (owner: typeof ann, p: typeof laptop): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'token', ...p } });
+const viaAgent = (owner: typeof ann, conversationId: string): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'agent', conversationId } });
+const viaSession = (owner: typeof ann): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'session', sessionId: 's1' } });
+const toModel = (owner: typeof ann, p: typeof laptop, text: string) => boundary.toModel(viaToken(owner, p), text) as string;
+const fromModelText = (owner: typeof ann, p: typeof laptop, text: string) => boundary.fromModel(viaToken(owner, p), text) as { text: string; unknown: string[] };
 
 /** Just enough of a tool context for the helpers that pass the boundary. */
 function contextFor(owner: typeof ann, p: typeof laptop): ToolContext {
-  const principal: Principal = { user: { id: owner.userId, name: owner.name } as Principal['user'], tokenId: p.tokenId, tokenName: p.tokenName };
-  return { boundary, owner, principal, unknownTokens: new Set() } as unknown as ToolContext;
+  return { boundary, owner, caller: viaToken(owner, p), unknownTokens: new Set() } as unknown as ToolContext;
 }
 
 describe('the PII boundary', () => {
@@ -45,9 +49,24 @@ describe('the PII boundary', () => {
     expect(fromModelText(ann, laptop, '[EMAIL_1]').text).toBe('ann.lee@example.com');
   });
 
+  it('scopes a conversation of the agent apart from every token and every other conversation', () => {
+    const c1 = viaAgent(ann, 'conv-1');
+    expect(boundary.toModel(c1, 'write to ann.lee@example.com')).toBe('write to [EMAIL_1]');
+    expect((boundary.fromModel(c1, '[EMAIL_1]') as { text: string }).text).toBe('ann.lee@example.com');
+    expect(boundary.fromModel(viaAgent(ann, 'conv-2'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    expect(boundary.toModel(viaAgent(ann, 'conv-2'), 'zed@example.com ann.lee@example.com')).toBe('[EMAIL_1] [EMAIL_2]');
+    // The same conversation id of another user is another scope.
+    expect(boundary.fromModel(viaAgent(bob, 'conv-1'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+  });
+
+  it('a person in a browser reads their own data as it is: no model sees that text', () => {
+    expect(boundary.toModel(viaSession(ann), 'mail ann.lee@example.com')).toBe('mail ann.lee@example.com');
+    expect(boundary.fromModel(viaSession(ann), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: [] });
+  });
+
   it('streams output without ever sending part of a value, and ends equal to toModel', () => {
     const text = 'customer Ann Lee <ann.lee@example.com>, card 4111 1111 1111 1111\ndone\n';
-    const stream = boundary.toModelStream!(ann, laptop);
+    const stream = boundary.toModelStream!(viaToken(ann, laptop));
     const sent = [...text].map((ch) => stream.push(ch));
     sent.push(stream.end());
     expect(sent.join('')).toBe(toModel(ann, laptop, text));
@@ -78,7 +97,7 @@ describe('the tool context helpers', () => {
   });
 
   it('pass chunks through each on its own for a boundary without a stream of its own', async () => {
-    const ctx = { ...contextFor(ann, laptop), boundary: { ...IDENTITY_BOUNDARY, toModelStream: undefined, toModel: (_o: unknown, _p: unknown, s: string) => s.toUpperCase() } };
+    const ctx = { ...contextFor(ann, laptop), boundary: { ...IDENTITY_BOUNDARY, toModelStream: undefined, toModel: (_c: unknown, s: string) => s.toUpperCase() } };
     const stream = toModelStream(ctx);
     expect(await stream.push('ab')).toBe('AB');
     expect(await stream.end()).toBe('');
@@ -95,12 +114,12 @@ describe('dropInactiveTokenScopes', () => {
       const kept = createToken(v.store.db, { userId: carl.userId, name: 'kept' }).record;
       const revoked = createToken(v.store.db, { userId: carl.userId, name: 'revoked' }).record;
       const expired = createToken(v.store.db, { userId: carl.userId, name: 'expired', expiresAt: now + 1000 }).record;
-      for (const r of [kept, revoked, expired]) b.toModel(carl, { tokenId: r.id, tokenName: r.name }, 'carl@example.com');
+      for (const r of [kept, revoked, expired]) b.toModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), 'carl@example.com');
       revokeToken(v.store.db, revoked.id);
       expect(dropInactiveTokenScopes(v.store.db, v.vault, now)).toBe(1);
       expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(1);
       expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(0);
-      const resolves = (r: typeof kept) => (b.fromModel(carl, { tokenId: r.id, tokenName: r.name }, '[EMAIL_1]') as { text: string }).text;
+      const resolves = (r: typeof kept) => (b.fromModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]') as { text: string }).text;
       expect(resolves(kept)).toBe('carl@example.com');
       expect(resolves(revoked)).toBe('[EMAIL_1]');
       expect(resolves(expired)).toBe('[EMAIL_1]');

@@ -6,13 +6,7 @@
  * nothing; the PII boundary (pii-boundary.ts) replaces values with tokens (`[EMAIL_1]`)
  * on the way out and puts them back on the way in.
  */
-import type { SandboxOwner } from '../sandboxes/types.js';
-
-/** The API token a request came with: the PII scope is (user, token). */
-export interface BoundaryPrincipal {
-  tokenId: number;
-  tokenName: string;
-}
+import type { Caller } from '../identity/caller.js';
 
 /** Text from a model, ready for the sandbox or an upstream tool. */
 export interface FromModelResult {
@@ -34,18 +28,19 @@ export interface ModelStream {
   end(): string;
 }
 
+/** The boundary for one caller: its scope (src/pii/scopes.ts `piiScopeOf`) decides which tokens it knows. */
 export interface ModelBoundary {
-  toModel(owner: SandboxOwner, principal: BoundaryPrincipal, text: string): string | Promise<string>;
-  fromModel(owner: SandboxOwner, principal: BoundaryPrincipal, text: string): FromModelResult | Promise<FromModelResult>;
+  toModel(caller: Caller, text: string): string | Promise<string>;
+  fromModel(caller: Caller, text: string): FromModelResult | Promise<FromModelResult>;
   /**
    * A stream for one run of output. Optional: without it each chunk passes `toModel` on
    * its own, which is only right for a boundary that never needs context across chunks.
    */
-  toModelStream?(owner: SandboxOwner, principal: BoundaryPrincipal): ModelStream;
+  toModelStream?(caller: Caller): ModelStream;
 }
 
 export const IDENTITY_BOUNDARY: ModelBoundary = {
-  toModel: (_owner, _principal, text) => text,
-  fromModel: (_owner, _principal, text) => ({ text, unknown: [] }),
+  toModel: (_caller, text) => text,
+  fromModel: (_caller, text) => ({ text, unknown: [] }),
   toModelStream: () => ({ push: (chunk) => chunk, end: () => '' }),
 };

@@ -1,6 +1,8 @@
 /**
  * The model boundary backed by the PII vault: text to a model is tokenized, text from
- * a model is detokenized, in the scope of the user and the API token in use.
+ * a model is detokenized, in the caller's scope (scopes.ts `piiScopeOf`): the user and
+ * the API token for an MCP client, the user and the conversation for the built-in agent.
+ * A person in a browser sees their own data as it is: no model reads that text.
  *
  * Why (user, API token) and not the MCP session or the user alone:
  * - not the session: the protocol may be stateless (every request here is), and a
@@ -13,11 +15,11 @@
  * another user, whatever API token id they present.
  */
 import type Database from 'better-sqlite3';
-import type { PiiVault } from '../pii/index.js';
-import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
+import type { Caller } from '../identity/caller.js';
 import { inactiveTokens } from '../tokens/tokens.js';
-import type { SandboxOwner } from '../sandboxes/types.js';
-import type { BoundaryPrincipal, ModelBoundary } from './boundary.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
+import { dropPiiScope, piiScopeOf, tokenScopeRef } from './scopes.js';
+import type { PiiVault } from './vault.js';
 
 /**
  * Forgets what the clients of revoked and expired API tokens were shown. The command
@@ -34,10 +36,19 @@ export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault |
 }
 
 export function createPiiBoundary(vault: PiiVault): ModelBoundary {
-  const scope = (owner: SandboxOwner, principal: BoundaryPrincipal) => vault.scope(tokenScopeRef(owner.userId, principal.tokenId));
+  const scope = (caller: Caller) => {
+    const ref = piiScopeOf(caller);
+    return ref && vault.scope(ref);
+  };
   return {
-    toModel: (owner, principal, text) => (text ? scope(owner, principal).tokenize(text).text : text),
-    fromModel: (owner, principal, text) => (text ? scope(owner, principal).detokenize(text) : { text, unknown: [] }),
-    toModelStream: (owner, principal) => scope(owner, principal).stream(),
+    toModel: (caller, text) => {
+      const s = text && scope(caller);
+      return s ? s.tokenize(text).text : IDENTITY_BOUNDARY.toModel(caller, text);
+    },
+    fromModel: (caller, text) => {
+      const s = text && scope(caller);
+      return s ? s.detokenize(text) : IDENTITY_BOUNDARY.fromModel(caller, text);
+    },
+    toModelStream: (caller) => scope(caller)?.stream() ?? IDENTITY_BOUNDARY.toModelStream!(caller),
   };
 }
