@@ -40,7 +40,7 @@ async function main(): Promise<void> {
   // lets them go only with the requests: thousands of calls trip Node's leak warning.
   setMaxListeners(0);
   // A bench client calls far faster than the default per-token limit allows.
-  const gw = await startGateway({ pii: true, harness: { env: { SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '1000000' } } });
+  const gw = await startGateway({ pii: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '1000000' } });
   const token = gw.tokenFor('bench');
   const client = new Client({ name: 'bench', version: '1' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));

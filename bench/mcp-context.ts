@@ -39,7 +39,7 @@ export async function measureContext(mcpUrl: string, token: string): Promise<Con
 }
 
 async function main(): Promise<void> {
-  const gw = await startGateway({ harness: { noInit: true } });
+  const gw = await startGateway({ noStart: true });
   try {
     const figures = await measureContext(gw.mcpUrl, gw.tokenFor('bench', 'context'));
     if (process.argv.includes('--json')) {

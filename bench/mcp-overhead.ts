@@ -63,7 +63,6 @@ import { LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/sdk/types.js';
 import { CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY } from '@modelcontextprotocol/client';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
-import { RateLimiter } from '../src/limits/rate-limit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/support/mcp.js';
 import { hostBusyMs } from './host.js';
@@ -329,8 +328,7 @@ function add(into: Map<string, Timed>, key: string, r: Timed): void {
 
 async function main(): Promise<void> {
   const gw = await startGateway({
-    harness: { env: { SANDGATE_LOG_LEVEL: 'silent' } },
-    router: { rateLimiter: new RateLimiter({ perMinute: 1e9, burst: 1e9 }) },
+    env: { SANDGATE_LOG_LEVEL: 'silent', SANDGATE_RATE_LIMIT_PER_MIN: '1000000000', SANDGATE_RATE_LIMIT_BURST: '1000000000' },
     // As main.ts serves it: SANDGATE_PII_TOKENIZE is on unless set to false.
     pii: process.env.SANDGATE_PII_TOKENIZE !== 'false',
   });

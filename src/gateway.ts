@@ -1,36 +1,65 @@
 /**
- * Composes a gateway from its configuration: store, sandboxes, upstream MCP servers,
- * the PII boundary and the HTTP app. main.ts serves it; tests build the same thing.
+ * Composes a gateway from its configuration and its parts: store, sandboxes (through a
+ * SandboxDriver), upstream MCP servers, the PII boundary, the tools, and the HTTP app.
+ * main.ts serves it; tests build the same thing, giving a part of their own only where a
+ * failure cannot be produced with the real one (test/support: drivers named after how
+ * they fail). The gateway holds no Docker client: whether sandboxes can run is the
+ * driver's to say (`health`).
  */
 import type express from 'express';
-import type Docker from 'dockerode';
 import { createApp } from './app.js';
 import { recordAudit } from './audit/audit.js';
 import type { Config } from './config.js';
-import type { Logger } from './logger.js';
-import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
-import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
+import type { Caller } from './identity/caller.js';
+import type { Logger } from './logger.js';
+import type { McpDeps } from './mcp/context.js';
+import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
-import { createSandboxManager, dockerClient } from './sandboxes/index.js';
+import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
+import { createDriver, createSandboxManager } from './sandboxes/index.js';
 import type { SandboxManager } from './sandboxes/manager.js';
-import { dockerReachable, imagePresent, runtimePreflight, type PreflightResult } from './sandboxes/preflight.js';
+import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
+import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
+
+/** What a gateway is built from, besides its configuration; each defaults to the real one. */
+export interface GatewayParts {
+  /** Starts and finds sandboxes: Docker with runsc by default. */
+  driver?: SandboxDriver;
+  /** How soon a failed full health check may run again (default PREFLIGHT_RETRY_MS). */
+  preflightRetryMs?: number;
+}
+
+/** Whether sandboxes can run, and each check's word. */
+export interface Preflight {
+  ok: boolean;
+  checks: Record<string, HealthCheck>;
+}
 
 export interface Gateway {
   config: Config;
   store: Store;
   manager: SandboxManager;
+  driver: SandboxDriver;
   upstream: Upstream;
   vault?: PiiVault;
   boundary: ModelBoundary;
+  /** What the tools are served with, over /mcp and in process alike. */
+  tools: McpDeps;
   /** Weaker-than-default choices found while composing (e.g. an upstream server on the host network), to be said loudly at start. */
   warnings: string[];
   app: express.Express;
-  docker: Docker;
-  /** Runs the sandbox preflight, adopts earlier containers and fills the warm pool. */
-  start(): Promise<PreflightResult>;
+  /** An MCP client in this process for `caller` (a conversation of the built-in agent): the same tools as /mcp. */
+  connect(caller: Caller): Promise<InProcessConnection>;
+  /**
+   * Runs the driver's full health check, then adopts earlier sandboxes and fills the warm
+   * pool. When the check fails, sandboxes wait: readiness checks again (at most every
+   * PREFLIGHT_RETRY_MS, one at a time) and the manager starts the first time it passes.
+   */
+  start(): Promise<Preflight>;
   /** `stopAll` also stops user sandboxes (otherwise the next start adopts them). */
   close(opts?: { stopAll?: boolean; releaseVolumes?: boolean }): Promise<void>;
 }
@@ -48,36 +77,59 @@ export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: M
 
 /** How often expired vault entries are purged. */
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
+/** How soon a failed full health check may run again (readiness asks often; a check starts a container). */
+export const PREFLIGHT_RETRY_MS = 10_000;
 
-export function createGateway(config: Config, logger: Logger): Gateway {
+export function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Gateway {
   const store = openStore(config.dataDir);
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
-  const manager = createSandboxManager(config, store.db, logger, { prepareTools: upstream.prepareTools });
+  const driver = parts.driver ?? createDriver(config, logger);
+  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
   const pii = piiLayer(config, store.db);
   const vault = pii?.vault;
   const boundary = pii?.boundary ?? IDENTITY_BOUNDARY;
+  const tools: McpDeps = { config, db: store.db, logger, sandboxes: manager, skills: new SkillsDir(), catalog: upstream.catalog, boundary };
 
-  const docker = dockerClient(config);
-  let preflight: PreflightResult = { ok: false, detail: 'not run yet' };
-  const runPreflight = async () => {
-    const reach = await dockerReachable(docker);
-    preflight = reach.ok ? await runtimePreflight(docker, config).catch((e: Error) => ({ ok: false, detail: e.message })) : reach;
-    if (!preflight.ok) logger.error({ detail: preflight.detail }, 'sandbox preflight failed');
-    return preflight;
+  let preflight: Preflight = { ok: false, checks: { runtime: { ok: false, detail: 'not checked yet' } } };
+  let running: Promise<Preflight> | undefined;
+  let checkedAt = 0;
+  let managerStarted = false;
+  let closed = false;
+  /** The full check, one at a time; when it passes for the first time, the manager starts. */
+  const runPreflight = (): Promise<Preflight> => {
+    running ??= (async () => {
+      const checks = await driver.health({ full: true }).catch((e: Error) => ({ runtime: { ok: false, detail: e.message } }));
+      preflight = { ok: Object.values(checks).every((c) => c.ok), checks };
+      checkedAt = Date.now();
+      if (!preflight.ok) logger.error({ checks: preflight.checks }, 'sandbox preflight failed');
+      else if (!managerStarted && !closed) {
+        managerStarted = true;
+        await manager.init();
+      }
+      return preflight;
+    })().finally(() => (running = undefined));
+    return running;
+  };
+  /** The runtime check for /readyz: the last full check, run again when it failed and is old enough. */
+  const runtimeReadiness = async (): Promise<HealthCheck> => {
+    if (!preflight.ok && !closed && Date.now() - checkedAt >= (parts.preflightRetryMs ?? PREFLIGHT_RETRY_MS)) await runPreflight();
+    return preflight.checks.runtime ?? { ok: preflight.ok, detail: preflight.ok ? 'passed' : 'failed' };
+  };
+  /** The quick checks, asked once per /readyz for all of them. */
+  let quick: Promise<Record<string, HealthCheck>> | undefined;
+  const quickCheck = (name: string) => async (): Promise<HealthCheck> => {
+    quick ??= driver.health().finally(() => setImmediate(() => (quick = undefined)));
+    return (await quick)[name] ?? { ok: false, detail: 'not reported by the driver' };
   };
 
   const app = createApp({
     config,
     store,
     logger,
-    readiness: {
-      docker: () => dockerReachable(docker),
-      runtime: async () => (preflight.ok ? preflight : runPreflight()),
-      image: () => imagePresent(docker, config.sandboxImage),
-    },
-    mount: (a) => a.use(mcpRouter({ config, db: store.db, logger, sandboxes: manager, catalog: upstream.catalog, boundary })),
+    readiness: { docker: quickCheck('docker'), image: quickCheck('image'), runtime: runtimeReadiness },
+    mount: (a) => a.use(mcpRouter(tools)),
   });
 
   let purge: NodeJS.Timeout | undefined;
@@ -85,12 +137,14 @@ export function createGateway(config: Config, logger: Logger): Gateway {
     config,
     store,
     manager,
+    driver,
     upstream,
     vault,
     boundary,
+    tools,
     warnings: upstream.warnings,
     app,
-    docker,
+    connect: (caller) => connectInProcess(tools, caller),
     async start() {
       if (vault) {
         preloadWordKnowledge();
@@ -102,12 +156,12 @@ export function createGateway(config: Config, logger: Logger): Gateway {
         purge = setInterval(sweep, PURGE_INTERVAL_MS);
         purge.unref();
       }
-      await runPreflight();
-      if (preflight.ok) await manager.init();
-      return preflight;
+      return runPreflight();
     },
     async close(opts = {}) {
+      closed = true;
       if (purge) clearInterval(purge);
+      await running?.catch(() => undefined);
       await manager.shutdown(opts);
       await upstream.close();
       store.close();

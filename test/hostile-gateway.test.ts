@@ -44,7 +44,7 @@ function fingerprint(dir: string): Record<string, string> {
 }
 
 beforeAll(async () => {
-  gw = await startGateway({ harness: { env: { SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_RATE_LIMIT_PER_MIN: '100000', SANDGATE_RATE_LIMIT_BURST: '10000' } } });
+  gw = await startGateway({ env: { SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_RATE_LIMIT_PER_MIN: '100000', SANDGATE_RATE_LIMIT_BURST: '10000' } });
   const token = gw.tokenFor('mallory');
   mallory = await connect(token);
   mallory2 = await connect(token);

@@ -7,7 +7,6 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { RateLimiter } from '../src/limits/rate-limit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
 import { findUser } from '../src/store/users.js';
@@ -203,7 +202,7 @@ describe('protocol', () => {
 
 describe('rate limits', () => {
   it('answers 429 with Retry-After once a token has used its burst, per token', async () => {
-    const limited = await startGateway({ harness: { noInit: true }, router: { rateLimiter: new RateLimiter({ perMinute: 6, burst: 3 }) } });
+    const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '6', SANDGATE_RATE_LIMIT_BURST: '3' } });
     try {
       const t1 = limited.tokenFor('erin', 'a');
       const t2 = limited.tokenFor('erin', 'b');
@@ -223,7 +222,7 @@ describe('rate limits', () => {
   });
 
   it('charges every message of a batch: 100 messages are 100, not one burst', async () => {
-    const limited = await startGateway({ harness: { noInit: true }, router: { rateLimiter: new RateLimiter({ perMinute: 60, burst: 10 }) } });
+    const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '60', SANDGATE_RATE_LIMIT_BURST: '10' } });
     try {
       const auth = { authorization: `Bearer ${limited.tokenFor('fay')}`, 'mcp-protocol-version': '2025-03-26' };
       const batch = (n: number) => Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'ping' }));

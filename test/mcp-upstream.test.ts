@@ -10,6 +10,7 @@ import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { findUser } from '../src/store/users.js';
+import { NO_UPSTREAM_SERVERS_FOR_YOU } from '../src/mcp/tools/search-tools.js';
 import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 
@@ -59,11 +60,16 @@ describe('search_tools over the real upstream hub', () => {
     expect(schemas.text).toMatch(/\n {2}input: \{.*"entities"/);
   });
 
-  it('finds nothing for a user the server is not granted to', async () => {
+  it('tells a user no server is granted to that none is open to them, and shows nothing', async () => {
     const r = await call(bob, 'search_tools', { query: 'create entities' });
     expect(r.isError).toBe(false);
-    expect(r.text).toMatch(/^No upstream tools match/);
-    expect(r.text).not.toMatch(/memory\./);
+    expect(r.text).toBe(NO_UPSTREAM_SERVERS_FOR_YOU);
+    expect(r.text).not.toMatch(/memory/);
+  });
+
+  it('says when nothing matches', async () => {
+    const r = await call(alice, 'search_tools', { query: 'zzqx' });
+    expect(r.text).toBe('No upstream tools match "zzqx". Try other words, or an empty query to list them all.');
   });
 });
 

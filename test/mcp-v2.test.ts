@@ -8,13 +8,12 @@
 import { Client, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, StreamableHTTPClientTransport, type CallToolResult } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { RateLimiter } from '../src/limits/rate-limit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { findUser, ensureUser } from '../src/store/users.js';
 import { createToken, findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
-import { callTool, rawRequest, serveGateway, startGateway, toolText, type ServedGateway } from './support/mcp.js';
+import { callTool, rawRequest, startGateway, toolText, type Gateway as ServedGateway } from './support/mcp.js';
 
 const MODERN = '2026-07-28';
 const EMAIL = 'maria.gonzalez@example.org';
@@ -48,10 +47,10 @@ function modernRequest(method: string, headers: Record<string, string> = {}, par
 }
 
 beforeAll(async () => {
-  served = await serveGateway('mcp-v2');
+  served = await startGateway({ pii: true });
   ({ gateway, mcpUrl } = served);
   expect(gateway.config.piiTokenize).toBe(true);
-  expect(served.preflight.ok, served.preflight.detail).toBe(true);
+  expect(served.preflight?.ok, JSON.stringify(served.preflight)).toBe(true);
   const a = ensureUser(gateway.store.db, 'alice');
   alice = { userId: a.id, name: a.name };
   aliceToken = createToken(gateway.store.db, { userId: a.id, name: 'v2-laptop' }).token;
@@ -196,7 +195,7 @@ describe('2026-07-28 requests pass the same gates', () => {
   });
 
   it('answers 429 with Retry-After once the token has used its burst', async () => {
-    const limited = await startGateway({ harness: { noInit: true }, router: { rateLimiter: new RateLimiter({ perMinute: 6, burst: 3 }) } });
+    const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '6', SANDGATE_RATE_LIMIT_BURST: '3' } });
     try {
       const token = limited.tokenFor('erin', 'v2');
       const client = await connect(token, limited.mcpUrl); // server/discover: 1 of 3

@@ -19,7 +19,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Workspace } from '../src/sandboxes/workspace.js';
 import { ensureUser } from '../src/store/users.js';
 import { createToken } from '../src/tokens/tokens.js';
-import { callTool, serveGateway, toolText, type ServedGateway } from './support/mcp.js';
+import { callTool, startGateway, toolText, type Gateway as ServedGateway } from './support/mcp.js';
 
 interface Customer {
   id: number;
@@ -76,10 +76,10 @@ function tokensOf(csv: string, id: number): { name: string; email: string; phone
 }
 
 beforeAll(async () => {
-  served = await serveGateway('pii-e2e');
+  served = await startGateway({ pii: true });
   ({ gateway, mcpUrl, dataDir } = served);
   expect(gateway.config.piiTokenize).toBe(true);
-  expect(served.preflight.ok, served.preflight.detail).toBe(true);
+  expect(served.preflight?.ok, JSON.stringify(served.preflight)).toBe(true);
 
   const db = gateway.store.db;
   const a = ensureUser(db, 'alice');

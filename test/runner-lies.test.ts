@@ -14,7 +14,7 @@ import { SandboxManager } from '../src/sandboxes/manager.js';
 import { WorkspaceVolumes } from '../src/sandboxes/volumes.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { ensureUser } from '../src/store/users.js';
-import { LyingRunnerDriver, type LyingScript } from './support/lying-runner-driver.js';
+import { LyingRunnerDriver, type RunnerScript } from './support/fake-drivers.js';
 
 let store: Store | undefined;
 let manager: SandboxManager | undefined;
@@ -24,7 +24,7 @@ afterEach(async () => {
   store?.close();
 });
 
-function stack(script: LyingScript) {
+function stack(script: RunnerScript) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-lies-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_WORKSPACE_BACKEND: 'directory' });
   store = openStore(dataDir);

@@ -21,6 +21,8 @@ export interface CatalogEntry {
 }
 
 export interface ToolCatalog {
+  /** How many upstream servers the gateway has, and how many of them `owner` may use. */
+  servers(owner: SandboxOwner): Promise<{ configured: number; open: number }>;
   /** Only tools `owner` may use; `detail` decides which optional fields are filled. */
   search(owner: SandboxOwner, query: string, detail: CatalogDetail, limit?: number): Promise<CatalogEntry[]>;
 }

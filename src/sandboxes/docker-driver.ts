@@ -25,7 +25,8 @@ import type { Logger } from '../logger.js';
 import { fromDockerError, SandboxError } from './errors.js';
 import type { RunnerEvent } from './protocol.js';
 import { RunnerConnection } from './runner-connection.js';
-import type { SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from './types.js';
+import { dockerReachable, imagePresent, runtimeIsolates } from './preflight.js';
+import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from './types.js';
 
 export const LABEL_GATEWAY = 'org.sandgate.gateway';
 export const LABEL_OWNER = 'org.sandgate.owner';
@@ -112,6 +113,23 @@ export class DockerDriver implements SandboxDriver {
         LogConfig: { Type: 'json-file', Config: { 'max-size': '1m', 'max-file': '1' } },
       },
     };
+  }
+
+  async health(opts: { full?: boolean } = {}): Promise<Record<string, HealthCheck>> {
+    const o = this.opts;
+    const docker = await dockerReachable(o.docker);
+    if (!docker.ok) {
+      const unknown = { ok: false, detail: 'not checked: Docker is not reachable' };
+      return { docker, image: unknown, ...(opts.full ? { runtime: unknown } : {}) };
+    }
+    const image = await imagePresent(o.docker, o.image);
+    if (!opts.full) return { docker, image };
+    const runtime = image.ok
+      ? await runtimeIsolates(o.docker, { image: o.image, runtime: o.runtime, labels: { [LABEL_GATEWAY]: o.gatewayId, 'org.sandgate.role': 'preflight' } }).catch(
+          (e: Error): HealthCheck => ({ ok: false, detail: `the runtime check failed: ${e.message}` }),
+        )
+      : { ok: false, detail: 'not checked: the sandbox image is missing' };
+    return { docker, image, runtime };
   }
 
   async start(spec: SandboxSpec): Promise<SandboxHandle> {

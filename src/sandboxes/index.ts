@@ -12,7 +12,7 @@ import type { Logger } from '../logger.js';
 import type { Db } from '../store/store.js';
 import { DockerDriver } from './docker-driver.js';
 import { SandboxManager } from './manager.js';
-import type { SandboxOwner } from './types.js';
+import type { SandboxDriver, SandboxOwner } from './types.js';
 import { WorkspaceVolumes } from './volumes.js';
 
 
@@ -31,6 +31,8 @@ export async function copyStaticTools(dir: string): Promise<void> {
 }
 
 export interface SandboxStackOptions {
+  /** The driver; by default the one for these settings (`createDriver`). */
+  driver?: SandboxDriver;
   prepareTools?: (dir: string, owner: SandboxOwner | undefined) => Promise<void>;
   skillsDir?: string;
 }
@@ -52,7 +54,7 @@ export function createDriver(config: Config, logger: Logger): DockerDriver {
 }
 
 export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
-  const driver = createDriver(config, logger);
+  const driver = opts.driver ?? createDriver(config, logger);
   const volumes = new WorkspaceVolumes({
     dir: path.join(config.dataDir, 'workspaces'),
     backend: config.workspaceBackend,

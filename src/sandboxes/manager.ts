@@ -204,9 +204,10 @@ export class SandboxManager {
     sb.queued++;
     const run = sb.tail.then(async () => {
       sb.queued--;
-      // The sandbox may have died while this waited; run in its replacement.
-      const current = sb.handle.exited ? await this.sandboxFor(owner) : sb;
-      return this.runOne(current, owner, opts, effective, timeoutSec);
+      // The sandbox died while this waited: the run joins its replacement's queue like any
+      // new one (its limit, its order, its timer starting only when the run does).
+      if (sb.handle.exited) return this.execute(owner, opts);
+      return this.runOne(sb, owner, opts, effective, timeoutSec);
     });
     sb.tail = run.catch(() => {});
     return run;

@@ -1,17 +1,17 @@
 /**
- * Checks, at start and for /readyz, that sandboxes can run: Docker answers, the
- * configured runtime is registered, the image exists, and a container under that
- * runtime really runs gVisor's kernel.
+ * The Docker driver's health checks (SandboxDriver.health): Docker answers, the image
+ * exists, and (the full check) a container under the configured runtime really runs
+ * gVisor's kernel. The throwaway container carries this gateway's label, so one that a
+ * crash left behind is found and removed like any other leftover, and its wait is
+ * bounded: a runtime that hangs fails the check instead of the start.
  */
 import type Docker from 'dockerode';
-import type { Config } from '../config.js';
+import type { HealthCheck } from './types.js';
 
-export interface PreflightResult {
-  ok: boolean;
-  detail: string;
-}
+/** How long the throwaway container may take before the check fails and it is removed. */
+export const PREFLIGHT_TIMEOUT_MS = 30_000;
 
-export async function dockerReachable(docker: Docker): Promise<PreflightResult> {
+export async function dockerReachable(docker: Docker): Promise<HealthCheck> {
   try {
     await docker.ping();
     return { ok: true, detail: 'docker answers' };
@@ -20,7 +20,7 @@ export async function dockerReachable(docker: Docker): Promise<PreflightResult> 
   }
 }
 
-export async function imagePresent(docker: Docker, image: string): Promise<PreflightResult> {
+export async function imagePresent(docker: Docker, image: string): Promise<HealthCheck> {
   try {
     await docker.getImage(image).inspect();
     return { ok: true, detail: image };
@@ -29,20 +29,28 @@ export async function imagePresent(docker: Docker, image: string): Promise<Prefl
   }
 }
 
+export interface RuntimeCheckOptions {
+  image: string;
+  runtime: string;
+  /** The labels that mark the container as this gateway's (and as a preflight). */
+  labels: Record<string, string>;
+  timeoutMs?: number;
+}
+
 /** Runs `dmesg` in a throwaway hardened container; gVisor's kernel says its name there. */
-export async function runtimePreflight(docker: Docker, config: Config): Promise<PreflightResult> {
+export async function runtimeIsolates(docker: Docker, o: RuntimeCheckOptions): Promise<HealthCheck> {
   const info = (await docker.info()) as { Runtimes?: Record<string, unknown> };
-  if (!info.Runtimes?.[config.sandboxRuntime]) {
-    return { ok: false, detail: `Docker has no runtime "${config.sandboxRuntime}"; run scripts/setup-runtime.sh` };
+  if (!info.Runtimes?.[o.runtime]) {
+    return { ok: false, detail: `Docker has no runtime "${o.runtime}"; run scripts/setup-runtime.sh` };
   }
   const container = await docker.createContainer({
-    Image: config.sandboxImage,
+    Image: o.image,
     Entrypoint: ['/bin/dmesg'],
     User: '1000:1000',
     NetworkDisabled: true,
-    Labels: { 'org.sandgate.role': 'preflight' },
+    Labels: o.labels,
     HostConfig: {
-      Runtime: config.sandboxRuntime,
+      Runtime: o.runtime,
       NetworkMode: 'none',
       ReadonlyRootfs: true,
       CapDrop: ['ALL'],
@@ -50,17 +58,23 @@ export async function runtimePreflight(docker: Docker, config: Config): Promise<
       AutoRemove: false,
     },
   });
+  let timer: NodeJS.Timeout | undefined;
   try {
     await container.start();
-    await container.wait();
+    const timeoutMs = o.timeoutMs ?? PREFLIGHT_TIMEOUT_MS;
+    const timedOut = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), timeoutMs)));
+    if ((await Promise.race([container.wait(), timedOut])) === 'timeout') {
+      return { ok: false, detail: `a container under ${o.runtime} did not finish within ${timeoutMs / 1000} s; check dockerd's log and scripts/setup-runtime.sh` };
+    }
     const logs = (await container.logs({ stdout: true, stderr: true })).toString('utf8');
-    if (config.sandboxRuntime === 'runsc' && !/gVisor/.test(logs)) {
+    if (o.runtime === 'runsc' && !/gVisor/.test(logs)) {
       return { ok: false, detail: `a container under runsc did not report gVisor's kernel: ${logs.slice(0, 200)}` };
     }
-    return { ok: true, detail: `${config.sandboxRuntime} runs hardened containers` };
+    return { ok: true, detail: `${o.runtime} runs hardened containers` };
   } catch (e) {
-    return { ok: false, detail: `a container under ${config.sandboxRuntime} failed: ${(e as Error).message}; run scripts/setup-runtime.sh` };
+    return { ok: false, detail: `a container under ${o.runtime} failed: ${(e as Error).message}; run scripts/setup-runtime.sh` };
   } finally {
+    clearTimeout(timer);
     await container.remove({ force: true }).catch(() => {});
   }
 }

@@ -60,14 +60,29 @@ export interface SandboxHandle {
   onExit(listener: (reason: string) => void): () => void;
   readonly exited: boolean;
   stats(): Promise<SandboxStats>;
+  /** Lets go of the sandbox without stopping it (a gateway that stops leaves it for the next to adopt). */
+  detach(): void;
+}
+
+/** One named check of whether sandboxes can run, and what to fix when not. */
+export interface HealthCheck {
+  ok: boolean;
+  detail: string;
 }
 
 /**
- * start / find / stop / list. Implementations must pass runDriverConformance
- * (driver.conformance.ts). `start` resolves once the runner said `ready`.
+ * start / find / stop / list, and whether sandboxes can run at all. Implementations must
+ * pass runDriverConformance (test/support/driver-conformance.ts). `start` resolves once
+ * the runner said `ready`.
  */
 export interface SandboxDriver {
   readonly name: string;
+  /**
+   * Named checks that sandboxes can run here (for /readyz and the start), each saying
+   * what to fix. Quick ones always; with `full`, also the slow proof that the runtime
+   * really isolates (a throwaway sandbox), under the name `runtime`.
+   */
+  health(opts?: { full?: boolean }): Promise<Record<string, HealthCheck>>;
   start(spec: SandboxSpec): Promise<SandboxHandle>;
   /** Re-attaches to a running sandbox found by `list`; undefined when it is gone. */
   attach(id: string): Promise<SandboxHandle | undefined>;

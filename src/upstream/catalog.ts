@@ -55,6 +55,9 @@ export function createToolCatalog(hub: UpstreamHub): ToolCatalog {
   };
 
   return {
+    async servers(owner: SandboxOwner) {
+      return { configured: hub.servers().length, open: (await hub.serversFor(owner)).length };
+    },
     async search(owner: SandboxOwner, query: string, detail: CatalogDetail, limit = DEFAULT_SEARCH_LIMIT): Promise<CatalogEntry[]> {
       const n = Math.max(1, Math.min(MAX_SEARCH_LIMIT, Math.floor(limit)));
       const { tools } = await hub.listTools(owner);

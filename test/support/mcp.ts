@@ -1,40 +1,61 @@
 /**
- * Shared set-up for the MCP, token and audit tests: a real gateway (createApp + the /mcp
- * router + the real sandbox manager) listening on a free port.
+ * A real gateway for the MCP, token and audit tests: createGateway, exactly as main.ts
+ * composes it (store, sandboxes on Docker with runsc and the real image, upstream hub,
+ * PII boundary, tools, app), listening on a free loopback port with a fresh data
+ * directory. Tests give a part of their own (a driver that fails in a named way) only
+ * where the real one cannot produce the failure.
  */
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { createApp } from '../../src/app.js';
-import { configFor } from '../../src/config.js';
-import { createGateway, piiLayer, type Gateway as AppGateway } from '../../src/gateway.js';
-import { createLogger } from '../../src/logger.js';
-import type { PreflightResult } from '../../src/sandboxes/preflight.js';
-import { preloadWordKnowledge } from '../../src/pii/index.js';
-import { recordAudit } from '../../src/audit/audit.js';
-import { mcpRouter, type McpRouterDeps } from '../../src/http/mcp-endpoint.js';
-import { copyStaticTools } from '../../src/sandboxes/index.js';
-import { createUpstream, type Upstream } from '../../src/upstream/index.js';
-import { upstreamSettings } from './upstream.js';
-import { ensureUser } from '../../src/store/users.js';
-import { createHarness, type Harness, type HarnessOptions } from './harness.js';
-import { createToken } from '../../src/tokens/tokens.js';
+import { configFor, type Config } from '../../src/config.js';
+import { createGateway, type Gateway as AppGateway, type GatewayParts, type Preflight } from '../../src/gateway.js';
+import { createLogger, type Logger } from '../../src/logger.js';
 import type { McpDeps } from '../../src/mcp/context.js';
-import { IDENTITY_BOUNDARY } from '../../src/pii/boundary.js';
-import { SkillsDir } from '../../src/skills/skills.js';
+import type { SandboxManager } from '../../src/sandboxes/manager.js';
+import type { SandboxOwner } from '../../src/sandboxes/types.js';
+import type { Store } from '../../src/store/store.js';
+import { ensureUser } from '../../src/store/users.js';
+import { createToken } from '../../src/tokens/tokens.js';
+import type { Upstream } from '../../src/upstream/index.js';
+
+export interface GatewayOptions {
+  /** Settings, by environment variable name, over the test defaults. */
+  env?: Record<string, string>;
+  /** An `mcpServers` object: written to the data directory's mcp-servers.json. */
+  upstream?: Record<string, unknown>;
+  /** The PII boundary (SANDGATE_PII_TOKENIZE); off unless asked, as most tests read raw values. */
+  pii?: boolean;
+  /** Skip start() (preflight, adoption, pool, reaper): for tests that run no code. */
+  noStart?: boolean;
+  parts?: GatewayParts;
+}
+
+/** The pieces tests reach into, under the names the tests have always used. */
+export interface GatewayStack {
+  config: Config;
+  store: Store;
+  logger: Logger;
+  manager: SandboxManager;
+  dataDir: string;
+  /** Creates (or finds) a user and returns it as a sandbox owner. */
+  user(name: string, opts?: { isAdmin?: boolean }): SandboxOwner;
+}
 
 export interface Gateway {
-  harness: Harness;
+  gateway: AppGateway;
+  harness: GatewayStack;
+  preflight?: Preflight;
   /** Whether the PII boundary is on (`pii`). */
   pii: boolean;
-  /** The real upstream hub, when `upstream` servers were given. */
-  upstream?: Upstream;
+  upstream: Upstream;
   url: string;
   /** http://127.0.0.1:<port>/mcp */
   mcpUrl: string;
   port: number;
+  dataDir: string;
   /** What the endpoint serves its tools with: an in-process caller uses the same (src/mcp/serve.ts). */
   tools: McpDeps;
   /** Creates the user if needed and a fresh token for it. */
@@ -44,102 +65,60 @@ export interface Gateway {
 
 let tokenSeq = 0;
 
-/**
- * @param opts.upstream an `mcpServers` object: the gateway then runs the real upstream
- *   hub with it (catalog for search_tools, wrappers in /tools, the bridge for code).
- */
-export async function startGateway(
-  opts: { harness?: HarnessOptions; router?: Partial<McpRouterDeps>; upstream?: Record<string, unknown>; /** The PII boundary as createGateway configures it. */ pii?: boolean } = {},
-): Promise<Gateway> {
-  let upstream: Upstream | undefined;
-  const harness = await createHarness({
-    // Bound late: the hub needs the store the harness opens.
-    prepareTools: (dir, owner) => (upstream ? upstream.prepareTools(dir, owner) : copyStaticTools(dir)),
-    ...opts.harness,
-  });
-  if (opts.upstream) {
-    const file = path.join(harness.dataDir, 'mcp-servers.json');
-    fs.writeFileSync(file, JSON.stringify({ mcpServers: opts.upstream }));
-    const db = harness.store.db;
-    upstream = createUpstream({ config: upstreamSettings(harness.dataDir, file), db, audit: (e) => recordAudit(db, e), logger: harness.logger });
-    harness.manager.setBridgeHandler(upstream.bridgeHandler);
-  }
+export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-gw-'));
+  if (opts.upstream) fs.writeFileSync(path.join(dataDir, 'mcp-servers.json'), JSON.stringify({ mcpServers: opts.upstream }));
+  // The port comes first: the public URL names it, and Host checks follow the public URL.
   const server = http.createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
-  // The allowed Host names come from the public URL, as in production.
-  const config = { ...harness.config, publicUrl: `http://127.0.0.1:${port}` };
-  const pii = opts.pii ? piiLayer(config, harness.store.db) : undefined;
-  if (pii) preloadWordKnowledge();
-  const tools: McpDeps = {
-    config,
-    db: harness.store.db,
-    logger: harness.logger,
-    sandboxes: harness.manager,
-    skills: new SkillsDir(),
-    catalog: upstream?.catalog,
-    boundary: pii?.boundary ?? IDENTITY_BOUNDARY,
-  };
-  const app = createApp({
-    config,
-    store: harness.store,
-    logger: harness.logger,
-    mount: (a) => a.use(mcpRouter({ ...tools, ...opts.router })),
-  });
-  server.on('request', app);
   const url = `http://127.0.0.1:${port}`;
+  const config = configFor({
+    SANDGATE_DATA_DIR: dataDir,
+    SANDGATE_PUBLIC_URL: url,
+    SANDGATE_WARM_POOL_SIZE: '0',
+    SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent',
+    SANDGATE_PII_TOKENIZE: opts.pii ? 'true' : 'false',
+    // Homes of upstream servers beside the data directory, where their users can reach them.
+    SANDGATE_UPSTREAM_HOME_DIR: `${dataDir}-homes`,
+    ...opts.env,
+  });
+  const logger = createLogger(config.logLevel);
+  const gateway = createGateway(config, logger, opts.parts);
+  const preflight = opts.noStart ? undefined : await gateway.start();
+  server.on('request', gateway.app);
+  const harness: GatewayStack = {
+    config,
+    store: gateway.store,
+    logger,
+    manager: gateway.manager,
+    dataDir,
+    user(name, o) {
+      const u = ensureUser(gateway.store.db, name, o);
+      return { userId: u.id, name: u.name };
+    },
+  };
   return {
+    gateway,
     harness,
-    pii: !!pii,
-    upstream,
+    preflight,
+    pii: !!opts.pii,
+    upstream: gateway.upstream,
     url,
     mcpUrl: `${url}/mcp`,
     port,
-    tools,
-    tokenFor(user, name, o = {}) {
-      const u = ensureUser(harness.store.db, user);
-      return createToken(harness.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;
-    },
-    async close() {
-      server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
-      await upstream?.close();
-      await harness.close();
-    },
-  };
-}
-
-export interface ServedGateway {
-  /** The gateway as main.ts composes it: createGateway with the default settings. */
-  gateway: AppGateway;
-  preflight: PreflightResult;
-  /** http://127.0.0.1:<port>/mcp */
-  mcpUrl: string;
-  dataDir: string;
-  close(): Promise<void>;
-}
-
-/**
- * The whole gateway of main.ts (createGateway, PII boundary on by default) serving on a
- * free loopback port, with a fresh data directory named after `name`.
- */
-export async function serveGateway(name: string): Promise<ServedGateway> {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${name}-`));
-  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent' });
-  const gateway = createGateway(config, createLogger(config.logLevel));
-  const preflight = await gateway.start();
-  const server = http.createServer(gateway.app);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    gateway,
-    preflight,
-    mcpUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`,
     dataDir,
+    tools: gateway.tools,
+    tokenFor(user, name, o = {}) {
+      const u = ensureUser(gateway.store.db, user);
+      return createToken(gateway.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;
+    },
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
       await gateway.close({ stopAll: true, releaseVolumes: true });
       fs.rmSync(dataDir, { recursive: true, force: true });
+      fs.rmSync(`${dataDir}-homes`, { recursive: true, force: true });
     },
   };
 }

@@ -10,6 +10,8 @@ import { errorResult, forCall, fromModel, textResult, type ToolContext } from '.
 
 export const NO_UPSTREAM_SERVERS =
   'No upstream MCP servers are configured on this gateway, so there are no tools to search. You can still run code with execute_code; ask your sandgate admin to add the servers you need.';
+export const NO_UPSTREAM_SERVERS_FOR_YOU =
+  'None of the upstream MCP servers on this gateway is open to you, so there are no tools to search. You can still run code with execute_code; ask your sandgate admin for access to the servers you need.';
 
 export function formatEntries(entries: CatalogEntry[], detail: CatalogDetail): string {
   return entries
@@ -46,7 +48,9 @@ export function registerSearchTools(server: McpServer, ctx: ToolContext): void {
     async ({ query, detail = 'descriptions', limit = DEFAULT_SEARCH_LIMIT }) => {
       const call = forCall(ctx);
       try {
-        if (!ctx.catalog) return textResult(call, NO_UPSTREAM_SERVERS);
+        const servers = ctx.catalog ? await ctx.catalog.servers(ctx.owner) : { configured: 0, open: 0 };
+        if (!ctx.catalog || servers.configured === 0) return textResult(call, NO_UPSTREAM_SERVERS);
+        if (servers.open === 0) return textResult(call, NO_UPSTREAM_SERVERS_FOR_YOU);
         const wanted = await fromModel(call, query);
         const entries = await ctx.catalog.search(ctx.owner, wanted, detail, limit);
         if (!entries.length) return textResult(call, `No upstream tools match "${wanted}". Try other words, or an empty query to list them all.`);
