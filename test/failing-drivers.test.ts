@@ -7,7 +7,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { createDriver } from '../src/sandboxes/index.js';
 import { configFor } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
-import { MAX_QUEUED } from '../src/sandboxes/manager.js';
+import { MAX_QUEUED } from '../src/sandboxes/run-queue.js';
 import { runDriverConformance } from './support/driver-conformance.js';
 import { BrokenUntilFixedDriver, CrashingDriver, LyingRunnerDriver, NeverReadyDriver, type ScriptedDriver, type ScriptedSandbox } from './support/fake-drivers.js';
 import { startGateway, type Gateway } from './support/mcp.js';

@@ -6,6 +6,7 @@
  * at the user's next run; the workspace stays.
  */
 import type { SandboxDriver } from '../sandboxes/types.js';
+import { forgetSandboxContainer, sandboxOwnerId } from '../store/sandboxes.js';
 import type { Db } from '../store/store.js';
 import { getUser, type User } from '../store/users.js';
 
@@ -20,8 +21,7 @@ export interface SandboxRow {
 
 /** The user a container belongs to: the store's mapping first (pooled containers keep no owner label), then the label. */
 function ownerOf(db: Db, c: { id: string; ownerId?: number }): User | undefined {
-  const row = db.prepare('SELECT user_id FROM sandboxes WHERE container_id = ?').get(c.id) as { user_id: number } | undefined;
-  const id = row?.user_id ?? c.ownerId;
+  const id = sandboxOwnerId(db, c.id) ?? c.ownerId;
   return id === undefined ? undefined : getUser(db, id);
 }
 
@@ -37,6 +37,6 @@ export async function listSandboxes(driver: SandboxDriver, db: Db): Promise<Sand
 export async function stopUserSandbox(driver: SandboxDriver, db: Db, user: User): Promise<number> {
   const mine = (await listSandboxes(driver, db)).filter((s) => s.userId === user.id);
   for (const s of mine) await driver.stop(s.container);
-  db.prepare('UPDATE sandboxes SET container_id = NULL WHERE user_id = ?').run(user.id);
+  forgetSandboxContainer(db, user.id);
   return mine.length;
 }

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sandboxRecord } from '../store/sandboxes.js';
 import { getUser } from '../store/users.js';
 import { createHarness, type Harness } from '../../test/support/harness.js';
 import { PermissionError } from './permissions.js';
@@ -212,13 +213,13 @@ describe('SandboxManager: lifecycle', () => {
 
   it('counts every execution in the store, at the latest when the sandbox stops', async () => {
     const gina = h.user('gina');
-    const row = () => h.store.db.prepare('SELECT executions, last_used_at FROM sandboxes WHERE user_id = ?').get(gina.userId) as { executions: number; last_used_at: number };
+    const row = () => sandboxRecord(h.store.db, gina.userId)!;
     for (let i = 0; i < 5; i++) await h.manager.execute(gina, { language: 'python', code: `${i}` });
     // The first run is written at once; the next ones wait for the interval or the stop.
     expect(row().executions).toBe(1);
     const [live] = (await h.manager.list()).filter((s) => s.user === 'gina');
     expect(await h.manager.stopUser(gina.userId)).toBe(true);
-    expect(row()).toEqual({ executions: 5, last_used_at: live!.lastActivity });
+    expect(row()).toMatchObject({ executions: 5, lastUsedAt: live!.lastActivity });
   });
 
   it('reports stats for the admin page', async () => {

@@ -66,3 +66,16 @@ export function setUserPermissions(db: Db, name: string, permissions: string | n
   const r = db.prepare('UPDATE users SET permissions = ? WHERE name = ?').run(permissions, name);
   if (r.changes === 0) throw new Error(`no user named "${name}"`);
 }
+
+/** Gives the user workspace `id` unless they have one already; returns the one they have. */
+export function claimWorkspace(db: Db, userId: number, id: string): string {
+  statement(db, 'UPDATE users SET workspace_id = ? WHERE id = ? AND workspace_id IS NULL').run(id, userId);
+  const user = getUser(db, userId);
+  if (!user?.workspaceId) throw new Error(`no user with id ${userId}`);
+  return user.workspaceId;
+}
+
+/** Whether some user's workspace is `id` (a pooled container's workspace may be removed only if not). */
+export function workspaceInUse(db: Db, id: string): boolean {
+  return !!statement(db, 'SELECT 1 FROM users WHERE workspace_id = ?').get(id);
+}

@@ -1,0 +1,42 @@
+/**
+ * Permission ceilings: the most a user's code may be granted (their own row, else the
+ * configured default), and what a container for that ceiling mounts. A request narrows
+ * its ceiling per run; the mounts follow the ceiling, so a changed ceiling means a new
+ * container.
+ */
+import type { Config } from '../config.js';
+import type { Db } from '../store/store.js';
+import { getUser } from '../store/users.js';
+import { allows, parsePermissions, type Permissions } from './permissions.js';
+import type { SandboxOwner, SandboxSpec } from './types.js';
+
+export function ceilingOf(db: Db, config: Config, owner: SandboxOwner): Permissions {
+  return parsePermissions(getUser(db, owner.userId)?.permissions ?? config.defaultPermissions);
+}
+
+export function defaultCeiling(config: Config): Permissions {
+  return parsePermissions(config.defaultPermissions);
+}
+
+/** Equal for equal ceilings: a container made for one serves the other. */
+export function ceilingKey(ceiling: Permissions): string {
+  return JSON.stringify(ceiling);
+}
+
+/** Whether a container for `ceiling` mounts /workspace read-write. */
+export function workspaceWritable(ceiling: Permissions): boolean {
+  return allows(ceiling, 'write', '/workspace');
+}
+
+/** The mounts of a container made for `ceiling`: only what it may read, read-only unless it may write. */
+export function mountsFor(
+  ceiling: Permissions,
+  dirs: { workspace: string; skills: string; tools: string },
+): Pick<SandboxSpec, 'workspaceDir' | 'workspaceWritable' | 'readOnlyMounts'> {
+  const readOnlyMounts: Record<string, string> = {};
+  if (allows(ceiling, 'read', '/skills')) readOnlyMounts['/skills'] = dirs.skills;
+  if (allows(ceiling, 'read', '/tools')) readOnlyMounts['/tools'] = dirs.tools;
+  const writable = workspaceWritable(ceiling);
+  const readable = allows(ceiling, 'read', '/workspace');
+  return { workspaceDir: readable || writable ? dirs.workspace : undefined, workspaceWritable: writable, readOnlyMounts };
+}

@@ -1,0 +1,33 @@
+/**
+ * A live sandbox as the manager holds it: the driver's handle plus what the gateway
+ * tracks about it. A pooled one has no owner yet; a user's one has an owner, a queue of
+ * runs and the run in flight.
+ */
+import type { RunQueue } from './run-queue.js';
+import type { SandboxHandle, SandboxOwner } from './types.js';
+
+export interface Live {
+  handle: SandboxHandle;
+  workspaceId: string;
+  /** Host directory mounted at /tools. */
+  toolsDir: string;
+  startedAt: number;
+  lastActivity: number;
+  /** Mounted read-write? (from the ceiling when the container was made) */
+  workspaceWritable: boolean;
+  /** The gateway wrote to the workspace since the last execution began. */
+  hostWrote: boolean;
+}
+
+export interface UserSandbox extends Live {
+  owner: SandboxOwner;
+  /** The ceiling the container was made for (its mounts follow it). */
+  ceilingKey: string;
+  queue: RunQueue;
+  running: number;
+  /** The execution the runner is running now: the only one whose calls are taken. */
+  inFlight?: string;
+  /** Executions not yet counted in the store, and when the store was last told. */
+  unrecorded?: number;
+  recordedAt?: number;
+}

@@ -1,0 +1,190 @@
+/**
+ * One execution in a user's sandbox: the request the runner gets (environment, Deno
+ * flags, the paths this run may not use), and what the gateway keeps of the answer
+ * whatever the runner sends: only events of this run, output to the limit (the rest
+ * counted as dropped), and a `done` even when the sandbox dies, stops answering or
+ * floods its output.
+ */
+import crypto from 'node:crypto';
+import type { Logger } from '../logger.js';
+import type { UserSandbox } from './live.js';
+import { allows, denoFlags, type Permissions } from './permissions.js';
+import type { ExecDone, ExecRequest, RunnerEvent } from './protocol.js';
+import type { ExecuteOptions, ExecuteResult, SandboxDriver } from './types.js';
+
+/** Largest program text accepted in one execution. */
+export const MAX_CODE_BYTES = 1024 * 1024;
+/** How long past its timeout the gateway waits for the runner before it kills the container. */
+const TIMEOUT_GRACE_MS = 10_000;
+/** Output kept per stream beyond the limit the runner enforces: room for its truncation notice. */
+const OUTPUT_SLACK = 4096;
+/**
+ * Output bytes of one run past which the sandbox is stopped as broken: the runner keeps
+ * each stream to the limit itself, so only a runner that no longer keeps the protocol
+ * gets here, and the gateway stops reading it instead of spending its time on it.
+ */
+const outputViolationBytes = (limit: number) => 4 * limit + 1024 * 1024;
+export const BRIDGE_SOCKET = '/tmp/.sandgate/bridge.sock';
+
+/** The environment every process in a sandbox starts with; nothing from the host. */
+const BASE_ENV: Record<string, string> = {
+  PATH: '/usr/local/bin:/usr/bin:/bin',
+  HOME: '/workspace',
+  LANG: 'C.UTF-8',
+  TMPDIR: '/tmp',
+  MPLBACKEND: 'Agg',
+  MPLCONFIGDIR: '/tmp/.matplotlib',
+  DENO_DIR: '/tmp/.deno',
+  DENO_NO_UPDATE_CHECK: '1',
+  NO_COLOR: '1',
+  PYTHONUNBUFFERED: '1',
+  PYTHONDONTWRITEBYTECODE: '1',
+  PYTHONPATH: '/tools/python',
+};
+
+export interface RunSettings {
+  driver: SandboxDriver;
+  log: Logger;
+  /** Per stream, in KiB (SANDGATE_OUTPUT_LIMIT_KB). */
+  outputLimitKb: number;
+}
+
+/**
+ * Paths the container mounts but this execution may not use: write-denied ones become
+ * read-only, read-denied ones are hidden. Empty when the request did not narrow.
+ */
+export function fsNarrowing(perms: Permissions, workspaceWritable: boolean): ExecRequest['fs'] {
+  const readOnly: string[] = [];
+  const hidden: string[] = [];
+  for (const p of ['/workspace', '/skills', '/tools']) {
+    if (!allows(perms, 'read', p) && !(p === '/workspace' && allows(perms, 'write', p))) hidden.push(p);
+  }
+  if (workspaceWritable && !allows(perms, 'write', '/workspace') && !hidden.includes('/workspace')) readOnly.push('/workspace');
+  return readOnly.length || hidden.length ? { readOnly, hidden } : undefined;
+}
+
+/** Runs `opts` in `sb` now (its queue has given it the turn) with `perms`, the ceiling narrowed by the request. */
+export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permissions, timeoutSec: number, settings: RunSettings): Promise<ExecuteResult> {
+  const { driver, log } = settings;
+  const owner = sb.owner;
+  const id = `x${crypto.randomBytes(6).toString('hex')}`;
+  const limit = settings.outputLimitKb * 1024;
+  const request: ExecRequest = {
+    op: 'exec',
+    id,
+    language: opts.language,
+    code: opts.code,
+    timeoutMs: timeoutSec * 1000,
+    outputLimit: limit,
+    env: { ...BASE_ENV },
+    denoFlags: [
+      '--no-prompt',
+      ...denoFlags(perms, {
+        read: [BRIDGE_SOCKET],
+        write: [BRIDGE_SOCKET],
+        net: [`unix:${BRIDGE_SOCKET}`],
+        env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
+      }),
+    ],
+    fs: fsNarrowing(perms, sb.workspaceWritable),
+    reuseSnapshot: !sb.hostWrote,
+  };
+  sb.hostWrote = false;
+  sb.running++;
+  sb.inFlight = id;
+  sb.lastActivity = Date.now();
+  const output = { stdout: [] as string[], stderr: [] as string[] };
+  // What the gateway keeps of each stream and what it dropped, whatever the runner sends.
+  const kept = { stdout: 0, stderr: 0 };
+  const dropped = { stdout: 0, stderr: 0 };
+  let received = 0;
+  const started = performance.now();
+  try {
+    const done = await new Promise<ExecDone>((resolve) => {
+      let settled = false;
+      const finish = (d: ExecDone) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(backstop);
+        off();
+        offExit();
+        opts.signal?.removeEventListener('abort', onAbort);
+        resolve(d);
+      };
+      const off = sb.handle.onEvent((e: RunnerEvent) => {
+        // Only events of the run in flight count; a `done` for anything else is nothing.
+        if (!('id' in e) || e.id !== id) return;
+        if (e.type === 'stdout' || e.type === 'stderr') {
+          const bytes = Buffer.byteLength(e.data);
+          received += bytes;
+          if (received > outputViolationBytes(limit)) {
+            log.error({ user: owner.name, bytes: received }, 'sandbox sent far more output than its limit; stopping it');
+            void driver.stop(sb.handle.id).catch(() => {});
+            return finish(
+              died(
+                `The sandbox sent far more output than the ${settings.outputLimitKb} KiB limit allows, so it was stopped. ` +
+                  'Files in /workspace are kept; Python variables are lost.',
+              ),
+            );
+          }
+          if (kept[e.type] + bytes > limit + OUTPUT_SLACK) {
+            dropped[e.type] += bytes;
+            return;
+          }
+          kept[e.type] += bytes;
+          output[e.type].push(e.data);
+          opts.onOutput?.(e.type, e.data);
+        } else if (e.type === 'done') finish(e);
+      });
+      const died = (notice: string): ExecDone => ({
+        type: 'done',
+        id,
+        exitCode: null,
+        durationMs: performance.now() - started,
+        timedOut: false,
+        killed: true,
+        restarted: true,
+        truncated: { stdout: 0, stderr: 0 },
+        files: [],
+        notice,
+      });
+      const offExit = sb.handle.onExit((reason) => {
+        log.warn({ user: owner.name, reason }, 'sandbox died during an execution');
+        finish(
+          died(
+            'The sandbox stopped during this execution (it ran out of memory or processes, or was stopped). ' +
+              'It is replaced on the next run; files in /workspace are kept, Python variables are lost.',
+          ),
+        );
+      });
+      // The runner enforces the timeout; this only covers a runner that stopped answering.
+      const backstop = setTimeout(() => {
+        log.error({ user: owner.name }, 'runner missed a timeout; killing the sandbox');
+        void driver.stop(sb.handle.id);
+        finish({ ...died(`The execution exceeded its ${timeoutSec} s limit and the sandbox had to be killed. Files in /workspace are kept; Python variables are lost.`), timedOut: true });
+      }, timeoutSec * 1000 + TIMEOUT_GRACE_MS);
+      const onAbort = () => {
+        try {
+          sb.handle.send({ op: 'cancel', id: `c${id}`, target: id });
+        } catch {
+          /* runner gone: onExit settles */
+        }
+      };
+      opts.signal?.addEventListener('abort', onAbort, { once: true });
+      if (opts.signal?.aborted) onAbort();
+      try {
+        sb.handle.send(request);
+      } catch (e) {
+        finish(died(`The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
+      }
+    });
+    sb.unrecorded = (sb.unrecorded ?? 0) + 1;
+    const { type: _t, id: _i, ...rest } = done;
+    const truncated = { stdout: done.truncated.stdout + dropped.stdout, stderr: done.truncated.stderr + dropped.stderr };
+    return { ...rest, truncated, language: opts.language, stdout: output.stdout.join(''), stderr: output.stderr.join('') };
+  } finally {
+    if (sb.inFlight === id) sb.inFlight = undefined;
+    sb.running--;
+    sb.lastActivity = Date.now();
+  }
+}

@@ -1,0 +1,111 @@
+/**
+ * The warm pool: sandboxes started ahead of need (runner up, the data stack imported, an
+ * empty workspace) and handed to users who have no workspace yet, so their first run
+ * skips the cold start. Filled in the background; a pooled sandbox that dies leaves it.
+ */
+import crypto from 'node:crypto';
+import type { Logger } from '../logger.js';
+import type { Live } from './live.js';
+
+export interface WarmPoolOptions {
+  /** How many to keep ready (SANDGATE_WARM_POOL_SIZE). */
+  size: number;
+  /** Modules imported in each before it is ready (SANDGATE_WARM_POOL_PRELOAD). */
+  preload: string[];
+  /** Starts a sandbox for the pool: no owner, a fresh workspace. */
+  start(): Promise<Live>;
+  /** Stops a pooled sandbox and removes its workspace. */
+  discard(live: Live): Promise<void>;
+  log: Logger;
+}
+
+export class WarmPool {
+  private readonly ready: Live[] = [];
+  private starting = 0;
+  private closed = false;
+
+  constructor(private readonly opts: WarmPoolOptions) {}
+
+  get size(): number {
+    return this.ready.length;
+  }
+
+  /** A ready sandbox, out of the pool (then refilled by `fill`), or none. */
+  take(): Live | undefined {
+    while (this.ready.length) {
+      const live = this.ready.shift()!;
+      if (!live.handle.exited) return live;
+    }
+    return undefined;
+  }
+
+  /** Starts pooled sandboxes in the background until the pool is full. */
+  fill(): void {
+    while (!this.closed && this.ready.length + this.starting < this.opts.size) {
+      this.starting++;
+      void this.startOne()
+        .catch((e) => this.opts.log.error({ err: e }, 'could not start a pooled sandbox'))
+        .finally(() => this.starting--);
+    }
+  }
+
+  /** Resolves once the pool is full (for tests and benchmarks). */
+  async full(timeoutMs = 120_000): Promise<void> {
+    const t0 = Date.now();
+    while (this.ready.length < this.opts.size) {
+      if (Date.now() - t0 > timeoutMs) throw new Error('warm pool did not fill in time');
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+
+  /** Discards pooled sandboxes started more than `maxAgeMs` ago, then refills. */
+  async discardOlderThan(maxAgeMs: number, now = Date.now()): Promise<void> {
+    for (const live of [...this.ready]) {
+      if (now - live.startedAt <= maxAgeMs) continue;
+      this.ready.splice(this.ready.indexOf(live), 1);
+      await this.opts.discard(live);
+    }
+    this.fill();
+  }
+
+  /** Stops filling and empties the pool; `detachOnly` leaves its sandboxes running, as a crash would. */
+  async close(opts: { detachOnly?: boolean } = {}): Promise<void> {
+    this.closed = true;
+    while (this.starting > 0) await new Promise((r) => setTimeout(r, 50));
+    for (const live of this.ready.splice(0)) {
+      if (opts.detachOnly) live.handle.detach();
+      else await this.opts.discard(live).catch(() => {});
+    }
+  }
+
+  private async startOne(): Promise<void> {
+    const live = await this.opts.start();
+    if (this.opts.preload.length) await this.preload(live);
+    if (this.closed) {
+      await this.opts.discard(live);
+      return;
+    }
+    live.handle.onExit(() => {
+      const i = this.ready.indexOf(live);
+      if (i >= 0) this.ready.splice(i, 1);
+    });
+    this.ready.push(live);
+  }
+
+  /** Imports the preload modules in the sandbox's kernel; a failure is logged, the sandbox still serves. */
+  private async preload(live: Live): Promise<void> {
+    const id = `p${crypto.randomBytes(4).toString('hex')}`;
+    const loaded = new Promise<void>((resolve) => {
+      const off = live.handle.onEvent((e) => {
+        if (e.type === 'preloaded' && e.id === id) {
+          off();
+          if (e.error) this.opts.log.warn({ error: e.error }, 'pool preload failed');
+          resolve();
+        }
+      });
+      live.handle.onExit(() => resolve());
+    });
+    live.handle.send({ op: 'preload', id, modules: this.opts.preload });
+    await loaded;
+  }
+}
