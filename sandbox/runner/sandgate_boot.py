@@ -1,14 +1,16 @@
 """Starts the runner's long-lived processes from the bytecode cache runner.py writes.
 
-Compiling a module leaves its parse garbage in the process: ~4 MB for runner.py, ~1 MB
-for kernel.py, kept for the sandbox's whole life. So runner.py, started as a script,
-compiles runner.py, kernel.py and sandgate_wire.py into `<state dir>/pycache/<name>.pyc`
-and re-executes itself; the runner and every kernel then load the code objects from
-there (falling back to the source when a cache file is missing or stale). Unlike
-sys.pycache_prefix, this touches nothing else: the standard library keeps its own
-__pycache__.
+Compiling a module leaves its parse garbage in the process: ~4 MB for the runner's
+modules, ~1 MB for kernel.py, kept for the sandbox's whole life. So runner.py, started
+as a script, compiles its modules (runner_base.OWN_MODULES) into
+`<state dir>/pycache/<name>.pyc` and re-executes itself; the runner and every kernel
+then load the code objects from there (falling back to the source when a cache file is
+missing or stale). The runner imports its parts through a finder that serves only the
+names it was given; kernels load only sandgate_wire and themselves, and add no finder
+that user code would meet. Unlike sys.pycache_prefix, this touches nothing else: the
+standard library keeps its own __pycache__.
 
-  python3 -I -S -c "$(command(CACHE, 'runner'))"                # imports runner, calls main()
+  python3 -I -S -c "$(command(CACHE, 'runner', OWN_MODULES))"     # imports runner, calls main()
   python3 -c "$(command(CACHE, 'kernel', as_main=True))" ARGS...  # as `python3 kernel.py ARGS...`
 """
 import marshal
@@ -63,7 +65,30 @@ def load(cache_dir, name, as_main=False):
     return module
 
 
-def start(cache_dir, name, as_main=False):
+class CachedModules:
+    """A sys.meta_path finder and loader for the named modules of this directory, from the cache."""
+
+    def __init__(self, cache_dir, names):
+        self.cache_dir = cache_dir
+        self.names = frozenset(names)
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in self.names:
+            return None
+        return sys.modules['_frozen_importlib'].ModuleSpec(name, self, origin=os.path.join(HERE, name + '.py'))
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        code, source = code_of(self.cache_dir, module.__name__)
+        module.__file__ = source
+        exec(code, module.__dict__)
+
+
+def start(cache_dir, name, modules=(), as_main=False):
+    if modules:
+        sys.meta_path.insert(0, CachedModules(cache_dir, modules))
     load(cache_dir, 'sandgate_wire')
     if as_main:
         load(cache_dir, name, as_main=True)
@@ -71,8 +96,8 @@ def start(cache_dir, name, as_main=False):
         load(cache_dir, name).main()
 
 
-def command(cache_dir, name, as_main=False):
+def command(cache_dir, name, modules=(), as_main=False):
     """The `python -c` code for start(). sys.path[0] is this directory, as it is for a
     script (kernel.py replaces it), where -c would have put ''."""
-    return ('import sys; sys.path[0:%d] = [%r]; import sandgate_boot; sandgate_boot.start(%r, %r, %r)'
-            % (1 if as_main else 0, HERE, cache_dir, name, as_main))
+    return ('import sys; sys.path[0:%d] = [%r]; import sandgate_boot; sandgate_boot.start(%r, %r, %r, %r)'
+            % (1 if as_main else 0, HERE, cache_dir, name, tuple(modules), as_main))

@@ -4,7 +4,10 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { configFor } from '../config.js';
 import { createLogger } from '../logger.js';
-import { DockerDriver } from './docker-driver.js';
+import type { Readable } from 'node:stream';
+import { DockerDriver, LABEL_GATEWAY } from './docker-driver.js';
+import { runtimeIsolates } from './preflight.js';
+import { until } from '../../test/support/until.js';
 import { runDriverConformance } from '../../test/support/driver-conformance.js';
 import { dockerClient } from './index.js';
 import { REPO_ROOT } from '../paths.js';
@@ -67,6 +70,33 @@ describe('DockerDriver specifics', () => {
     expect(spec.Env).toEqual([]);
     expect(spec.User).toBe('0:0'); // the runner; code runs as 1000 (see the hostile tests)
     expect(spec.Labels).toMatchObject({ 'org.sandgate.owner': 'alice', 'org.sandgate.owner-id': '1', 'org.sandgate.gateway': 'conformance' });
+  });
+
+  it("the runtime check's container carries the gateway's label (a crash leaves nothing adoption cannot find) and is removed", async () => {
+    const driver = newDriver();
+    const docker = dockerClient(config);
+    const events = (await docker.getEvents({ filters: { type: ['container'], event: ['create'], label: [`${LABEL_GATEWAY}=conformance`] } })) as unknown as Readable;
+    const created: Record<string, string>[] = [];
+    events.on('data', (chunk: Buffer) => {
+      for (const line of chunk.toString().split('\n').filter(Boolean)) created.push((JSON.parse(line) as { Actor: { Attributes: Record<string, string> } }).Actor.Attributes);
+    });
+    try {
+      const checks = await driver.health({ full: true });
+      expect(checks.runtime).toEqual({ ok: true, detail: 'runsc runs hardened containers' });
+      await until(() => created.length > 0, 5000);
+      expect(created[0]).toMatchObject({ [LABEL_GATEWAY]: 'conformance', 'org.sandgate.role': 'preflight' });
+    } finally {
+      events.destroy();
+    }
+    expect((await driver.list()).filter((c) => c.labels['org.sandgate.role'] === 'preflight')).toEqual([]);
+  });
+
+  it('a runtime check that does not finish in time fails, and leaves no container', async () => {
+    const labels = { [LABEL_GATEWAY]: 'conformance', 'org.sandgate.role': 'preflight' };
+    const check = await runtimeIsolates(dockerClient(config), { image: config.sandboxImage, runtime: 'runsc', labels, timeoutMs: 1 });
+    expect(check.ok).toBe(false);
+    expect(check.detail).toMatch(/did not finish within 0.001 s/);
+    expect((await newDriver().list()).filter((c) => c.labels['org.sandgate.role'] === 'preflight')).toEqual([]);
   });
 
   it('a missing image is a clear error naming the fix', async () => {

@@ -24,7 +24,7 @@ import Docker from 'dockerode';
 import type { Logger } from '../logger.js';
 import { fromDockerError, SandboxError } from './errors.js';
 import type { RunnerEvent } from './protocol.js';
-import { RunnerConnection } from './runner-connection.js';
+import { ConnectedSandbox, RunnerConnection } from './runner-connection.js';
 import { dockerReachable, imagePresent, runtimeIsolates } from './preflight.js';
 import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from './types.js';
 
@@ -235,7 +235,7 @@ export class DockerDriver implements SandboxDriver {
   }
 }
 
-class DockerSandbox implements SandboxHandle {
+class DockerSandbox extends ConnectedSandbox implements SandboxHandle {
   private lastCpu?: { total: number; system: number };
 
   constructor(
@@ -243,26 +243,12 @@ class DockerSandbox implements SandboxHandle {
     readonly createdAt: number,
     readonly connection: RunnerConnection,
     private readonly stream: Duplex,
-  ) {}
+  ) {
+    super();
+  }
 
   get id(): string {
     return this.container.id;
-  }
-
-  get exited(): boolean {
-    return this.connection.exited;
-  }
-
-  send(request: object): void {
-    this.connection.send(request);
-  }
-
-  onEvent(listener: (event: RunnerEvent) => void): () => void {
-    return this.connection.onEvent(listener);
-  }
-
-  onExit(listener: (reason: string) => void): () => void {
-    return this.connection.onExit(listener);
   }
 
   /** Detaches without stopping the container (used at gateway shutdown). */

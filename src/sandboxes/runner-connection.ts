@@ -12,6 +12,7 @@
  */
 import type { Readable, Writable } from 'node:stream';
 import { parseRunnerEvent, type RunnerEvent } from './protocol.js';
+import type { SandboxHandle } from './types.js';
 
 /** Longest line taken: above the runner's largest (a `call` with up to 4 MiB of parameters, escaped). */
 export const MAX_LINE = 8 * 1024 * 1024;
@@ -174,5 +175,26 @@ export class RunnerConnection {
     for (const l of [...this.exitListeners]) l(reason);
     this.exitListeners.clear();
     this.listeners.clear();
+  }
+}
+
+/** The runner half of a SandboxHandle, forwarded to its connection: the same for every driver. */
+export abstract class ConnectedSandbox implements Pick<SandboxHandle, 'exited' | 'send' | 'onEvent' | 'onExit'> {
+  abstract readonly connection: RunnerConnection;
+
+  get exited(): boolean {
+    return this.connection.exited;
+  }
+
+  send(request: object): void {
+    this.connection.send(request);
+  }
+
+  onEvent(listener: (event: RunnerEvent) => void): () => void {
+    return this.connection.onEvent(listener);
+  }
+
+  onExit(listener: (reason: string) => void): () => void {
+    return this.connection.onExit(listener);
   }
 }

@@ -16,8 +16,7 @@
 import crypto from 'node:crypto';
 import { PassThrough } from 'node:stream';
 import { SandboxError } from '../../src/sandboxes/errors.js';
-import type { RunnerEvent } from '../../src/sandboxes/protocol.js';
-import { RunnerConnection } from '../../src/sandboxes/runner-connection.js';
+import { ConnectedSandbox, RunnerConnection } from '../../src/sandboxes/runner-connection.js';
 import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxOwner, SandboxSpec, SandboxStats } from '../../src/sandboxes/types.js';
 
 /** How a scripted runner answers an exec: it writes lines (raw, or objects as JSON) to the gateway. */
@@ -37,7 +36,7 @@ export const doneFor = (id: string, extra: object = {}) => ({
   ...extra,
 });
 
-export class ScriptedSandbox implements SandboxHandle {
+export class ScriptedSandbox extends ConnectedSandbox implements SandboxHandle {
   readonly id = crypto.randomBytes(8).toString('hex');
   readonly createdAt = Date.now();
   readonly connection: RunnerConnection;
@@ -52,6 +51,7 @@ export class ScriptedSandbox implements SandboxHandle {
     script: RunnerScript,
     readonly owner?: SandboxOwner,
   ) {
+    super();
     const fromGateway = new PassThrough();
     this.connection = new RunnerConnection(fromGateway, this.toGateway);
     let buffer = '';
@@ -83,18 +83,6 @@ export class ScriptedSandbox implements SandboxHandle {
     this.toGateway.end();
   }
 
-  get exited(): boolean {
-    return this.connection.exited;
-  }
-  send(request: object): void {
-    this.connection.send(request);
-  }
-  onEvent(listener: (event: RunnerEvent) => void): () => void {
-    return this.connection.onEvent(listener);
-  }
-  onExit(listener: (reason: string) => void): () => void {
-    return this.connection.onExit(listener);
-  }
   detach(): void {
     this.toGateway.end();
   }

@@ -10,16 +10,14 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { configFor, type Config } from '../../src/config.js';
+import { configFor } from '../../src/config.js';
 import { createGateway, type Gateway as AppGateway, type GatewayParts, type Preflight } from '../../src/gateway.js';
-import { createLogger, type Logger } from '../../src/logger.js';
+import { createLogger } from '../../src/logger.js';
 import type { McpDeps } from '../../src/mcp/context.js';
-import type { SandboxManager } from '../../src/sandboxes/manager.js';
-import type { SandboxOwner } from '../../src/sandboxes/types.js';
-import type { Store } from '../../src/store/store.js';
 import { ensureUser } from '../../src/store/users.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import type { Upstream } from '../../src/upstream/index.js';
+import type { Harness } from './harness.js';
 
 export interface GatewayOptions {
   /** Settings, by environment variable name, over the test defaults. */
@@ -34,15 +32,7 @@ export interface GatewayOptions {
 }
 
 /** The pieces tests reach into, under the names the tests have always used. */
-export interface GatewayStack {
-  config: Config;
-  store: Store;
-  logger: Logger;
-  manager: SandboxManager;
-  dataDir: string;
-  /** Creates (or finds) a user and returns it as a sandbox owner. */
-  user(name: string, opts?: { isAdmin?: boolean }): SandboxOwner;
-}
+export type GatewayStack = Omit<Harness, 'close'>;
 
 export interface Gateway {
   gateway: AppGateway;
