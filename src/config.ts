@@ -15,6 +15,7 @@ import { ConfigError } from './errors.js';
 
 const bool = z.enum(['true', 'false', '1', '0', 'yes', 'no']).transform((v) => ['true', '1', 'yes'].includes(v));
 const int = (min: number, max: number) => z.coerce.number().int().min(min).max(max);
+const optionalUrl = z.union([z.literal(''), z.string().url().regex(/^https?:\/\//, 'must be an http:// or https:// URL')]);
 
 export interface Setting {
   env: string;
@@ -63,6 +64,23 @@ export const SETTINGS = [
   setting('piiAllow', 'SANDGATE_PII_ALLOW', '', z.string(), 'Comma-separated values never tokenized (case-insensitive), e.g. the team support address.'),
   setting('piiTtlHours', 'SANDGATE_PII_TTL_HOURS', '168', int(1, 87600), 'Forget a tokenized value after this many hours without use.'),
   setting('piiKey', 'SANDGATE_PII_KEY', '', z.string(), 'Key that encrypts the PII vault (32 bytes, base64 or hex). Empty: generated once in <data dir>/pii.key with mode 0600.'),
+  setting('anthropicApiKey', 'SANDGATE_ANTHROPIC_API_KEY', '', z.string(), "The team's Anthropic API key for the built-in agent. Users may add their own; theirs wins for them."),
+  setting('anthropicBaseUrl', 'SANDGATE_ANTHROPIC_BASE_URL', '', optionalUrl, 'Anthropic API base URL (default https://api.anthropic.com/v1), e.g. a proxy.'),
+  setting('openaiApiKey', 'SANDGATE_OPENAI_API_KEY', '', z.string(), "The team's OpenAI API key for the built-in agent. Users may add their own; theirs wins for them."),
+  setting('openaiBaseUrl', 'SANDGATE_OPENAI_BASE_URL', '', optionalUrl, 'OpenAI API base URL (default https://api.openai.com/v1), e.g. Azure OpenAI or a proxy.'),
+  setting('geminiApiKey', 'SANDGATE_GEMINI_API_KEY', '', z.string(), "The team's Google Gemini API key for the built-in agent. Users may add their own; theirs wins for them."),
+  setting('geminiBaseUrl', 'SANDGATE_GEMINI_BASE_URL', '', optionalUrl, 'Gemini API base URL (default https://generativelanguage.googleapis.com/v1beta).'),
+  setting('compatibleBaseUrl', 'SANDGATE_COMPATIBLE_BASE_URL', '', optionalUrl, 'Base URL of an OpenAI-compatible server (Ollama: http://localhost:11434/v1, vLLM, LM Studio, OpenRouter). Its models must be listed in SANDGATE_MODELS.'),
+  setting('compatibleApiKey', 'SANDGATE_COMPATIBLE_API_KEY', '', z.string(), 'API key for SANDGATE_COMPATIBLE_BASE_URL, if it needs one.'),
+  setting('compatibleName', 'SANDGATE_COMPATIBLE_NAME', 'local', z.string().regex(/^[a-z][a-z0-9-]{0,31}$/, 'lower-case letters, digits and -'), 'The name models of SANDGATE_COMPATIBLE_BASE_URL go by in SANDGATE_MODELS and in model pickers (e.g. ollama, for ollama:qwen2.5).'),
+  setting('models', 'SANDGATE_MODELS', '', z.string(), 'Models offered, comma-separated provider:model (anthropic:claude-sonnet-4-5, openai:gpt-4.1, gemini:gemini-2.5-flash, <SANDGATE_COMPATIBLE_NAME>:<model>). Empty: a default model for each provider with a team key.'),
+  setting('defaultModel', 'SANDGATE_DEFAULT_MODEL', '', z.string(), 'The model a new conversation starts with (one of SANDGATE_MODELS). Empty: the first one offered.'),
+  setting('agentMaxRounds', 'SANDGATE_AGENT_MAX_ROUNDS', '24', int(1, 1000), 'Tool rounds one turn of the built-in agent may take; the turn then ends and says so.'),
+  setting('agentTurnTokens', 'SANDGATE_AGENT_TURN_TOKENS', '400000', int(1000, 100000000), 'Tokens (input plus output, all rounds) one turn may use; the turn then ends and says so.'),
+  setting('agentContextTokens', 'SANDGATE_AGENT_CONTEXT_TOKENS', '100000', int(2000, 10000000), 'Largest prompt sent to a model (estimated); older tool output is trimmed to stay below it, never the messages of the user.'),
+  setting('agentMaxOutputTokens', 'SANDGATE_AGENT_MAX_OUTPUT_TOKENS', '8192', int(256, 1000000), 'Largest reply asked of a model in one round.'),
+  setting('agentRetries', 'SANDGATE_AGENT_RETRIES', '3', int(0, 10), 'Retries of a model request that failed with 429, 5xx or a network error (with backoff, honouring Retry-After).'),
+  setting('agentTimeoutSec', 'SANDGATE_AGENT_TIMEOUT_SEC', '120', int(5, 3600), 'A model request fails after this long without a new byte from the provider.'),
 ] as const;
 
 type SettingKey = (typeof SETTINGS)[number]['key'];

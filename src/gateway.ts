@@ -7,14 +7,19 @@
  * driver's to say (`health`).
  */
 import type express from 'express';
+import { Agent } from './agent/agent.js';
+import { ModelCatalog } from './agent/models.js';
+import { ProviderKeys } from './agent/provider-keys.js';
 import { createApp } from './app.js';
 import { recordAudit } from './audit/audit.js';
 import type { Config } from './config.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
+import { openAiApi } from './http/openai-api.js';
 import type { Caller } from './identity/caller.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
 import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
+import { instructionsFor, toolContext } from './mcp/server.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
@@ -31,6 +36,8 @@ export interface GatewayParts {
   driver?: SandboxDriver;
   /** How soon a failed full health check may run again (default PREFLIGHT_RETRY_MS). */
   preflightRetryMs?: number;
+  /** The models the agent offers: from the settings by default. */
+  models?: ModelCatalog;
 }
 
 /** Whether sandboxes can run, and each check's word. */
@@ -54,6 +61,10 @@ export interface Gateway {
   app: express.Express;
   /** An MCP client in this process for `caller` (a conversation of the built-in agent): the same tools as /mcp. */
   connect(caller: Caller): Promise<InProcessConnection>;
+  /** The built-in agent: conversations, turns, the models offered. */
+  agent: Agent;
+  /** Users' own provider keys (write-only). */
+  providerKeys: ProviderKeys;
   /**
    * Runs the driver's full health check, then adopts earlier sandboxes and fills the warm
    * pool. When the check fails, sandboxes wait: readiness checks again (at most every
@@ -91,6 +102,10 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
   const vault = pii?.vault;
   const boundary = pii?.boundary ?? IDENTITY_BOUNDARY;
   const tools: McpDeps = { config, db: store.db, logger, sandboxes: manager, skills: new SkillsDir(), catalog: upstream.catalog, boundary };
+  const connect = (caller: Caller) => connectInProcess(tools, caller);
+  const providerKeys = new ProviderKeys(store.db, config.dataDir);
+  const models = parts.models ?? new ModelCatalog(config, providerKeys);
+  const agent = new Agent({ config, db: store.db, logger, boundary, catalog: models, connect, instructions: (caller) => instructionsFor(toolContext(tools, caller)) });
 
   let preflight: Preflight = { ok: false, checks: { runtime: { ok: false, detail: 'not checked yet' } } };
   let running: Promise<Preflight> | undefined;
@@ -129,7 +144,10 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     store,
     logger,
     readiness: { docker: quickCheck('docker'), image: quickCheck('image'), runtime: runtimeReadiness },
-    mount: (a) => a.use(mcpRouter(tools)),
+    mount: (a) => {
+      a.use(mcpRouter(tools));
+      a.use(openAiApi({ config, db: store.db, logger, agent }));
+    },
   });
 
   let purge: NodeJS.Timeout | undefined;
@@ -144,7 +162,9 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     tools,
     warnings: upstream.warnings,
     app,
-    connect: (caller) => connectInProcess(tools, caller),
+    connect,
+    agent,
+    providerKeys,
     async start() {
       if (vault) {
         preloadWordKnowledge();
@@ -156,10 +176,12 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
         purge = setInterval(sweep, PURGE_INTERVAL_MS);
         purge.unref();
       }
+      agent.init();
       return runPreflight();
     },
     async close(opts = {}) {
       closed = true;
+      await agent.close();
       if (purge) clearInterval(purge);
       await running?.catch(() => undefined);
       await manager.shutdown(opts);

@@ -65,9 +65,11 @@ async function main(): Promise<void> {
     // The public URL as set; only a default one takes the port picked at listen (SANDGATE_PORT=0).
     const url = config.publicUrlSet ? config.publicUrl.replace(/\/$/, '') : config.publicUrl.replace(/:\d+$/, `:${port}`);
     logger.info({ url, runtime: config.sandboxRuntime }, 'sandgate listening');
+    const models = gateway.agent.catalog.teamModels().map((m) => m.id);
     process.stdout.write(
       `\n  sandgate is running at ${url}\n` +
         `  MCP endpoint:  ${url}/mcp\n` +
+        `  OpenAI-compatible API: ${url}/v1 (${models.length ? `models: ${models.join(', ')}` : 'no model provider set: see SANDGATE_ANTHROPIC_API_KEY and friends in README.md'})\n` +
         `  create a token: npx sandgate users add <your-name>\n` +
         `                  npx sandgate tokens create --user <your-name> --name laptop\n` +
         `  connect a client: docs/mcp-clients.md   health: ${url}/readyz\n\n`,

@@ -15,14 +15,21 @@ import { isWellFormedToken } from '../src/tokens/format.js';
 import { verifyToken } from '../src/tokens/tokens.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { openStore } from '../src/store/store.js';
+import { ProviderKeys } from '../src/agent/provider-keys.js';
 
 let h: Harness;
 
 async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return cliWithInput('', ...argv);
+}
+
+async function cliWithInput(stdin: string, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
     openStore: () => openStore(h.dataDir),
+    dataDir: h.dataDir,
+    readSecret: async () => stdin,
     driver: () => createDriver(h.config, h.logger),
     out: (s) => out.push(s),
     err: (s) => err.push(s),
@@ -131,5 +138,23 @@ describe('bin/sandgate.js', () => {
     const { stdout } = await promisify(execFile)(process.execPath, [bin, '--help']);
     expect(stdout).toMatch(/Usage: sandgate \[options\] \[command\]/);
     expect(stdout).toMatch(/tokens\s+Personal API tokens/);
+  });
+});
+
+describe('sandgate provider-keys', () => {
+  it('stores a key from standard input, lists providers but never keys, and deletes it', async () => {
+    await cli('users', 'add', 'pia');
+    expect(await cliWithInput('sk-pia-secret\n', 'provider-keys', 'set', '--user', 'pia', '--provider', 'openai')).toMatchObject({ code: 0, out: 'Stored pia’s openai key. Their requests to openai use it from now on.' });
+    const listed = await cli('provider-keys', 'list', '--user', 'pia');
+    expect(listed.out).toMatch(/^PROVIDER\s+SET\nopenai\s+\d{4}-/);
+    expect(listed.out).not.toContain('sk-pia');
+    const store = openStore(h.dataDir);
+    const pia = findUser(store.db, 'pia')!;
+    expect(new ProviderKeys(store.db, h.dataDir).get(pia.id, 'openai')).toBe('sk-pia-secret');
+    store.close();
+    expect(await cliWithInput('', 'provider-keys', 'set', '--user', 'pia', '--provider', 'openai')).toMatchObject({ code: 1, err: expect.stringMatching(/no key on standard input/) });
+    expect((await cli('provider-keys', 'set', '--user', 'pia', '--provider', 'mistral')).code).toBe(2);
+    expect((await cli('provider-keys', 'delete', '--user', 'pia', '--provider', 'openai')).out).toBe('Deleted pia’s openai key.');
+    expect((await cli('provider-keys', 'list', '--user', 'pia')).out).toBe('pia has no provider keys.');
   });
 });

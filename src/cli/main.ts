@@ -23,6 +23,12 @@ async function main(): Promise<number> {
   }
   const ctx: CliContext = {
     openStore: () => openStore(config.dataDir),
+    dataDir: config.dataDir,
+    readSecret: async () => {
+      const chunks: Buffer[] = [];
+      for await (const c of process.stdin) chunks.push(c as Buffer);
+      return Buffer.concat(chunks).toString('utf8');
+    },
     // The driver alone, not a manager: a second manager would adopt the gateway's containers.
     driver: () => createDriver(config, createLogger('warn', process.stderr)),
     out: (s) => process.stdout.write(`${s}\n`),

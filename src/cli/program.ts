@@ -4,6 +4,8 @@
  * against a temporary store; main.ts builds the real context from configuration.
  */
 import { Command, CommanderError, Option } from 'commander';
+import { KEYED_PROVIDERS } from '../agent/models.js';
+import { ProviderKeys } from '../agent/provider-keys.js';
 import { listAudit } from '../audit/audit.js';
 import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import type { SandboxDriver } from '../sandboxes/types.js';
@@ -16,6 +18,10 @@ import { GatewayError } from '../errors.js';
 
 export interface CliContext {
   openStore(): Store;
+  /** The data directory (for the key file that seals users' provider keys). */
+  dataDir: string;
+  /** A secret typed or piped on standard input (a provider key), never echoed. */
+  readSecret(): Promise<string>;
   /** The sandbox driver of this gateway (containers found by its labels). */
   driver(): SandboxDriver;
   out(text: string): void;
@@ -171,6 +177,41 @@ export function buildProgram(ctx: CliContext): Command {
       const u = requireUser(db(), name);
       const stopped = await stopUserSandbox(ctx.driver(), db(), u);
       ctx.out(stopped ? `Stopped ${stopped} sandbox container(s) of ${u.name}.` : `${u.name} has no running sandbox.`);
+    });
+
+  // ---------------------------------------------------------------- provider keys
+  const keys = program.command('provider-keys').description('Users’ own API keys for model providers (write-only; used instead of the team key for that user)');
+  keys
+    .command('set')
+    .description('Store a user’s key for a provider, read from standard input (never echoed, never shown again)')
+    .requiredOption('--user <name>', 'login name')
+    .addOption(new Option('--provider <provider>', 'model provider').choices([...KEYED_PROVIDERS]).makeOptionMandatory())
+    .action(async (o: { user: string; provider: string }) => {
+      const u = requireUser(db(), o.user);
+      const value = (await ctx.readSecret()).trim();
+      if (!value) throw new CliError('no key on standard input: pipe it in, e.g. sandgate provider-keys set --user alice --provider openai < key.txt');
+      new ProviderKeys(db(), ctx.dataDir).set(u.id, o.provider, value);
+      ctx.out(`Stored ${u.name}’s ${o.provider} key. Their requests to ${o.provider} use it from now on.`);
+    });
+  keys
+    .command('delete')
+    .description('Delete a user’s key for a provider (the team key applies again, if there is one)')
+    .requiredOption('--user <name>', 'login name')
+    .addOption(new Option('--provider <provider>', 'model provider').choices([...KEYED_PROVIDERS]).makeOptionMandatory())
+    .action((o: { user: string; provider: string }) => {
+      const u = requireUser(db(), o.user);
+      const gone = new ProviderKeys(db(), ctx.dataDir).delete(u.id, o.provider);
+      ctx.out(gone ? `Deleted ${u.name}’s ${o.provider} key.` : `${u.name} has no ${o.provider} key.`);
+    });
+  keys
+    .command('list')
+    .description('Which providers a user has a key for (never the keys)')
+    .requiredOption('--user <name>', 'login name')
+    .action((o: { user: string }) => {
+      const u = requireUser(db(), o.user);
+      const list = new ProviderKeys(db(), ctx.dataDir).list(u.id);
+      if (!list.length) return ctx.out(`${u.name} has no provider keys.`);
+      ctx.out(table(['PROVIDER', 'SET'], list.map((k) => [k.provider, iso(k.updatedAt)])));
     });
 
   // ---------------------------------------------------------------- audit

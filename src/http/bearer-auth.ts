@@ -1,10 +1,10 @@
 /**
- * Bearer-token authentication for /mcp. A missing, malformed, unknown, expired or
+ * Bearer-token authentication for /mcp and the /v1 API. A missing, malformed, unknown, expired or
  * revoked token gets 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750) and a
  * body that says what to do. Denials of a known token are audited for its user; tokens
  * nobody owns are only logged, so garbage cannot fill the audit log.
  */
-import type { Request, RequestHandler } from 'express';
+import type { Request, RequestHandler, Response } from 'express';
 import type { Caller } from '../identity/caller.js';
 import { recordAudit } from '../audit/audit.js';
 import type { Logger } from '../logger.js';
@@ -33,7 +33,13 @@ export function callerOf(req: Request): Caller & { via: { kind: 'token' } } {
   return { user: p.user, via: { kind: 'token', tokenId: p.tokenId, tokenName: p.tokenName } };
 }
 
-export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {
+/** How a refusal is written: JSON-RPC for /mcp by default; the /v1 API answers in OpenAI's error shape. */
+export type Refusal = (res: Response, message: string, reason: TokenFailure) => void;
+
+const jsonRpcRefusal: Refusal = (res, message) => void res.json({ jsonrpc: '2.0', error: { code: -32001, message }, id: null });
+
+export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
+  const refuse = opts.refuse ?? jsonRpcRefusal;
   return function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
@@ -55,7 +61,7 @@ export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {
           userId: result.token.userId,
           tokenId: result.token.id,
           tokenName: result.token.name,
-          kind: 'mcp',
+          kind: opts.auditKind ?? 'mcp',
           method: 'authenticate',
           durationMs: performance.now() - started,
           outcome: 'denied',
@@ -65,7 +71,7 @@ export function bearerAuth(deps: { db: Db; logger: Logger }): RequestHandler {
         deps.logger.error({ err: e }, 'could not write an audit entry');
       }
     }
-    deps.logger.warn({ reason: result.reason, ip: req.ip, user: result.token?.userName }, 'MCP request refused: bad token');
-    res.status(401).set('WWW-Authenticate', challenge).json({ jsonrpc: '2.0', error: { code: -32001, message: result.message }, id: null });
+    deps.logger.warn({ reason: result.reason, ip: req.ip, user: result.token?.userName }, `${opts.what ?? 'MCP'} request refused: bad token`);
+    refuse(res.status(401).set('WWW-Authenticate', challenge), result.message, result.reason);
   };
 }

@@ -4,6 +4,7 @@
  * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
  * CLI and the tests all open the store with this list (openStore takes no other).
  */
+import { agentMigration } from '../agent/schema.js';
 import { auditCallersMigration, auditMigration } from '../audit/schema.js';
 import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
 import { tokensMigration } from '../tokens/schema.js';
@@ -21,6 +22,7 @@ export const MIGRATIONS: readonly Migration[] = [
   piiBatchesMigration,
   UPSTREAM_IDENTITIES_MIGRATION,
   auditCallersMigration,
+  agentMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -29,6 +29,8 @@ export interface GatewayOptions {
   /** Skip start() (preflight, adoption, pool, reaper): for tests that run no code. */
   noStart?: boolean;
   parts?: GatewayParts;
+  /** Reopen this data directory (one a closed gateway kept) instead of a fresh one. */
+  dataDir?: string;
 }
 
 /** The pieces tests reach into, under the names the tests have always used. */
@@ -50,13 +52,14 @@ export interface Gateway {
   tools: McpDeps;
   /** Creates the user if needed and a fresh token for it. */
   tokenFor(user: string, name?: string, opts?: { expiresAt?: number }): string;
-  close(): Promise<void>;
+  /** `keepData`: leave the data directory (and the sandboxes) for a gateway started on it next, as a restart would. */
+  close(opts?: { keepData?: boolean }): Promise<void>;
 }
 
 let tokenSeq = 0;
 
 export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-gw-'));
+  const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-gw-'));
   if (opts.upstream) fs.writeFileSync(path.join(dataDir, 'mcp-servers.json'), JSON.stringify({ mcpServers: opts.upstream }));
   // The port comes first: the public URL names it, and Host checks follow the public URL.
   const server = http.createServer();
@@ -103,9 +106,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
       const u = ensureUser(gateway.store.db, user);
       return createToken(gateway.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;
     },
-    async close() {
+    async close(o = {}) {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
+      if (o.keepData) return gateway.close();
       await gateway.close({ stopAll: true, releaseVolumes: true });
       fs.rmSync(dataDir, { recursive: true, force: true });
       fs.rmSync(`${dataDir}-homes`, { recursive: true, force: true });

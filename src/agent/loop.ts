@@ -1,0 +1,322 @@
+/**
+ * One turn of the built-in agent: the user's message, then model round trips until the
+ * model answers without calling a tool, each tool call dispatched to the gateway's own
+ * tools through an in-process MCP client (src/mcp/serve.ts: the same server, checks, PII
+ * boundary, audit and cancellation as /mcp).
+ *
+ * What bounds a turn, each ending it with a message that says so: SANDGATE_AGENT_MAX_ROUNDS
+ * model round trips, SANDGATE_AGENT_TURN_TOKENS tokens, and SANDGATE_AGENT_CONTEXT_TOKENS
+ * of prompt (old tool output is trimmed first; the user's messages are never dropped).
+ * A cancel stops the model stream and the running execution. Provider errors come back
+ * retried by the AI SDK (429, 5xx, network; honouring Retry-After) and are then shown in
+ * words; malformed or unknown tool calls go back to the model as tool errors it can fix.
+ *
+ * Personal data: the user's text passes the PII boundary before it is stored or sent, so
+ * the model sees tokens; tool results are tokenized by the tools themselves. What the
+ * user is shown (the events) has the values back. The store keeps the model side only.
+ */
+import { jsonSchema, streamText, type LanguageModel, type ModelMessage, type ToolSet } from 'ai';
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import type { Config } from '../config.js';
+import type { Caller } from '../identity/caller.js';
+import type { Logger } from '../logger.js';
+import type { InProcessConnection } from '../mcp/serve.js';
+import type { ModelBoundary } from '../pii/boundary.js';
+import type { Db } from '../store/store.js';
+import { addMessage, endTurn, messagesOf, startTurn, updateConversation, type Conversation, type TurnStatus, type Usage } from './conversations.js';
+import { fitToContext } from './context.js';
+import { DisplayStream, forUser } from './display.js';
+import type { AgentEvent, DoneReason, EventSink, FileChange } from './events.js';
+import type { ModelCatalog, ModelChoice } from './models.js';
+import { systemPrompt } from './prompt.js';
+import { describeProviderError } from './provider-errors.js';
+
+/** A tool result shown to the user is cut here (the model gets what the tool returned). */
+const MAX_RESULT_SHOWN = 20_000;
+
+export interface TurnDeps {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  boundary: ModelBoundary;
+  catalog: ModelCatalog;
+}
+
+export interface TurnInput {
+  conversation: Conversation;
+  caller: Caller;
+  choice: ModelChoice;
+  model: LanguageModel;
+  keyOwner: 'user' | 'team';
+  /** The MCP client of the gateway's tools for this turn, connected at the first tool call. */
+  connection: () => Promise<InProcessConnection>;
+  /** The gateway's server instructions for this caller (skills index included), as MCP clients get them. */
+  instructions: string;
+  /** What the user wrote, as they wrote it. */
+  text: string;
+  /** System text of the application the user writes in (the /v1 API's system messages). */
+  clientInstructions?: string;
+  sink: EventSink;
+  signal: AbortSignal;
+}
+
+export interface TurnOutcome {
+  turnId: number;
+  reason: DoneReason;
+  message?: string;
+  rounds: number;
+  usage: Usage;
+}
+
+interface ToolCallPart {
+  toolCallId: string;
+  toolName: string;
+  input: unknown;
+  invalid?: boolean;
+  error?: unknown;
+}
+
+type ToolOutput = { type: 'text'; value: string } | { type: 'error-text'; value: string };
+
+/**
+ * Makes a stored history safe to send: every tool call answered by a result (a turn that
+ * was interrupted or cancelled may have left calls without one), nothing answering a
+ * call that is not there, no empty answer.
+ */
+export function repairToolPairs(history: ModelMessage[]): ModelMessage[] {
+  const out: ModelMessage[] = [];
+  for (let i = 0; i < history.length; i++) {
+    const m = history[i]!;
+    if (m.role === 'tool') continue; // placed with the call it answers, below
+    // An empty answer is kept for its usage only: providers refuse empty messages.
+    if (m.role === 'assistant' && Array.isArray(m.content) && m.content.length === 0) continue;
+    out.push(m);
+    if (m.role !== 'assistant' || typeof m.content === 'string') continue;
+    const calls = m.content.filter((p) => p.type === 'tool-call');
+    if (!calls.length) continue;
+    const next = history[i + 1];
+    const results = next?.role === 'tool' ? next.content.filter((p) => p.type === 'tool-result') : [];
+    const answered = new Map(results.map((r) => [r.toolCallId, r]));
+    out.push({
+      role: 'tool',
+      content: calls.map(
+        (c) =>
+          answered.get(c.toolCallId) ?? {
+            type: 'tool-result' as const,
+            toolCallId: c.toolCallId,
+            toolName: c.toolName,
+            output: { type: 'error-text' as const, value: 'Not run: the turn ended before this call finished.' },
+          },
+      ),
+    });
+  }
+  return out;
+}
+
+/** What a user is shown of a value the model wrote: its tokens back to values, in every string. */
+async function forUserDeep(boundary: ModelBoundary, caller: Caller, value: unknown): Promise<unknown> {
+  if (typeof value === 'string') return forUser(boundary, caller, value);
+  if (Array.isArray(value)) return Promise.all(value.map((v) => forUserDeep(boundary, caller, v)));
+  if (value && typeof value === 'object') {
+    return Object.fromEntries(await Promise.all(Object.entries(value).map(async ([k, v]) => [k, await forUserDeep(boundary, caller, v)] as const)));
+  }
+  return value;
+}
+
+/** The tools as the model is offered them, and the characters their definitions take in a prompt. */
+export interface ModelTools {
+  set: ToolSet;
+  chars: number;
+}
+
+/** The tools as the model is offered them: name, description and input schema from the server's listing. */
+export async function modelTools(connection: InProcessConnection): Promise<ModelTools> {
+  const { tools } = await connection.client.listTools();
+  const set: ToolSet = {};
+  for (const t of tools) set[t.name] = { description: t.description ?? t.title ?? t.name, inputSchema: jsonSchema(t.inputSchema as Parameters<typeof jsonSchema>[0]) };
+  return { set, chars: JSON.stringify(tools.map((t) => [t.name, t.description, t.inputSchema])).length };
+}
+
+export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: ModelTools): Promise<TurnOutcome> {
+  const tools = modelToolset.set;
+  const { config, db, logger, boundary } = deps;
+  const { conversation, caller, choice, sink, signal } = input;
+  const emit = (e: AgentEvent) => {
+    try {
+      sink(e);
+    } catch (err) {
+      logger.warn({ err }, 'an agent event sink failed');
+    }
+  };
+  const modelText = await boundary.toModel(caller, input.text);
+  const turn = startTurn(db, conversation.id, choice.id);
+  emit({ type: 'turn', conversationId: conversation.id, turnId: turn.id, model: choice.id });
+  addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'user', content: modelText } });
+  if (!conversation.title) updateConversation(db, conversation.id, { title: modelText });
+
+  const history = repairToolPairs(messagesOf(db, conversation.id).map((m) => m.message));
+  const system = systemPrompt(input.instructions, input.clientInstructions && (await boundary.toModel(caller, input.clientInstructions)));
+  const fixedChars = system.length + modelToolset.chars;
+  const usage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+  let rounds = 0;
+  let keepFrom = history.length - 1;
+
+  const finish = (reason: DoneReason, status: Exclude<TurnStatus, 'running'>, message?: string): TurnOutcome => {
+    endTurn(db, turn.id, status, rounds, message);
+    emit({ type: 'done', reason, ...(message ? { message } : {}) });
+    return { turnId: turn.id, reason, message, rounds, usage };
+  };
+  const cancelled = () => finish('cancelled', signal.reason === 'shutdown' ? 'interrupted' : 'cancelled', signal.reason === 'shutdown' ? 'The gateway stopped during this turn.' : 'Stopped by you.');
+  const save = (message: ModelMessage, roundUsage?: Usage) => {
+    history.push(message);
+    addMessage(db, { conversationId: conversation.id, turnId: turn.id, message, ...(message.role === 'assistant' ? { model: choice.id, keyOwner: input.keyOwner, usage: roundUsage } : {}) });
+  };
+
+  while (true) {
+    if (signal.aborted) return cancelled();
+    const fitted = fitToContext(history, fixedChars, config.agentContextTokens, keepFrom);
+    if (!fitted.fits) {
+      return finish(
+        'context_full',
+        'stopped',
+        `This conversation no longer fits the model's context (about ${fitted.tokens} tokens, more than SANDGATE_AGENT_CONTEXT_TOKENS=${config.agentContextTokens}, even with earlier tool output trimmed). Start a new conversation; your files in /workspace stay.`,
+      );
+    }
+    rounds++;
+    const display = new DisplayStream(boundary, caller);
+    let text = '';
+    const calls: ToolCallPart[] = [];
+    const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+    try {
+      const result = streamText({
+        model: input.model,
+        system,
+        messages: fitted.messages,
+        tools,
+        maxRetries: config.agentRetries,
+        maxOutputTokens: config.agentMaxOutputTokens,
+        abortSignal: signal,
+        timeout: { chunkMs: config.agentTimeoutSec * 1000 },
+        // Errors arrive as stream parts and are handled below; the default would print them.
+        onError: () => {},
+      });
+      for await (const part of result.fullStream) {
+        if (part.type === 'text-delta') {
+          text += part.text;
+          const shown = await display.push(part.text);
+          if (shown) emit({ type: 'text', delta: shown });
+        } else if (part.type === 'tool-call') {
+          const p = part as ToolCallPart & { type: 'tool-call' };
+          calls.push({ toolCallId: p.toolCallId, toolName: p.toolName, input: p.input, invalid: p.invalid, error: p.error });
+        } else if (part.type === 'finish-step') {
+          roundUsage.inputTokens += part.usage.inputTokens ?? 0;
+          roundUsage.outputTokens += part.usage.outputTokens ?? 0;
+          roundUsage.cachedInputTokens += part.usage.inputTokenDetails?.cacheReadTokens ?? 0;
+        } else if (part.type === 'error') {
+          throw part.error;
+        } else if (part.type === 'abort') {
+          break;
+        }
+      }
+    } catch (err) {
+      const tail = await display.end();
+      if (tail) emit({ type: 'text', delta: tail });
+      if (text) save({ role: 'assistant', content: [{ type: 'text', text }] }, roundUsage);
+      if (signal.aborted) return cancelled();
+      const d = describeProviderError(err, choice, deps.catalog, { timeoutSec: config.agentTimeoutSec, retries: config.agentRetries });
+      logger.warn({ provider: choice.provider, model: choice.model, code: d.code, status: (err as { statusCode?: number }).statusCode }, 'model request failed');
+      emit({ type: 'error', code: d.code, message: d.message });
+      return finish('failed', 'failed', d.message);
+    }
+    const tail = await display.end();
+    if (tail) emit({ type: 'text', delta: tail });
+    usage.inputTokens += roundUsage.inputTokens;
+    usage.outputTokens += roundUsage.outputTokens;
+    usage.cachedInputTokens += roundUsage.cachedInputTokens;
+    emit({ type: 'usage', round: rounds, ...roundUsage });
+
+    const content: Exclude<ModelMessage & { role: 'assistant' }, { content: string }>['content'] = [];
+    if (text) content.push({ type: 'text', text });
+    for (const c of calls) {
+      const callInput = c.input !== null && typeof c.input === 'object' && !Array.isArray(c.input) ? c.input : {};
+      content.push({ type: 'tool-call', toolCallId: c.toolCallId, toolName: c.toolName, input: callInput });
+    }
+    // An empty answer is not stored (providers refuse empty text blocks); its usage still counts.
+    if (content.length) save({ role: 'assistant', content }, roundUsage);
+    else addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'assistant', content: [] }, model: choice.id, keyOwner: input.keyOwner, usage: roundUsage });
+    keepFrom = history.length - 1;
+
+    if (signal.aborted) return cancelled();
+    if (!calls.length) return finish('complete', 'complete');
+
+    const overBudget = usage.inputTokens + usage.outputTokens > config.agentTurnTokens;
+    const lastRound = rounds >= config.agentMaxRounds;
+    if (overBudget || lastRound) {
+      const why = overBudget
+        ? `This turn used ${usage.inputTokens + usage.outputTokens} tokens, more than its budget of ${config.agentTurnTokens} (SANDGATE_AGENT_TURN_TOKENS)`
+        : `This turn reached its limit of ${config.agentMaxRounds} model round trips (SANDGATE_AGENT_MAX_ROUNDS)`;
+      save({
+        role: 'tool',
+        content: calls.map((c) => ({ type: 'tool-result' as const, toolCallId: c.toolCallId, toolName: c.toolName, output: { type: 'error-text' as const, value: `Not run: ${why}.` } })),
+      });
+      return finish(overBudget ? 'token_budget' : 'max_rounds', 'stopped', `${why}, so it stopped before running more tools. Send a message to go on.`);
+    }
+
+    const results: { type: 'tool-result'; toolCallId: string; toolName: string; output: ToolOutput }[] = [];
+    for (const c of calls) {
+      let output: ToolOutput;
+      if (signal.aborted) output = { type: 'error-text', value: 'Not run: the turn was stopped.' };
+      else output = await callTool(deps, input, tools, c, emit);
+      results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output });
+    }
+    save({ role: 'tool', content: results });
+    keepFrom = history.length - 2;
+  }
+}
+
+/** One tool call through the in-process MCP client, with its events; never throws. */
+async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: ToolCallPart, emit: EventSink): Promise<ToolOutput> {
+  const { boundary, config } = deps;
+  const { caller, signal } = input;
+  if (!(c.toolName in tools)) {
+    return { type: 'error-text', value: `There is no tool named "${c.toolName}". The tools are: ${Object.keys(tools).join(', ')}.` };
+  }
+  if (c.invalid) {
+    const why = String((c.error as Error | undefined)?.message ?? 'they are not a JSON object').slice(0, 500);
+    return { type: 'error-text', value: `The arguments of this ${c.toolName} call could not be used (${why}). Call it again with a JSON object that matches its input schema.` };
+  }
+  emit({ type: 'tool_call', id: c.toolCallId, name: c.toolName, input: await forUserDeep(boundary, caller, c.input) });
+  // Progress messages are tokenized like everything the tools send; shown in order, with values.
+  let shown = Promise.resolve();
+  const onprogress = (p: { message?: string }) => {
+    if (!p.message) return;
+    const message = p.message;
+    shown = shown.then(async () => emit({ type: 'output', id: c.toolCallId, text: await forUser(boundary, caller, message) })).catch(() => {});
+  };
+  try {
+    const connection = await input.connection();
+    const result = (await connection.client.callTool(
+      { name: c.toolName, arguments: c.input as Record<string, unknown> },
+      { signal, onprogress, timeout: (config.execMaxTimeoutSec + 60) * 1000 },
+    )) as CallToolResult;
+    await shown;
+    const text = result.content
+      .filter((b) => b.type === 'text')
+      .map((b) => (b as { text: string }).text)
+      .join('\n');
+    const files: FileChange[] = result.content
+      .filter((b) => b.type === 'resource_link')
+      .map((b) => b as { uri: string; size?: number })
+      .filter((b) => b.uri.startsWith('file:///workspace/'))
+      .map((b) => ({ path: decodeURIComponent(b.uri.slice('file:///workspace/'.length)), ...(b.size !== undefined ? { size: b.size } : {}) }));
+    const userText = await forUser(boundary, caller, text);
+    emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: userText.length > MAX_RESULT_SHOWN ? `${userText.slice(0, MAX_RESULT_SHOWN)}…` : userText, isError: result.isError === true });
+    if (files.length) emit({ type: 'files', id: c.toolCallId, files });
+    return { type: result.isError ? 'error-text' : 'text', value: text || '(no output)' };
+  } catch (err) {
+    await shown;
+    const value = signal.aborted ? 'Stopped: the user cancelled this turn.' : `The ${c.toolName} call failed: ${(err as Error).message}`;
+    emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: value, isError: true });
+    return { type: 'error-text', value };
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * The built-in agent's tables (a step of the store's schema, registry.ts):
+ *
+ * - conversations: one per chat (the web app) or per request of the /v1 API;
+ * - turns: a user message and everything that answered it, with how it ended;
+ * - messages: the conversation as the model saw it (tokens in place of personal data,
+ *   never the values), one row per message, with the usage of the round that made it;
+ * - provider_keys: users' own API keys for model providers, sealed.
+ */
+import type { Migration } from '../store/migrations.js';
+
+export const agentMigration: Migration = {
+  description: 'conversations of the built-in agent, their turns and messages, and users\' own provider keys',
+  up(db) {
+    db.exec(`
+      CREATE TABLE conversations (
+        id TEXT PRIMARY KEY,                 -- random, URL-safe
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        title TEXT NOT NULL DEFAULT '',      -- model side: tokens, never personal data
+        model TEXT NOT NULL,                 -- provider:model of the next turn
+        source TEXT NOT NULL CHECK (source IN ('web', 'api')),
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL
+      );
+      CREATE INDEX conversations_user ON conversations(user_id, updated_at);
+      CREATE TABLE turns (
+        id INTEGER PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'stopped', 'cancelled', 'interrupted', 'failed')),
+        note TEXT,                           -- why it ended early, in words for the user
+        rounds INTEGER NOT NULL DEFAULT 0,
+        started_at INTEGER NOT NULL,
+        ended_at INTEGER
+      );
+      CREATE INDEX turns_conversation ON turns(conversation_id, id);
+      CREATE INDEX turns_running ON turns(status) WHERE status = 'running';
+      CREATE TABLE messages (
+        id INTEGER PRIMARY KEY,
+        conversation_id TEXT NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+        turn_id INTEGER REFERENCES turns(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
+        content TEXT NOT NULL,               -- JSON: the message as sent to the model
+        model TEXT,                          -- assistant rows: who wrote it
+        key_owner TEXT CHECK (key_owner IN ('user', 'team')),
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX messages_conversation ON messages(conversation_id, id);
+      CREATE INDEX messages_usage ON messages(model, created_at) WHERE role = 'assistant';
+      CREATE TABLE provider_keys (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        provider TEXT NOT NULL,
+        sealed BLOB NOT NULL,                -- 12-byte IV | 16-byte GCM tag | ciphertext
+        updated_at INTEGER NOT NULL,
+        PRIMARY KEY (user_id, provider)
+      );
+    `);
+  },
+};
