@@ -52,6 +52,11 @@ export default tseslint.config(
     },
   },
   {
+    // The page script runs in browsers.
+    files: ['static/**/*.js'],
+    languageOptions: { sourceType: 'script', globals: { window: 'readonly', document: 'readonly', navigator: 'readonly', HTMLTextAreaElement: 'readonly', HTMLFormElement: 'readonly', Element: 'readonly' } },
+  },
+  {
     files: ['**/*.js', '**/*.cjs', '**/*.mjs'],
     languageOptions: { globals: { process: 'readonly', console: 'readonly' } },
   },

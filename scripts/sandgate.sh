@@ -41,8 +41,12 @@ case "$cmd" in
     ;;
   test)
     prepare test
-    # compose.yaml is validated by the tests with Debian's docker-compose.
-    command -v docker-compose >/dev/null 2>&1 || apt_install docker-compose
+    # compose.yaml is validated by the tests with Debian's docker-compose; the web app's
+    # tests drive Debian's chromium (playwright-core cannot download a browser here).
+    need=()
+    command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+    command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
+    [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
     t0=$(date +%s)
     log "type check"
     npx tsc --noEmit

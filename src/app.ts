@@ -8,7 +8,7 @@ import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { errorHandler, notFound } from './http/errors.js';
-import { homeRoutes } from './http/home.js';
+import { staticRoutes } from './http/static.js';
 
 export interface AppDeps {
   config: Config;
@@ -29,7 +29,7 @@ export function createApp(deps: AppDeps): express.Express {
   app.set('trust proxy', false);
   deps.mount?.(app);
   app.use(healthRoutes(deps.store, deps.readiness ?? {}));
-  app.use(homeRoutes(deps.config.publicUrl));
+  app.use(staticRoutes());
   app.use(notFound());
   app.use(errorHandler(deps.logger));
   return app;

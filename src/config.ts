@@ -64,6 +64,18 @@ export const SETTINGS = [
   setting('piiAllow', 'SANDGATE_PII_ALLOW', '', z.string(), 'Comma-separated values never tokenized (case-insensitive), e.g. the team support address.'),
   setting('piiTtlHours', 'SANDGATE_PII_TTL_HOURS', '168', int(1, 87600), 'Forget a tokenized value after this many hours without use.'),
   setting('piiKey', 'SANDGATE_PII_KEY', '', z.string(), 'Key that encrypts the PII vault (32 bytes, base64 or hex). Empty: generated once in <data dir>/pii.key with mode 0600.'),
+  setting('githubClientId', 'SANDGATE_GITHUB_CLIENT_ID', '', z.string(), 'Client ID of the GitHub OAuth app team members sign in with. Empty: no GitHub; a single user signs in through a one-time link printed at start.'),
+  setting('githubClientSecret', 'SANDGATE_GITHUB_CLIENT_SECRET', '', z.string(), 'Client secret of that OAuth app. Its callback URL is <SANDGATE_PUBLIC_URL>/auth/github/callback.'),
+  setting('githubUrl', 'SANDGATE_GITHUB_URL', 'https://github.com', z.string().url().regex(/^https?:\/\//, 'must be an http:// or https:// URL'), 'Web address of GitHub, or of a GitHub Enterprise Server (https://github.example.com).'),
+  setting('githubApiUrl', 'SANDGATE_GITHUB_API_URL', '', optionalUrl, 'GitHub REST API base. Empty: https://api.github.com for github.com, <SANDGATE_GITHUB_URL>/api/v3 for Enterprise Server.'),
+  setting('allowedUsers', 'SANDGATE_ALLOWED_USERS', '', z.string(), 'GitHub logins that may sign in (comma-separated).'),
+  setting('allowedOrgs', 'SANDGATE_ALLOWED_ORGS', '', z.string(), 'GitHub organisations whose members may sign in (comma-separated).'),
+  setting('allowedTeams', 'SANDGATE_ALLOWED_TEAMS', '', z.string(), 'GitHub teams whose members may sign in, as org/team-slug (comma-separated).'),
+  setting('admins', 'SANDGATE_ADMINS', '', z.string(), 'GitHub logins with the admin page (comma-separated); they must also be allowed to sign in.'),
+  setting('authRecheckSec', 'SANDGATE_AUTH_RECHECK_SEC', '900', int(1, 86400), 'How often a signed-in member is checked against the allow-list again (GitHub org and team membership). Someone removed loses access on their first request after this.'),
+  setting('sessionDays', 'SANDGATE_SESSION_DAYS', '14', int(1, 365), 'A browser session ends after this many days without use.'),
+  setting('localUser', 'SANDGATE_LOCAL_USER', 'admin', z.string().regex(/^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$/, 'letters, digits and -'), 'The account of a single-user install (no GitHub app): the one-time sign-in link printed at start signs in as this admin.'),
+  setting('uploadMaxMb', 'SANDGATE_UPLOAD_MAX_MB', '100', int(1, 10240), 'Largest file a browser may upload to a workspace (MiB); the workspace size limit applies too.'),
   setting('anthropicApiKey', 'SANDGATE_ANTHROPIC_API_KEY', '', z.string(), "The team's Anthropic API key for the built-in agent. Users may add their own; theirs wins for them."),
   setting('anthropicBaseUrl', 'SANDGATE_ANTHROPIC_BASE_URL', '', optionalUrl, 'Anthropic API base URL (default https://api.anthropic.com/v1), e.g. a proxy.'),
   setting('openaiApiKey', 'SANDGATE_OPENAI_API_KEY', '', z.string(), "The team's OpenAI API key for the built-in agent. Users may add their own; theirs wins for them."),
@@ -154,6 +166,13 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
   }
   if (config.sandboxNproc > config.sandboxPidsLimit) {
     errors.push(`SANDGATE_SANDBOX_NPROC=${config.sandboxNproc} exceeds SANDGATE_SANDBOX_PIDS_LIMIT=${config.sandboxPidsLimit}: the host-side pids limit must stay above the in-sandbox process limit.`);
+  }
+  if (config.githubClientId && !config.githubClientSecret) errors.push('SANDGATE_GITHUB_CLIENT_ID is set but SANDGATE_GITHUB_CLIENT_SECRET is empty: set the OAuth app\'s client secret.');
+  if (config.githubClientId && !config.allowedUsers.trim() && !config.allowedOrgs.trim() && !config.allowedTeams.trim()) {
+    errors.push('GitHub sign-in is on but nobody is allowed: set SANDGATE_ALLOWED_USERS, SANDGATE_ALLOWED_ORGS or SANDGATE_ALLOWED_TEAMS.');
+  }
+  for (const team of config.allowedTeams.split(',').map((t) => t.trim()).filter(Boolean)) {
+    if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9_.-]+$/.test(team)) errors.push(`SANDGATE_ALLOWED_TEAMS has "${team}": write each team as org/team-slug.`);
   }
   try {
     const perms: unknown = JSON.parse(config.defaultPermissions);

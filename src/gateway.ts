@@ -6,6 +6,7 @@
  * they fail). The gateway holds no Docker client: whether sandboxes can run is the
  * driver's to say (`health`).
  */
+import type http from 'node:http';
 import type express from 'express';
 import { Agent } from './agent/agent.js';
 import { ModelCatalog } from './agent/models.js';
@@ -15,6 +16,7 @@ import { recordAudit } from './audit/audit.js';
 import type { Config } from './config.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
 import { openAiApi } from './http/openai-api.js';
+import { webApp, type WebApp } from './http/web/index.js';
 import type { Caller } from './identity/caller.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
@@ -65,6 +67,10 @@ export interface Gateway {
   agent: Agent;
   /** Users' own provider keys (write-only). */
   providerKeys: ProviderKeys;
+  /** The web app (pages, sign-in, the live channel). */
+  web: WebApp;
+  /** Starts the live channel on the HTTP server that serves `app`. */
+  attach(server: http.Server): void;
   /**
    * Runs the driver's full health check, then adopts earlier sandboxes and fills the warm
    * pool. When the check fails, sandboxes wait: readiness checks again (at most every
@@ -139,6 +145,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     return (await quick)[name] ?? { ok: false, detail: 'not reported by the driver' };
   };
 
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream });
   const app = createApp({
     config,
     store,
@@ -147,6 +154,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     mount: (a) => {
       a.use(mcpRouter(tools));
       a.use(openAiApi({ config, db: store.db, logger, agent }));
+      a.use(web.router);
     },
   });
 
@@ -165,6 +173,8 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     connect,
     agent,
     providerKeys,
+    web,
+    attach: (server) => web.attach(server),
     async start() {
       if (vault) {
         preloadWordKnowledge();
@@ -182,6 +192,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     async close(opts = {}) {
       closed = true;
       await agent.close();
+      await web.close();
       if (purge) clearInterval(purge);
       await running?.catch(() => undefined);
       await manager.shutdown(opts);

@@ -7,6 +7,8 @@ import http from 'node:http';
 import { loadConfig } from './config.js';
 import { GatewayError } from './errors.js';
 import { createGateway } from './gateway.js';
+import { ensureUser } from './store/users.js';
+import { createLoginLink } from './web/login-links.js';
 import { createLogger } from './logger.js';
 import { loopBackendProblem } from './sandboxes/volumes.js';
 
@@ -59,6 +61,7 @@ async function main(): Promise<void> {
   const app = gateway.app;
 
   const server = http.createServer(app);
+  gateway.attach(server);
   server.listen(config.port, config.host, () => {
     const addr = server.address();
     const port = typeof addr === 'object' && addr ? addr.port : config.port;
@@ -66,8 +69,16 @@ async function main(): Promise<void> {
     const url = config.publicUrlSet ? config.publicUrl.replace(/\/$/, '') : config.publicUrl.replace(/:\d+$/, `:${port}`);
     logger.info({ url, runtime: config.sandboxRuntime }, 'sandgate listening');
     const models = gateway.agent.catalog.teamModels().map((m) => m.id);
+    // Without a GitHub app, sign-in is a one-time link for the local user, as Jupyter prints its token URL.
+    let signIn = `  sign in with GitHub at ${url}/login\n`;
+    if (!config.githubClientId) {
+      const local = ensureUser(gateway.store.db, config.localUser, { isAdmin: true });
+      const link = createLoginLink(gateway.store.db, local.id);
+      signIn = `  sign in as ${local.name} (once, within 15 minutes): ${url}/login/link/${link.secret}\n` + `  a fresh link later: npx sandgate users login-link ${local.name}\n`;
+    }
     process.stdout.write(
       `\n  sandgate is running at ${url}\n` +
+        signIn +
         `  MCP endpoint:  ${url}/mcp\n` +
         `  OpenAI-compatible API: ${url}/v1 (${models.length ? `models: ${models.join(', ')}` : 'no model provider set: see SANDGATE_ANTHROPIC_API_KEY and friends in README.md'})\n` +
         `  create a token: npx sandgate users add <your-name>\n` +

@@ -16,6 +16,7 @@ import { verifyToken } from '../src/tokens/tokens.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { openStore } from '../src/store/store.js';
 import { ProviderKeys } from '../src/agent/provider-keys.js';
+import { consumeLoginLink } from '../src/web/login-links.js';
 
 let h: Harness;
 
@@ -29,6 +30,7 @@ async function cliWithInput(stdin: string, ...argv: string[]): Promise<{ code: n
   const ctx: CliContext = {
     openStore: () => openStore(h.dataDir),
     dataDir: h.dataDir,
+    publicUrl: 'https://gate.example.com',
     readSecret: async () => stdin,
     driver: () => createDriver(h.config, h.logger),
     out: (s) => out.push(s),
@@ -156,5 +158,21 @@ describe('sandgate provider-keys', () => {
     expect((await cli('provider-keys', 'set', '--user', 'pia', '--provider', 'mistral')).code).toBe(2);
     expect((await cli('provider-keys', 'delete', '--user', 'pia', '--provider', 'openai')).out).toBe('Deleted pia’s openai key.');
     expect((await cli('provider-keys', 'list', '--user', 'pia')).out).toBe('pia has no provider keys.');
+  });
+});
+
+describe('sandgate users login-link', () => {
+  it('prints a one-time link under the public URL, good for one sign-in', async () => {
+    await cli('users', 'add', 'lena');
+    const r = await cli('users', 'login-link', 'lena');
+    expect(r.code).toBe(0);
+    const m = /^https:\/\/gate\.example\.com\/login\/link\/([A-Za-z0-9_-]{32})$/.exec(r.out);
+    expect(m).not.toBeNull();
+    expect(r.err).toMatch(/^Signs in as lena, once, until \d{4}-/);
+    const store = openStore(h.dataDir);
+    expect(consumeLoginLink(store.db, m![1]!)).toMatchObject({ ok: true });
+    expect(consumeLoginLink(store.db, m![1]!)).toEqual({ ok: false, reason: 'used' });
+    store.close();
+    expect((await cli('users', 'login-link', 'nobody')).code).toBe(1);
   });
 });

@@ -65,7 +65,7 @@ export class Agent {
   modelFor(user: User, wanted?: string): ModelChoice {
     const available = this.deps.catalog.availableTo(user.id);
     if (!available.length) throw new AgentError(NO_MODELS_MESSAGE, { reason: 'no_model', status: 503 });
-    if (!wanted) return this.deps.catalog.defaultFor(user.id)!;
+    if (!wanted) return available.find((c) => c.id === user.defaultModel) ?? this.deps.catalog.defaultFor(user.id)!;
     const choice = available.find((c) => c.id === wanted);
     if (!choice) {
       throw new AgentError(`The model "${wanted}" is not offered to you here; choose one of: ${available.map((c) => c.id).join(', ')}.`, { reason: 'model_not_found', status: 404 });

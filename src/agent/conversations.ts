@@ -7,6 +7,7 @@
 import crypto from 'node:crypto';
 import type { ModelMessage } from 'ai';
 import { GatewayError } from '../errors.js';
+import type { FileChange } from './events.js';
 import { statement, type Db } from '../store/store.js';
 
 export type ConversationSource = 'web' | 'api';
@@ -37,6 +38,8 @@ export interface StoredMessage {
   id: number;
   turnId: number | null;
   message: ModelMessage;
+  /** Tool messages: the files each call created or changed, by tool call id. */
+  files?: Record<string, FileChange[]>;
   model: string | null;
   usage: Usage;
   createdAt: number;
@@ -169,13 +172,28 @@ export function markInterruptedTurns(db: Db, note: string): number {
   return statement(db, "UPDATE turns SET status = 'interrupted', note = ?, ended_at = ? WHERE status = 'running'").run(note, Date.now()).changes;
 }
 
-export function addMessage(db: Db, o: { conversationId: string; turnId?: number; message: ModelMessage; model?: string; keyOwner?: 'user' | 'team'; usage?: Usage }): number {
+export function addMessage(
+  db: Db,
+  o: { conversationId: string; turnId?: number; message: ModelMessage; model?: string; keyOwner?: 'user' | 'team'; usage?: Usage; files?: Record<string, FileChange[]> },
+): number {
   const u = o.usage ?? NO_USAGE;
   const r = statement(
     db,
-    `INSERT INTO messages (conversation_id, turn_id, role, content, model, key_owner, input_tokens, output_tokens, cached_input_tokens, created_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  ).run(o.conversationId, o.turnId ?? null, o.message.role, JSON.stringify(o.message), o.model ?? null, o.keyOwner ?? null, u.inputTokens, u.outputTokens, u.cachedInputTokens, Date.now());
+    `INSERT INTO messages (conversation_id, turn_id, role, content, model, key_owner, input_tokens, output_tokens, cached_input_tokens, created_at, files)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+  ).run(
+    o.conversationId,
+    o.turnId ?? null,
+    o.message.role,
+    JSON.stringify(o.message),
+    o.model ?? null,
+    o.keyOwner ?? null,
+    u.inputTokens,
+    u.outputTokens,
+    u.cachedInputTokens,
+    Date.now(),
+    o.files ? JSON.stringify(o.files) : null,
+  );
   return Number(r.lastInsertRowid);
 }
 
@@ -189,11 +207,13 @@ export function messagesOf(db: Db, conversationId: string): StoredMessage[] {
     output_tokens: number;
     cached_input_tokens: number;
     created_at: number;
+    files: string | null;
   }[];
   return rows.map((r) => ({
     id: r.id,
     turnId: r.turn_id,
     message: JSON.parse(r.content) as ModelMessage,
+    ...(r.files ? { files: JSON.parse(r.files) as Record<string, FileChange[]> } : {}),
     model: r.model,
     usage: { inputTokens: r.input_tokens, outputTokens: r.output_tokens, cachedInputTokens: r.cached_input_tokens },
     createdAt: r.created_at,

@@ -167,9 +167,9 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     return { turnId: turn.id, reason, message, rounds, usage };
   };
   const cancelled = () => finish('cancelled', signal.reason === 'shutdown' ? 'interrupted' : 'cancelled', signal.reason === 'shutdown' ? 'The gateway stopped during this turn.' : 'Stopped by you.');
-  const save = (message: ModelMessage, roundUsage?: Usage) => {
+  const save = (message: ModelMessage, roundUsage?: Usage, files?: Record<string, FileChange[]>) => {
     history.push(message);
-    addMessage(db, { conversationId: conversation.id, turnId: turn.id, message, ...(message.role === 'assistant' ? { model: choice.id, keyOwner: input.keyOwner, usage: roundUsage } : {}) });
+    addMessage(db, { conversationId: conversation.id, turnId: turn.id, message, files, ...(message.role === 'assistant' ? { model: choice.id, keyOwner: input.keyOwner, usage: roundUsage } : {}) });
   };
 
   while (true) {
@@ -263,27 +263,27 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     }
 
     const results: { type: 'tool-result'; toolCallId: string; toolName: string; output: ToolOutput }[] = [];
+    const changed: Record<string, FileChange[]> = {};
     for (const c of calls) {
-      let output: ToolOutput;
-      if (signal.aborted) output = { type: 'error-text', value: 'Not run: the turn was stopped.' };
-      else output = await callTool(deps, input, tools, c, emit);
-      results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output });
+      const r = signal.aborted ? { output: { type: 'error-text' as const, value: 'Not run: the turn was stopped.' } } : await callTool(deps, input, tools, c, emit);
+      results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output: r.output });
+      if (r.files) changed[c.toolCallId] = r.files;
     }
-    save({ role: 'tool', content: results });
+    save({ role: 'tool', content: results }, undefined, Object.keys(changed).length ? changed : undefined);
     keepFrom = history.length - 2;
   }
 }
 
 /** One tool call through the in-process MCP client, with its events; never throws. */
-async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: ToolCallPart, emit: EventSink): Promise<ToolOutput> {
+async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: ToolCallPart, emit: EventSink): Promise<{ output: ToolOutput; files?: FileChange[] }> {
   const { boundary, config } = deps;
   const { caller, signal } = input;
   if (!(c.toolName in tools)) {
-    return { type: 'error-text', value: `There is no tool named "${c.toolName}". The tools are: ${Object.keys(tools).join(', ')}.` };
+    return { output: { type: 'error-text', value: `There is no tool named "${c.toolName}". The tools are: ${Object.keys(tools).join(', ')}.` } };
   }
   if (c.invalid) {
     const why = String((c.error as Error | undefined)?.message ?? 'they are not a JSON object').slice(0, 500);
-    return { type: 'error-text', value: `The arguments of this ${c.toolName} call could not be used (${why}). Call it again with a JSON object that matches its input schema.` };
+    return { output: { type: 'error-text', value: `The arguments of this ${c.toolName} call could not be used (${why}). Call it again with a JSON object that matches its input schema.` } };
   }
   emit({ type: 'tool_call', id: c.toolCallId, name: c.toolName, input: await forUserDeep(boundary, caller, c.input) });
   // Progress messages are tokenized like everything the tools send; shown in order, with values.
@@ -312,11 +312,11 @@ async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: Too
     const userText = await forUser(boundary, caller, text);
     emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: userText.length > MAX_RESULT_SHOWN ? `${userText.slice(0, MAX_RESULT_SHOWN)}…` : userText, isError: result.isError === true });
     if (files.length) emit({ type: 'files', id: c.toolCallId, files });
-    return { type: result.isError ? 'error-text' : 'text', value: text || '(no output)' };
+    return { output: { type: result.isError ? 'error-text' : 'text', value: text || '(no output)' }, ...(files.length ? { files } : {}) };
   } catch (err) {
     await shown;
     const value = signal.aborted ? 'Stopped: the user cancelled this turn.' : `The ${c.toolName} call failed: ${(err as Error).message}`;
     emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: value, isError: true });
-    return { type: 'error-text', value };
+    return { output: { type: 'error-text', value } };
   }
 }

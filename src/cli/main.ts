@@ -24,6 +24,7 @@ async function main(): Promise<number> {
   const ctx: CliContext = {
     openStore: () => openStore(config.dataDir),
     dataDir: config.dataDir,
+    publicUrl: config.publicUrl,
     readSecret: async () => {
       const chunks: Buffer[] = [];
       for await (const c of process.stdin) chunks.push(c as Buffer);

@@ -6,6 +6,7 @@
 import { Command, CommanderError, Option } from 'commander';
 import { KEYED_PROVIDERS } from '../agent/models.js';
 import { ProviderKeys } from '../agent/provider-keys.js';
+import { createLoginLink } from '../web/login-links.js';
 import { listAudit } from '../audit/audit.js';
 import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import type { SandboxDriver } from '../sandboxes/types.js';
@@ -20,6 +21,8 @@ export interface CliContext {
   openStore(): Store;
   /** The data directory (for the key file that seals users' provider keys). */
   dataDir: string;
+  /** Where users reach the gateway (for sign-in links). */
+  publicUrl: string;
   /** A secret typed or piped on standard input (a provider key), never echoed. */
   readSecret(): Promise<string>;
   /** The sandbox driver of this gateway (containers found by its labels). */
@@ -87,6 +90,17 @@ export function buildProgram(ctx: CliContext): Command {
       const all = listUsers(db());
       if (o.json) return ctx.out(JSON.stringify(all.map(({ id, name, isAdmin, createdAt }) => ({ id, name, isAdmin, createdAt })), null, 2));
       ctx.out(all.length ? table(['ID', 'NAME', 'ADMIN', 'CREATED'], all.map((u) => [String(u.id), u.name, u.isAdmin ? 'yes' : '', iso(u.createdAt)])) : 'No users yet.');
+    });
+
+  users
+    .command('login-link')
+    .description('Print a one-time sign-in link for a user (valid 15 minutes, good for one sign-in)')
+    .argument('<name>', 'login name')
+    .action((name: string) => {
+      const u = requireUser(db(), name);
+      const link = createLoginLink(db(), u.id, now());
+      ctx.out(`${ctx.publicUrl.replace(/\/$/, '')}/login/link/${link.secret}`);
+      ctx.err(`Signs in as ${u.name}, once, until ${iso(link.expiresAt)}.`);
     });
 
   // ---------------------------------------------------------------- tokens

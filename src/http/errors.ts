@@ -31,6 +31,8 @@ function page(status: number, message: string): string {
 }
 
 function send(req: Request, res: Response, status: number, message: string): void {
+  // An htmx request swaps the answer into the page: a notice, not a whole page.
+  if (req.get('HX-Request')) return void res.status(status).type('html').send(`<div class="notice error" role="alert">${escapeHtml(message)}</div>`);
   if (wantsPage(req)) res.status(status).type('html').send(page(status, message));
   else res.status(status).json({ error: message });
 }

@@ -80,6 +80,7 @@ export class SandboxManager {
   private reaper?: NodeJS.Timeout;
   private bridge?: BridgeHandler;
   private closed = false;
+  private readonly filesListeners = new Set<(owner: SandboxOwner, files: ExecuteResult['files']) => void>();
 
   constructor(private readonly deps: SandboxManagerDeps) {
     this.log = deps.logger.child({ module: 'sandboxes' });
@@ -121,6 +122,12 @@ export class SandboxManager {
 
   setBridgeHandler(handler: BridgeHandler): void {
     this.bridge = handler;
+  }
+
+  /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
+  onFilesChanged(listener: (owner: SandboxOwner, files: ExecuteResult['files']) => void): () => void {
+    this.filesListeners.add(listener);
+    return () => this.filesListeners.delete(listener);
   }
 
   /** The workspace, created and mounted if needed (file access before any run). */
@@ -170,7 +177,17 @@ export class SandboxManager {
       // new one (its limit, its order, its timer starting only when the run does).
       if (sb.handle.exited) return this.execute(owner, opts);
       try {
-        return await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log: this.log, outputLimitKb: cfg.outputLimitKb });
+        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log: this.log, outputLimitKb: cfg.outputLimitKb });
+        if (result.files.length) {
+          for (const l of this.filesListeners) {
+            try {
+              l(owner, result.files);
+            } catch (e) {
+              this.log.warn({ err: e }, 'a files listener failed');
+            }
+          }
+        }
+        return result;
       } finally {
         this.recordUse(sb);
       }

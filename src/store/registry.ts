@@ -12,6 +12,7 @@ import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import type { Migration } from './migrations.js';
 import { usersMigration } from './schema.js';
+import { webMigration } from '../web/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -23,6 +24,7 @@ export const MIGRATIONS: readonly Migration[] = [
   UPSTREAM_IDENTITIES_MIGRATION,
   auditCallersMigration,
   agentMigration,
+  webMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -12,6 +12,10 @@ export interface User {
   permissions: string | null;
   workspaceId: string | null;
   createdAt: number;
+  /** The model their new conversations start with (provider:model), or null for the gateway's default. */
+  defaultModel: string | null;
+  /** GitHub teams (org/team) they were in at their last sign-in check. */
+  githubTeams: string[];
 }
 
 interface UserRow {
@@ -21,6 +25,8 @@ interface UserRow {
   permissions: string | null;
   workspace_id: string | null;
   created_at: number;
+  default_model: string | null;
+  github_teams: string | null;
 }
 
 const toUser = (r: UserRow): User => ({
@@ -30,6 +36,8 @@ const toUser = (r: UserRow): User => ({
   permissions: r.permissions,
   workspaceId: r.workspace_id,
   createdAt: r.created_at,
+  defaultModel: r.default_model,
+  githubTeams: r.github_teams ? (JSON.parse(r.github_teams) as string[]) : [],
 });
 
 /** Login names as GitHub allows them (plus the local install's single user). */
@@ -78,4 +86,13 @@ export function claimWorkspace(db: Db, userId: number, id: string): string {
 /** Whether some user's workspace is `id` (a pooled container's workspace may be removed only if not). */
 export function workspaceInUse(db: Db, id: string): boolean {
   return !!statement(db, 'SELECT 1 FROM users WHERE workspace_id = ?').get(id);
+}
+
+export function setDefaultModel(db: Db, userId: number, model: string | null): void {
+  statement(db, 'UPDATE users SET default_model = ? WHERE id = ?').run(model, userId);
+}
+
+/** The GitHub teams (org/team) a user was in at their last check, for upstream servers open to teams. */
+export function setGithubTeams(db: Db, userId: number, teams: string[]): void {
+  statement(db, 'UPDATE users SET github_teams = ? WHERE id = ?').run(JSON.stringify(teams), userId);
 }

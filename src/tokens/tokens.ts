@@ -75,7 +75,8 @@ function stmt(db: Db, sql: string): Statement {
 }
 
 const VERIFY_SQL = `SELECT t.id, t.user_id, t.name, t.hash, t.expires_at, t.revoked_at, t.created_at, t.last_used_at,
-  u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at
+  u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at,
+  u.default_model AS user_default_model, u.github_teams AS user_github_teams
   FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?`;
 
 const toRecord = (r: TokenRow): TokenRecord => ({
@@ -217,7 +218,14 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
   }
   const hash = hashToken(presented);
   const row = stmt(db, VERIFY_SQL).get(hash) as
-    | (TokenRow & { user_is_admin: number; user_permissions: string | null; user_workspace_id: string | null; user_created_at: number })
+    | (TokenRow & {
+        user_is_admin: number;
+        user_permissions: string | null;
+        user_workspace_id: string | null;
+        user_created_at: number;
+        user_default_model: string | null;
+        user_github_teams: string | null;
+      })
     | undefined;
   if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
     return { ok: false, reason: 'unknown', message: `The token is not known to this gateway (it may belong to another installation, or have been deleted). ${HOW_TO_GET_ONE}` };
@@ -237,6 +245,8 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
     permissions: row.user_permissions,
     workspaceId: row.user_workspace_id,
     createdAt: row.user_created_at,
+    defaultModel: row.user_default_model,
+    githubTeams: row.user_github_teams ? (JSON.parse(row.user_github_teams) as string[]) : [],
   };
   // Last use is kept to the second: a burst of requests writes it once.
   if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {

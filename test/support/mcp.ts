@@ -80,6 +80,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
   const gateway = createGateway(config, logger, opts.parts);
   const preflight = opts.noStart ? undefined : await gateway.start();
   server.on('request', gateway.app);
+  gateway.attach(server);
   const harness: GatewayStack = {
     config,
     store: gateway.store,

@@ -1,0 +1,328 @@
+/**
+ * Who is signed in to the web app, and how they got there.
+ *
+ * - Sessions (express-session) live in the store (src/web/sessions.ts, ids hashed); the
+ *   cookie is HttpOnly, SameSite=Lax, Secure whenever the public URL is https; the id is
+ *   renewed at sign-in (passport regenerates the session).
+ * - GitHub through passport-github2, at github.com or an Enterprise Server: the OAuth
+ *   `state` is single-use (kept in the session, deleted when checked); the allow-list is
+ *   checked at sign-in with the member's own token, which is kept sealed in the session to
+ *   check again every SANDGATE_AUTH_RECHECK_SEC.
+ * - Without a GitHub app, a one-time link (src/web/login-links.ts) signs in the local
+ *   user; opening the link shows a button, so a link preview cannot use it up.
+ * - Every state-changing request carries the session's CSRF token (csrf-sync): the
+ *   x-csrf-token header (htmx sends it on every request) or a `_csrf` form field.
+ */
+import crypto from 'node:crypto';
+import { csrfSync } from 'csrf-sync';
+import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
+import session from 'express-session';
+import { Passport } from 'passport';
+import { Strategy as GitHubStrategy, type Profile } from 'passport-github2';
+import type { Config } from '../../config.js';
+import type { Logger } from '../../logger.js';
+import { open, seal } from '../../secrets/aead.js';
+import { loadOrCreateKey } from '../../secrets/key-file.js';
+import type { Db } from '../../store/store.js';
+import { ensureUser, getUser, setGithubTeams, type User } from '../../store/users.js';
+import { AllowList, githubEndpoints } from '../../web/github.js';
+import { consumeLoginLink } from '../../web/login-links.js';
+import { deleteSession, deleteUserSessions, loadSession, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
+import { renderPage } from './render.js';
+
+declare module 'express-session' {
+  interface SessionData {
+    /** A GitHub sign-in: the login, its OAuth token sealed, and when the allow-list last said yes. */
+    github?: { login: string; token: string; checkedAt: number };
+    passport?: { user?: number };
+  }
+}
+
+export const SESSION_COOKIE = 'sandgate.sid';
+export const WEB_KEY_FILE = 'web.key';
+/** A session that never signed in (a visit to the sign-in page) lasts this long. */
+const ANONYMOUS_SESSION_MS = 60 * 60 * 1000;
+
+/** The session store over the sessions table. */
+export class StoreSessions extends session.Store {
+  constructor(private readonly db: Db) {
+    super();
+  }
+
+  override get(sid: string, cb: (err: unknown, s?: session.SessionData | null) => void): void {
+    try {
+      const row = loadSession(this.db, sid);
+      cb(null, row ? (JSON.parse(row.data) as session.SessionData) : null);
+    } catch (e) {
+      cb(e);
+    }
+  }
+
+  override set(sid: string, s: session.SessionData, cb?: (err?: unknown) => void): void {
+    try {
+      const userId = typeof s.passport?.user === 'number' ? s.passport.user : null;
+      const expires = s.cookie.expires ? new Date(s.cookie.expires).getTime() : Date.now() + ANONYMOUS_SESSION_MS;
+      saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires);
+      cb?.();
+    } catch (e) {
+      cb?.(e);
+    }
+  }
+
+  override touch(sid: string, s: session.SessionData, cb?: () => void): void {
+    try {
+      if (s.cookie.expires && typeof s.passport?.user === 'number') touchSession(this.db, sid, new Date(s.cookie.expires).getTime());
+    } finally {
+      cb?.();
+    }
+  }
+
+  override destroy(sid: string, cb?: (err?: unknown) => void): void {
+    try {
+      deleteSession(this.db, sid);
+      cb?.();
+    } catch (e) {
+      cb?.(e);
+    }
+  }
+}
+
+/** The web app's secrets, derived from `<dataDir>/web.key`: the cookie signature and the seal on GitHub tokens. */
+export function webSecrets(dataDir: string): { cookie: string; seal: Buffer } {
+  const key = loadOrCreateKey(dataDir, WEB_KEY_FILE);
+  const derive = (info: string) => Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), info, 32));
+  return { cookie: derive('session-cookie').toString('base64'), seal: derive('github-token-seal') };
+}
+
+export interface WebAuth {
+  /** Sessions, passport: mount before any web route (and on the socket.io engine). */
+  session: RequestHandler[];
+  /** The signed-in user or a redirect to /login (a 401 for htmx and the socket). */
+  requireUser: RequestHandler;
+  /** The allow-list check again if it is due; false (and the session ended) when the user lost access. */
+  stillAllowed(req: Request): Promise<{ ok: true; user: User } | { ok: false; status: number; message: string }>;
+  csrf: RequestHandler;
+  csrfToken(req: Request): string;
+  routes: Router;
+  github: boolean;
+  /** Ends every session of a user (signing out everywhere); the live channel is told by the caller. */
+  endSessionsOf(userId: number): void;
+  close(): void;
+}
+
+const tokenAad = (userId: number) => Buffer.from(`github-token\0${userId}`);
+
+export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOut?: (userId: number, everywhere: boolean, req: Request) => void }): WebAuth {
+  const { config, db } = deps;
+  const log = deps.logger.child({ module: 'web-auth' });
+  const secrets = webSecrets(config.dataDir);
+  const secure = config.publicUrl.startsWith('https://');
+  const store = new StoreSessions(db);
+  const sessionMiddleware = session({
+    name: SESSION_COOKIE,
+    secret: secrets.cookie,
+    store,
+    resave: false,
+    saveUninitialized: false,
+    rolling: true,
+    proxy: false,
+    cookie: { httpOnly: true, sameSite: 'lax', secure, maxAge: config.sessionDays * 86_400_000, path: '/' },
+  });
+  const purge = setInterval(() => purgeExpiredSessions(db), 10 * 60 * 1000);
+  purge.unref();
+
+  const passport = new Passport();
+  passport.serializeUser<number>((user, done) => done(null, (user as User).id));
+  passport.deserializeUser<number>((id, done) => done(null, getUser(db, id) ?? false));
+
+  const github = !!config.githubClientId;
+  const allow = new AllowList(config);
+  if (github) {
+    const ep = githubEndpoints(config);
+    passport.use(
+      new GitHubStrategy(
+        {
+          clientID: config.githubClientId,
+          clientSecret: config.githubClientSecret,
+          callbackURL: `${config.publicUrl.replace(/\/$/, '')}/auth/github/callback`,
+          authorizationURL: ep.authorizationURL,
+          tokenURL: ep.tokenURL,
+          userProfileURL: ep.userProfileURL,
+          userEmailURL: ep.userEmailURL,
+          scope: ['read:org'],
+          // passport-oauth2 takes `state: true` (a single-use state in the session); the types say string.
+          state: true as unknown as string,
+        },
+        (accessToken: string, _refresh: string, profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
+          const login = profile.username ?? '';
+          allow
+            .decide(accessToken, login)
+            .then((d) => {
+              if (!d.allowed) return done(null, false, { message: d.reason });
+              const user = ensureUser(db, login, { isAdmin: d.isAdmin });
+              setGithubTeams(db, user.id, d.teams);
+              done(null, { ...user, githubToken: accessToken });
+            })
+            .catch((e: unknown) => {
+              log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
+              done(null, false, { message: 'GitHub could not be reached to check your membership: try again in a moment.' });
+            });
+        },
+      ),
+    );
+  }
+
+  const { csrfSynchronisedProtection, generateToken } = csrfSync({
+    getTokenFromRequest: (req) => (req.headers['x-csrf-token'] as string | undefined) ?? (req.body as { _csrf?: string } | undefined)?._csrf,
+    errorConfig: { statusCode: 403, message: 'This request did not carry the page’s security token (it may come from another site, or the page is old): reload the page and try again.', code: 'EBADCSRFTOKEN' },
+  });
+
+  const sealToken = (userId: number, token: string) => seal(secrets.seal, token, tokenAad(userId)).toString('base64');
+  const openToken = (userId: number, sealed: string) => open(secrets.seal, Buffer.from(sealed, 'base64'), tokenAad(userId)).toString('utf8');
+
+  /** One allow-list check at a time per session. */
+  const checking = new Map<string, Promise<boolean>>();
+  const recheckMs = config.authRecheckSec * 1000;
+
+  async function stillAllowed(req: Request): Promise<{ ok: true; user: User } | { ok: false; status: number; message: string }> {
+    const user = req.user as User | undefined;
+    if (!user) return { ok: false, status: 401, message: 'Sign in first.' };
+    const gh = req.session.github;
+    if (!gh || Date.now() - gh.checkedAt < recheckMs) return { ok: true, user };
+    let p = checking.get(req.sessionID);
+    if (!p) {
+      p = (async () => {
+        try {
+          const d = await allow.decide(openToken(user.id, gh.token), gh.login);
+          if (!d.allowed) return false;
+          ensureUser(db, user.name, { isAdmin: d.isAdmin });
+          setGithubTeams(db, user.id, d.teams);
+          gh.checkedAt = Date.now();
+          return true;
+        } catch (e) {
+          // GitHub unreachable: the last yes holds for one more interval, then access waits for an answer.
+          log.warn({ err: e, user: user.name }, 'could not check GitHub membership again');
+          if (Date.now() - gh.checkedAt < 2 * recheckMs) return true;
+          throw new Error('unconfirmed');
+        }
+      })().finally(() => checking.delete(req.sessionID));
+      checking.set(req.sessionID, p);
+    }
+    try {
+      if (!(await p)) {
+        log.info({ user: user.name }, 'signed-in user is no longer on the allow-list: session ended');
+        await new Promise<void>((resolve) => req.session.destroy(() => resolve()));
+        deps.onSignOut?.(user.id, false, req);
+        return { ok: false, status: 401, message: 'You are no longer on this gateway’s allow-list, so you were signed out.' };
+      }
+    } catch {
+      return { ok: false, status: 503, message: 'GitHub could not confirm your membership just now: try again in a moment.' };
+    }
+    return { ok: true, user: getUser(db, user.id) ?? user };
+  }
+
+  const requireUser: RequestHandler = async function requireUser(req, res, next) {
+    const r = await stillAllowed(req);
+    if (r.ok) {
+      req.user = r.user;
+      return next();
+    }
+    if (req.get('HX-Request')) return void res.status(r.status).set('HX-Redirect', '/login').send('');
+    if (req.method === 'GET' && r.status === 401) return res.redirect(303, '/login');
+    res.status(r.status).type('text').send(r.message);
+  };
+
+  const routes = express.Router();
+  const body = express.urlencoded({ extended: false, limit: '16kb' });
+
+  routes.get('/login', (req, res) => {
+    if (req.user) return res.redirect(303, '/chat');
+    const why = typeof req.query.why === 'string' ? req.query.why : undefined;
+    const messages: Record<string, string> = {
+      refused: 'That GitHub account is not allowed here.',
+      link: 'That sign-in link is not valid: it was used already, has expired, or is mistyped. Ask for a fresh one.',
+      signedout: 'You are signed out.',
+      error: 'Sign-in did not work: try again.',
+    };
+    const flash = (req.session as { flash?: string }).flash;
+    if (flash) delete (req.session as { flash?: string }).flash;
+    renderPage(res, 'login', { csrf: generateToken(req) }, { title: 'Sign in', github, localUser: config.localUser, message: flash ?? (why ? messages[why] : undefined) });
+  });
+
+  if (github) {
+    routes.get('/auth/github', passport.authenticate('github', { session: true }) as RequestHandler);
+    routes.get('/auth/github/callback', (req, res, next) => {
+      (passport.authenticate('github', (err: unknown, user: (User & { githubToken: string }) | false, info?: { message?: string }) => {
+        if (err) {
+          log.warn({ err }, 'GitHub sign-in failed');
+          return res.redirect(303, '/login?why=error');
+        }
+        if (!user) {
+          (req.session as { flash?: string }).flash = info?.message ?? 'Sign-in did not work: try again.';
+          log.info({ reason: info?.message }, 'GitHub sign-in refused');
+          return res.redirect(303, '/login');
+        }
+        const { githubToken, ...plain } = user;
+        // req.login regenerates the session: the id a visitor had before is not the one they get.
+        req.login(plain, (e) => {
+          if (e) return next(e);
+          req.session.github = { login: plain.name, token: sealToken(plain.id, githubToken), checkedAt: Date.now() };
+          log.info({ user: plain.name }, 'signed in with GitHub');
+          res.redirect(303, '/chat');
+        });
+      }) as RequestHandler)(req, res, next);
+    });
+  }
+
+  routes.get('/login/link/:secret', (req, res) => {
+    renderPage(res, 'link', { csrf: generateToken(req) }, { title: 'Sign in', secret: req.params.secret });
+  });
+  routes.post('/login/link', body, csrfSynchronisedProtection, (req, res, next) => {
+    const r = consumeLoginLink(db, String((req.body as { secret?: unknown }).secret ?? ''));
+    const user = r.ok ? getUser(db, r.userId) : undefined;
+    if (!user) {
+      log.warn({ reason: r.ok ? 'no user' : r.reason }, 'sign-in link refused');
+      return res.redirect(303, '/login?why=link');
+    }
+    req.login(user, (e) => {
+      if (e) return next(e);
+      log.info({ user: user.name }, 'signed in with a one-time link');
+      res.redirect(303, '/chat');
+    });
+  });
+
+  const signOut = (everywhere: boolean): RequestHandler => (req, res, next) => {
+    const user = req.user as User | undefined;
+    if (user && everywhere) endSessionsOf(user.id);
+    if (user) deps.onSignOut?.(user.id, everywhere, req);
+    req.logout((e) => {
+      if (e) return next(e);
+      req.session.destroy(() => {
+        res.clearCookie(SESSION_COOKIE, { path: '/', httpOnly: true, sameSite: 'lax', secure });
+        res.redirect(303, '/login?why=signedout');
+      });
+    });
+  };
+  routes.post('/logout', body, csrfSynchronisedProtection, signOut(false));
+  routes.post('/logout/all', body, csrfSynchronisedProtection, signOut(true));
+
+  function endSessionsOf(userId: number): void {
+    deleteUserSessions(db, userId);
+  }
+
+  return {
+    session: [sessionMiddleware, passport.initialize(), passport.session()],
+    requireUser,
+    stillAllowed,
+    csrf: csrfSynchronisedProtection,
+    csrfToken: (req) => generateToken(req),
+    routes,
+    github,
+    endSessionsOf,
+    close: () => clearInterval(purge),
+  };
+}
+
+/** For pages: the request's user (set by requireUser). */
+export const userOf = (req: Request): User => req.user as User;
+export const sendStatus = (res: Response, status: number, message: string) => res.status(status).type('text').send(message);

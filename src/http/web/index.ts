@@ -1,0 +1,77 @@
+/**
+ * The web app a team member sees: sign-in, chat, files, tokens, settings, each page
+ * server-rendered (Eta) and made live with htmx and socket.io. Mounted after /mcp and
+ * /v1 (which authenticate with tokens, not cookies); sessions and the page headers apply
+ * to its own paths only.
+ */
+import type http from 'node:http';
+import express, { type Router } from 'express';
+import type { Agent } from '../../agent/agent.js';
+import type { ProviderKeys } from '../../agent/provider-keys.js';
+import type { Config } from '../../config.js';
+import type { Logger } from '../../logger.js';
+import type { ModelBoundary } from '../../pii/boundary.js';
+import type { SandboxManager } from '../../sandboxes/manager.js';
+import type { Db } from '../../store/store.js';
+import type { Upstream } from '../../upstream/index.js';
+import { webAuth, type WebAuth } from './auth.js';
+import { chatRoutes } from './chat.js';
+import { filesRoutes } from './files.js';
+import { LiveHub } from './live.js';
+import { securityHeaders, vendorRoutes } from './render.js';
+import { settingsRoutes } from './settings.js';
+import { tokensRoutes } from './tokens.js';
+
+export interface WebAppDeps {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  agent: Agent;
+  boundary: ModelBoundary;
+  sandboxes: SandboxManager;
+  keys: ProviderKeys;
+  upstream: Upstream;
+}
+
+export interface WebApp {
+  router: Router;
+  auth: WebAuth;
+  live: LiveHub;
+  /** Starts the live channel on the server the app is served by. */
+  attach(server: http.Server): void;
+  close(): Promise<void>;
+}
+
+/** The paths that are pages of the web app (and so get sessions and page headers). */
+export const WEB_PATHS = ['/login', '/auth', '/logout', '/chat', '/c', '/files', '/tokens', '/settings', '/admin'];
+
+export function webApp(deps: WebAppDeps): WebApp {
+  // The live channel needs the sessions, and signing out needs the live channel.
+  const signedOut = { notify: (_userId: number, _everywhere: boolean, _sid: string) => {} };
+  const auth = webAuth({ config: deps.config, db: deps.db, logger: deps.logger, onSignOut: (userId, everywhere, req) => signedOut.notify(userId, everywhere, req.sessionID) });
+  const hub = new LiveHub({ config: deps.config, db: deps.db, logger: deps.logger, boundary: deps.boundary, auth });
+  const live = hub;
+  signedOut.notify = (userId, everywhere, sid) => hub.signedOut(userId, everywhere, sid);
+  deps.sandboxes.onFilesChanged((owner) => hub.filesChanged(owner.userId));
+
+  const router = express.Router();
+  router.use(vendorRoutes());
+  const page = [securityHeaders, ...auth.session];
+  router.get('/', ...page, (req, res) => res.redirect(303, req.user ? '/chat' : '/login'));
+  router.use(WEB_PATHS, ...page);
+  router.use(auth.routes);
+  router.use(chatRoutes({ db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live }));
+  router.use(filesRoutes({ config: deps.config, sandboxes: deps.sandboxes, auth }));
+  router.use(tokensRoutes({ config: deps.config, db: deps.db, auth }));
+  router.use(settingsRoutes({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, auth }));
+  return {
+    router,
+    auth,
+    live,
+    attach: (server) => hub.attach(server),
+    async close() {
+      auth.close();
+      await hub.close();
+    },
+  };
+}

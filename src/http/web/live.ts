@@ -1,0 +1,218 @@
+/**
+ * The live channel of the web app: socket.io on the gateway's HTTP server. The server
+ * renders every update as an HTML partial (the same templates as the pages) and sends
+ * `{target, swap, html}`; the page hands it to htmx.swap. No HTML is built in client code.
+ *
+ * A connection is a signed-in browser: the session cookie (read on the handshake), the
+ * page's CSRF token in the handshake's auth (a socket another site opens with the
+ * cookie has no token), and an Origin of this gateway. It joins its user's room (files
+ * changed anywhere) and, on `watch`, the room of one conversation that is its user's.
+ * Signing out, or losing access at a membership re-check, disconnects it.
+ */
+import crypto from 'node:crypto';
+import type http from 'node:http';
+import type { Request, RequestHandler } from 'express';
+import { Server } from 'socket.io';
+import { validateHostHeader } from '@modelcontextprotocol/server';
+import { getConversation } from '../../agent/conversations.js';
+import type { AgentEvent, EventSink } from '../../agent/events.js';
+import type { Config } from '../../config.js';
+import type { Logger } from '../../logger.js';
+import type { ModelBoundary } from '../../pii/boundary.js';
+import type { Db } from '../../store/store.js';
+import type { User } from '../../store/users.js';
+import { sessionKey } from '../../web/sessions.js';
+import { isImage, toolKey, transcript } from '../../web/transcript.js';
+import { allowedHostnames } from '../host-origin.js';
+import type { WebAuth } from './auth.js';
+import { escapeHtml, renderPartial } from './render.js';
+
+export interface Swap {
+  target: string;
+  swap: 'beforeend' | 'innerHTML' | 'outerHTML' | 'delete';
+  html: string;
+  /** Where to put `html` instead when `target` is not on the page (it was loaded after the target was made). */
+  fallback?: { target: string; swap: 'beforeend'; html: string };
+}
+
+/** Messages a connection may send in a second before it is cut off. */
+const MAX_EVENTS_PER_SECOND = 20;
+
+export class LiveHub {
+  private io?: Server;
+  private readonly log: Logger;
+
+  constructor(private readonly deps: { config: Config; db: Db; logger: Logger; boundary: ModelBoundary; auth: WebAuth }) {
+    this.log = deps.logger.child({ module: 'live' });
+  }
+
+  attach(server: http.Server): void {
+    const { config, auth } = this.deps;
+    const own = new URL(config.publicUrl);
+    const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(own.hostname);
+    const hosts = allowedHostnames({ ...config, mcpAllowedHosts: '' });
+    const io = new Server(server, {
+      path: '/socket.io',
+      serveClient: false,
+      maxHttpBufferSize: 16 * 1024,
+      allowRequest: (req, cb) => {
+        if (!validateHostHeader(req.headers.host, hosts).ok) return cb('host not allowed', false);
+        const origin = req.headers.origin;
+        let ok = origin === own.origin;
+        if (!ok && loopback && origin) {
+          try {
+            const u = new URL(origin);
+            ok = ['localhost', '127.0.0.1', '[::1]'].includes(u.hostname) && u.port === (own.port || (own.protocol === 'https:' ? '443' : '80'));
+          } catch {
+            ok = false;
+          }
+        }
+        cb(ok ? null : 'origin not allowed', ok);
+      },
+    });
+    // The session and its user, read once per connection (the handshake request).
+    for (const m of auth.session) io.engine.use(onlyForHandshake(m));
+    io.use((socket, next) => {
+      const req = socket.request as Request;
+      const presented = (socket.handshake.auth as { csrf?: unknown } | undefined)?.csrf;
+      const expected = (req.session as { csrfToken?: string } | undefined)?.csrfToken;
+      if (typeof presented !== 'string' || !expected || presented.length !== expected.length || !crypto.timingSafeEqual(Buffer.from(presented), Buffer.from(expected))) {
+        return next(new Error('unauthorized: reload the page'));
+      }
+      auth
+        .stillAllowed(req)
+        .then((r) => (r.ok ? next() : next(new Error('unauthorized: sign in again'))))
+        .catch(() => next(new Error('unauthorized')));
+    });
+    io.on('connection', (socket) => {
+      const req = socket.request as Request;
+      const user = req.user as User;
+      void socket.join([`user:${user.id}`, `session:${sessionRoom(req.sessionID)}`]);
+      let events = 0;
+      const window = setInterval(() => (events = 0), 1000);
+      socket.on('disconnect', () => clearInterval(window));
+      socket.onAny(() => {
+        if (++events > MAX_EVENTS_PER_SECOND) socket.disconnect(true);
+      });
+      let watching: string | undefined;
+      socket.on('watch', (conversationId: unknown, ack?: unknown) => {
+        const reply = typeof ack === 'function' ? (ack as (r: { ok: boolean }) => void) : () => {};
+        if (typeof conversationId !== 'string' || conversationId.length > 64) return reply({ ok: false });
+        try {
+          getConversation(this.deps.db, user.id, conversationId);
+        } catch {
+          return reply({ ok: false });
+        }
+        if (watching) void socket.leave(`conv:${watching}`);
+        watching = conversationId;
+        void socket.join(`conv:${conversationId}`);
+        reply({ ok: true });
+      });
+    });
+    this.io = io;
+  }
+
+  /** Disconnects the live channel of one session, or of every session of the user. */
+  signedOut(userId: number, everywhere: boolean, sessionId?: string): void {
+    if (!this.io) return;
+    if (everywhere) this.io.in(`user:${userId}`).disconnectSockets(true);
+    else if (sessionId) this.io.in(`session:${sessionRoom(sessionId)}`).disconnectSockets(true);
+  }
+
+  /** Every page of the user that shows files refreshes its tree. */
+  filesChanged(userId: number): void {
+    this.io?.to(`user:${userId}`).emit('trigger', { event: 'files-changed' });
+  }
+
+  /**
+   * The sink of one turn: each event as the partial that shows it, in order, to every
+   * page watching the conversation; at the end, the whole turn as the store has it.
+   */
+  sinkFor(user: User, conversationId: string, userText: string): EventSink {
+    const room = `conv:${conversationId}`;
+    let turnId = 0;
+    let block = 0;
+    let inText = false;
+    let chain = Promise.resolve();
+    const send = (s: Swap) => this.io?.to(room).emit('swap', s);
+    const live = () => `#turn-${turnId}-live`;
+    const blockId = () => `t${turnId}-b${block}`;
+    const handle = async (e: AgentEvent): Promise<void> => {
+      switch (e.type) {
+        case 'turn':
+          turnId = e.turnId;
+          send({ target: '#transcript-empty', swap: 'delete', html: '' });
+          send({ target: '#transcript', swap: 'beforeend', html: renderPartial('live/turn-start', { turnId, userText }) });
+          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: true, conversationId }) });
+          return;
+        case 'text': {
+          if (!inText) {
+            inText = true;
+            block++;
+            send({ target: live(), swap: 'beforeend', html: renderPartial('live/text-block', { id: blockId(), text: e.delta }) });
+          } else {
+            send({
+              target: `#${blockId()}`,
+              swap: 'beforeend',
+              html: escapeHtml(e.delta),
+              fallback: { target: live(), swap: 'beforeend', html: renderPartial('live/text-block', { id: blockId(), text: e.delta }) },
+            });
+          }
+          return;
+        }
+        case 'tool_call': {
+          inText = false;
+          const input = (e.input ?? {}) as { language?: unknown; code?: unknown };
+          const item = {
+            key: toolKey(e.id),
+            name: e.name,
+            files: [],
+            ...(e.name === 'execute_code' && typeof input.code === 'string' ? { language: String(input.language ?? ''), code: input.code } : { input: JSON.stringify(e.input, null, 2) }),
+          };
+          send({ target: live(), swap: 'beforeend', html: renderPartial('tool', { item, live: true }) });
+          return;
+        }
+        case 'output':
+          send({ target: `#out-${toolKey(e.id)}`, swap: 'beforeend', html: escapeHtml(`${e.text}\n`) });
+          return;
+        case 'tool_result':
+          send({ target: `#res-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('result', { result: { text: e.text, isError: e.isError } }) });
+          return;
+        case 'files':
+          send({ target: `#files-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('files-inline', { files: e.files.map((f) => ({ ...f, image: isImage(f.path) })) }) });
+          return;
+        case 'error':
+          inText = false;
+          send({ target: live(), swap: 'beforeend', html: renderPartial('notice', { message: e.message, error: true }) });
+          return;
+        case 'done': {
+          const conversation = getConversation(this.deps.db, user.id, conversationId);
+          const [turn] = await transcript(this.deps.db, this.deps.boundary, user, conversation, turnId);
+          if (turn) send({ target: `#turn-${turnId}`, swap: 'outerHTML', html: renderPartial('turn', { turn, running: false }) });
+          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: false, conversationId }) });
+          return;
+        }
+        default:
+          return;
+      }
+    };
+    return (e) => {
+      chain = chain.then(() => handle(e)).catch((err: unknown) => this.log.warn({ err }, 'a live update failed'));
+    };
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => (this.io ? this.io.close(() => resolve()) : resolve()));
+  }
+}
+
+const sessionRoom = sessionKey;
+
+/** Runs an express middleware on the socket.io handshake only (later requests of a connection carry its sid). */
+function onlyForHandshake(m: RequestHandler): (req: http.IncomingMessage, res: http.ServerResponse, next: (err?: unknown) => void) => void {
+  return (req, res, next) => {
+    const isHandshake = (req as { _query?: { sid?: string } })._query?.sid === undefined;
+    if (isHandshake) m(req as Request, res as never, next);
+    else next();
+  };
+}

@@ -1,0 +1,73 @@
+/**
+ * Pages and partials of the web app: Eta templates (views/web) with auto-escaping on, so
+ * every value is text unless a template asks for HTML it was handed (Markdown already
+ * made safe, other partials). One set of security headers for every page: a strict
+ * Content-Security-Policy with no inline script and nothing from other origins.
+ */
+import { createRequire } from 'node:module';
+import path from 'node:path';
+import { Eta } from 'eta';
+import express, { type RequestHandler, type Response, type Router } from 'express';
+import { VIEWS_DIR } from '../../paths.js';
+import type { User } from '../../store/users.js';
+
+export const views = new Eta({ views: path.join(VIEWS_DIR, 'web'), cache: true, autoEscape: true, autoTrim: false });
+
+/** The page CSP: our own scripts and styles only, images from here (and data: for small icons), sockets to here. */
+export const PAGE_CSP = [
+  "default-src 'none'",
+  "script-src 'self'",
+  "style-src 'self'",
+  "img-src 'self' data:",
+  "connect-src 'self'",
+  "font-src 'self'",
+  "form-action 'self'",
+  "frame-ancestors 'none'",
+  "base-uri 'none'",
+].join('; ');
+
+export const securityHeaders: RequestHandler = function securityHeaders(_req, res, next) {
+  res.set({
+    'Content-Security-Policy': PAGE_CSP,
+    'X-Content-Type-Options': 'nosniff',
+    'X-Frame-Options': 'DENY',
+    'Referrer-Policy': 'same-origin',
+    'Cross-Origin-Opener-Policy': 'same-origin',
+    'Cross-Origin-Resource-Policy': 'same-origin',
+  });
+  next();
+};
+
+export const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+export interface PageContext {
+  user?: User;
+  csrf: string;
+  /** Connect the live channel on this page (the value names what it shows: chat, files). */
+  live?: string;
+}
+
+export function renderPage(res: Response, template: string, ctx: PageContext, data: Record<string, unknown> = {}): void {
+  res.set('Cache-Control', 'no-store').type('html').send(views.render(template, { ...data, ...ctx }));
+}
+
+export function renderPartial(template: string, data: Record<string, unknown>): string {
+  return views.render(template, data);
+}
+
+const require = createRequire(import.meta.url);
+const VENDOR: Record<string, string> = {
+  'htmx.min.js': path.join(path.dirname(require.resolve('htmx.org/package.json')), 'dist/htmx.min.js'),
+  'socket.io.min.js': path.join(path.dirname(require.resolve('socket.io/package.json')), 'client-dist/socket.io.min.js'),
+};
+
+/** htmx and the socket.io client, from node_modules: never a CDN. */
+export function vendorRoutes(): Router {
+  const router = express.Router();
+  router.get('/vendor/:file', (req, res, next) => {
+    const file = VENDOR[req.params.file];
+    if (!file) return next();
+    res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } });
+  });
+  return router;
+}

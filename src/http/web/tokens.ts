@@ -1,0 +1,60 @@
+/**
+ * The tokens page: a user's personal API tokens (create, list with last use and expiry,
+ * revoke) and ready-to-paste MCP client configurations with the new token filled in.
+ * The secret is shown once, in the answer to the create request, and never stored.
+ */
+import express, { type Router } from 'express';
+import type { Config } from '../../config.js';
+import { GatewayError } from '../../errors.js';
+import { dropPiiScope, tokenScopeRef } from '../../pii/scopes.js';
+import type { Db } from '../../store/store.js';
+import { createToken, getToken, listTokens, parseExpiry, revokeToken, tokenState } from '../../tokens/tokens.js';
+import { userOf, type WebAuth } from './auth.js';
+import { renderPage, renderPartial } from './render.js';
+
+const day = (ms: number | null) => (ms ? new Date(ms).toISOString().slice(0, 16).replace('T', ' ') : '–');
+
+/** The client configurations docs/mcp-clients.md describes, for this gateway and token. */
+export function clientConfigs(mcpUrl: string, token: string): { claudeCode: string; claudeDesktop: string; cursor: string } {
+  return {
+    claudeCode: `claude mcp add --transport http --scope user sandgate ${mcpUrl} --header "Authorization: Bearer ${token}"`,
+    claudeDesktop: JSON.stringify({ mcpServers: { sandgate: { command: 'npx', args: ['-y', 'mcp-remote', mcpUrl, '--header', 'Authorization:${SANDGATE_AUTH}'], env: { SANDGATE_AUTH: `Bearer ${token}` } } } }, null, 2),
+    cursor: JSON.stringify({ mcpServers: { sandgate: { url: mcpUrl, headers: { Authorization: `Bearer ${token}` } } } }, null, 2),
+  };
+}
+
+export function tokensRoutes(deps: { config: Config; db: Db; auth: WebAuth }): Router {
+  const { db, auth } = deps;
+  const router = express.Router();
+  const body = express.urlencoded({ extended: false, limit: '16kb' });
+  const base = deps.config.publicUrl.replace(/\/$/, '');
+  const listFor = (userId: number) =>
+    listTokens(db, { userId, includeRevoked: true }).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt ? day(t.expiresAt) : 'never', state: tokenState(t) }));
+
+  router.get('/tokens', auth.requireUser, (req, res) => {
+    const user = userOf(req);
+    renderPage(res, 'tokens', { user, csrf: auth.csrfToken(req) }, { tokens: listFor(user.id) });
+  });
+
+  router.post('/tokens', auth.requireUser, body, auth.csrf, (req, res) => {
+    const user = userOf(req);
+    const name = String((req.body as { name?: unknown }).name ?? '').trim();
+    if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) throw new GatewayError('A token name is 1 to 64 letters, digits, dots, dashes or underscores.', { reason: 'invalid_request', status: 400 });
+    const expiresAt = parseExpiry(String((req.body as { expires?: unknown }).expires ?? '90d'));
+    const { token } = createToken(db, { userId: user.id, name, expiresAt });
+    res.type('html').send(renderPartial('token-created', { name, token, ...clientConfigs(`${base}/mcp`, token), apiUrl: `${base}/v1`, tokens: listFor(user.id) }));
+  });
+
+  router.post('/tokens/:id/revoke', auth.requireUser, body, auth.csrf, (req, res) => {
+    const user = userOf(req);
+    const id = Number(req.params.id);
+    const t = Number.isSafeInteger(id) ? getToken(db, id) : undefined;
+    // Another user's token is answered like a missing one.
+    if (!t || t.userId !== user.id) throw new GatewayError('No such token.', { reason: 'not_found', status: 404 });
+    revokeToken(db, id, { userId: user.id });
+    dropPiiScope(db, tokenScopeRef(user.id, id));
+    res.type('html').send(renderPartial('token-list', { tokens: listFor(user.id) }));
+  });
+
+  return router;
+}

@@ -1,0 +1,33 @@
+/**
+ * The web app's tables (a step of the store's schema, registry.ts): browser sessions
+ * (their ids stored hashed, so a copy of the database signs nobody in), one-time sign-in
+ * links, and what the pages need on existing rows: a user's default model and GitHub
+ * teams, the files each tool call changed (shown inline again after a reload).
+ */
+import type { Migration } from '../store/migrations.js';
+
+export const webMigration: Migration = {
+  description: 'browser sessions, one-time sign-in links, user preferences, files shown with tool results',
+  up(db) {
+    db.exec(`
+      CREATE TABLE sessions (
+        sid_hash TEXT PRIMARY KEY,           -- SHA-256 of the cookie's session id
+        user_id INTEGER REFERENCES users(id) ON DELETE CASCADE,
+        data TEXT NOT NULL,                  -- express-session's JSON (no secret in clear)
+        expires_at INTEGER NOT NULL,
+        created_at INTEGER NOT NULL
+      );
+      CREATE INDEX sessions_user ON sessions(user_id);
+      CREATE INDEX sessions_expiry ON sessions(expires_at);
+      CREATE TABLE login_links (
+        token_hash TEXT PRIMARY KEY,         -- SHA-256 of the link's secret
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        expires_at INTEGER NOT NULL,
+        used_at INTEGER
+      );
+      ALTER TABLE users ADD COLUMN default_model TEXT;
+      ALTER TABLE users ADD COLUMN github_teams TEXT;   -- JSON ["org/team", ...] at the last check
+      ALTER TABLE messages ADD COLUMN files TEXT;       -- JSON [{path, size}] a tool call changed
+    `);
+  },
+};

@@ -1,0 +1,56 @@
+/**
+ * Browser sessions in the store. The cookie carries a random session id; the table keys
+ * sessions by its SHA-256, so the database alone signs nobody in. A session belongs to a
+ * user once they signed in (`user_id`), which is what signing out everywhere and the
+ * admin's views use. Every statement on the table is here.
+ */
+import crypto from 'node:crypto';
+import { statement, type Db } from '../store/store.js';
+
+const hash = (sid: string) => crypto.createHash('sha256').update(sid).digest('hex');
+
+export interface SessionRow {
+  data: string;
+  userId: number | null;
+  expiresAt: number;
+}
+
+export function loadSession(db: Db, sid: string, now = Date.now()): SessionRow | undefined {
+  const r = statement(db, 'SELECT data, user_id, expires_at FROM sessions WHERE sid_hash = ?').get(hash(sid)) as { data: string; user_id: number | null; expires_at: number } | undefined;
+  if (!r) return undefined;
+  if (r.expires_at <= now) {
+    deleteSession(db, sid);
+    return undefined;
+  }
+  return { data: r.data, userId: r.user_id, expiresAt: r.expires_at };
+}
+
+export function saveSession(db: Db, sid: string, data: string, userId: number | null, expiresAt: number): void {
+  statement(
+    db,
+    `INSERT INTO sessions (sid_hash, user_id, data, expires_at, created_at) VALUES (?, ?, ?, ?, ?)
+     ON CONFLICT(sid_hash) DO UPDATE SET user_id = excluded.user_id, data = excluded.data, expires_at = excluded.expires_at`,
+  ).run(hash(sid), userId, data, expiresAt, Date.now());
+}
+
+export function touchSession(db: Db, sid: string, expiresAt: number): void {
+  statement(db, 'UPDATE sessions SET expires_at = ? WHERE sid_hash = ?').run(expiresAt, hash(sid));
+}
+
+export function deleteSession(db: Db, sid: string): void {
+  statement(db, 'DELETE FROM sessions WHERE sid_hash = ?').run(hash(sid));
+}
+
+/** Signs a user out everywhere; returns how many sessions ended. */
+export function deleteUserSessions(db: Db, userId: number): number {
+  return statement(db, 'DELETE FROM sessions WHERE user_id = ?').run(userId).changes;
+}
+
+export function purgeExpiredSessions(db: Db, now = Date.now()): number {
+  return statement(db, 'DELETE FROM sessions WHERE expires_at <= ?').run(now).changes;
+}
+
+/** The key a live connection of this session is grouped under (never the session id itself). */
+export function sessionKey(sid: string): string {
+  return hash(sid).slice(0, 32);
+}
