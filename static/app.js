@@ -48,11 +48,24 @@
   // The live channel: server-rendered partials, swapped in by htmx, in the order sent.
   if (!body.dataset.live || typeof window.io !== 'function') return;
   const socket = window.io({ auth: { csrf: body.dataset.csrf }, transports: ['websocket', 'polling'] });
+  // After a reconnect, what was sent while the page was away is fetched whole (the
+  // transcript as the server renders it); the first connection has the page as served.
+  let connectedBefore = false;
   const watch = () => {
     const t = document.getElementById('transcript');
-    if (t) socket.emit('watch', t.dataset.conversation);
+    const again = connectedBefore;
+    connectedBefore = true;
+    if (!t) {
+      body.dataset.liveState = 'connected';
+      return;
+    }
+    socket.emit('watch', t.dataset.conversation, () => {
+      body.dataset.liveState = 'watching';
+      if (again) window.htmx.ajax('GET', `/c/${encodeURIComponent(t.dataset.conversation)}/transcript`, { target: '#transcript', swap: 'innerHTML' });
+    });
   };
   socket.on('connect', watch);
+  socket.on('disconnect', () => { body.dataset.liveState = 'disconnected'; });
   socket.on('connect_error', (err) => {
     if (/unauthorized/.test(String(err && err.message))) socket.disconnect();
   });

@@ -109,7 +109,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     },
     async close(o = {}) {
       server.closeAllConnections();
-      await new Promise<void>((resolve) => server.close(() => resolve()));
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // Browsers' live connections are upgraded ones, which the server no longer counts.
+      await gateway.web.close();
+      await closed;
       if (o.keepData) return gateway.close();
       await gateway.close({ stopAll: true, releaseVolumes: true });
       fs.rmSync(dataDir, { recursive: true, force: true });

@@ -66,11 +66,17 @@ export function chatRoutes(deps: ChatDeps): Router {
     res.redirect(303, `/c/${c.id}`);
   });
 
-  router.get('/c/:id', auth.requireUser, async (req, res) => {
-    const user = userOf(req);
-    const conversation = getConversation(db, user.id, req.params.id as string);
+  /** A conversation's turns as its user reads them, and the one still running. */
+  async function turnsFor(user: User, id: string) {
+    const conversation = getConversation(db, user.id, id);
     const turns = await transcript(db, boundary, user, conversation);
     const running = turnsOf(db, conversation.id).find((t) => t.status === 'running' && agent.isRunning(conversation.id));
+    return { conversation, turns, runningTurn: running?.id ?? null };
+  }
+
+  router.get('/c/:id', auth.requireUser, async (req, res) => {
+    const user = userOf(req);
+    const { conversation, turns, runningTurn } = await turnsFor(user, req.params.id as string);
     const conversations = await listFor(user);
     renderPage(res, 'chat', { user, csrf: auth.csrfToken(req), live: 'chat' }, {
       title: conversations.find((c) => c.id === conversation.id)?.title || 'New conversation',
@@ -78,8 +84,13 @@ export function chatRoutes(deps: ChatDeps): Router {
       conversations,
       conversation,
       turns,
-      runningTurn: running?.id ?? null,
+      runningTurn,
     });
+  });
+
+  /** The transcript alone, for a page that was away from the live channel for a while. */
+  router.get('/c/:id/transcript', auth.requireUser, async (req, res) => {
+    res.type('html').send(renderPartial('transcript', { ...(await turnsFor(userOf(req), req.params.id as string)), oob: true }));
   });
 
   router.post('/c/:id/send', auth.requireUser, body, auth.csrf, (req, res) => {

@@ -201,8 +201,11 @@ export class LiveHub {
     };
   }
 
+  /** Disconnects every browser (their connections are upgraded: closing the HTTP server alone would wait for them). */
   close(): Promise<void> {
-    return new Promise((resolve) => (this.io ? this.io.close(() => resolve()) : resolve()));
+    const io = this.io;
+    this.io = undefined;
+    return new Promise((resolve) => (io ? io.close(() => resolve()) : resolve()));
   }
 }
 
