@@ -1,3 +1,5 @@
+/// <reference lib="dom" />
+/// <reference lib="dom.iterable" />
 /**
  * The web app in a real browser (Debian's Chromium through playwright-core) against the
  * real gateway, real sandboxes, the stand-in GitHub Enterprise (OAuth web flow and REST
@@ -17,7 +19,6 @@ import { createLoginLink } from '../src/web/login-links.js';
 import { startGitHubStandin, type GitHubStandin } from './support/github-standin.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
-import { until } from './support/until.js';
 
 const SHOTS = path.resolve('test-artifacts/screenshots');
 const VIEWPORTS = { laptop: { width: 1280, height: 800 }, phone: { width: 390, height: 844 } } as const;
@@ -404,7 +405,7 @@ describe('the artifact browser', () => {
     await page.waitForSelector('.entries >> text=renamed.md');
     await page.click('#preview button.danger');
     await page.waitForSelector('#preview >> text=Deleted renamed.md');
-    await until(async () => (await page.locator('.entries >> text=renamed.md').count()) === 0, 10_000);
+    await page.locator('.entries >> text=renamed.md').waitFor({ state: 'detached', timeout: 10_000 });
     await context.close();
   });
 
