@@ -53,6 +53,7 @@ export const SETTINGS = [
   setting('warmPoolSize', 'SANDGATE_WARM_POOL_SIZE', '1', int(0, 64), 'Pre-started sandboxes waiting for new users.'),
   setting('warmPoolPreload', 'SANDGATE_WARM_POOL_PRELOAD', 'numpy,pandas', z.string(), 'Python modules pooled sandboxes import before they are handed out (comma-separated; empty for none).'),
   setting('defaultPermissions', 'SANDGATE_DEFAULT_PERMISSIONS', '{"read":["/workspace","/skills","/tools"],"write":["/workspace"]}', z.string(), 'Permission ceiling for every user, as Deno-style grants in JSON: read, write, net, env, run, sys, ffi, each true or a list.'),
+  setting('maxPermissions', 'SANDGATE_MAX_PERMISSIONS', '', z.string(), 'The team ceiling: the most an admin may grant one user (as SANDGATE_DEFAULT_PERMISSIONS). Empty: the default ceiling is also the most.'),
   setting('mcpServersFile', 'SANDGATE_MCP_SERVERS_FILE', '', z.string(), 'Upstream MCP servers, in the mcpServers JSON format MCP clients use plus a "sandgate" block per server (who may use it, shared or per-user). Empty means DATA_DIR/mcp-servers.json; a missing file means no upstream servers.'),
   setting('upstreamHomeDir', 'SANDGATE_UPSTREAM_HOME_DIR', '/var/lib/sandgate-upstream', z.string().min(1), 'Where stdio upstream servers keep their files: a home per connection, owned by the unprivileged uid it runs as. Every folder above it must be searchable by other users.'),
   setting('rateLimitPerMin', 'SANDGATE_RATE_LIMIT_PER_MIN', '300', int(1, 1000000), 'MCP requests each personal token may make per minute (steady rate); beyond it the endpoint answers 429 with Retry-After.'),
@@ -179,6 +180,14 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
     if (typeof perms !== 'object' || perms === null || Array.isArray(perms)) throw new Error('not an object');
   } catch (e) {
     errors.push(`SANDGATE_DEFAULT_PERMISSIONS is not a JSON object (${(e as Error).message}): use e.g. {"read":["/workspace"],"write":["/workspace"]}.`);
+  }
+  if (config.maxPermissions.trim()) {
+    try {
+      const perms: unknown = JSON.parse(config.maxPermissions);
+      if (typeof perms !== 'object' || perms === null || Array.isArray(perms)) throw new Error('not an object');
+    } catch (e) {
+      errors.push(`SANDGATE_MAX_PERMISSIONS is not a JSON object (${(e as Error).message}): use e.g. {"read":["/workspace"],"write":["/workspace"],"net":["api.example.com"]}.`);
+    }
   }
   if (errors.length) throw new ConfigError(`invalid configuration:\n  - ${errors.join('\n  - ')}`);
   return { config, warnings };

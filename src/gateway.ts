@@ -145,7 +145,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     return (await quick)[name] ?? { ok: false, detail: 'not reported by the driver' };
   };
 
-  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream });
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, preflight: () => preflight });
   const app = createApp({
     config,
     store,

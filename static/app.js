@@ -55,6 +55,10 @@
     const t = document.getElementById('transcript');
     const again = connectedBefore;
     connectedBefore = true;
+    if (body.dataset.live === 'admin') {
+      socket.emit('watch-admin', (r) => { body.dataset.liveState = r && r.ok ? 'watching' : 'refused'; });
+      return;
+    }
     if (!t) {
       body.dataset.liveState = 'connected';
       return;

@@ -41,7 +41,7 @@ export interface AgentDeps {
 
 export class Agent {
   private readonly log: Logger;
-  private readonly running = new Map<string, { controller: AbortController; done: Promise<unknown> }>();
+  private readonly running = new Map<string, { controller: AbortController; done: Promise<unknown>; userId: number }>();
   /** The tools offered to models: the same for every caller of this gateway, listed once. */
   private tools?: Promise<ModelTools>;
   private closed = false;
@@ -136,7 +136,7 @@ export class Agent {
         if (connection) await (await connection.catch(() => undefined))?.close().catch(() => {});
       }
     })();
-    const entry = { controller, done: work.catch(() => undefined) };
+    const entry = { controller, done: work.catch(() => undefined), userId: user.id };
     this.running.set(conversationId, entry);
     try {
       return await work;
@@ -164,6 +164,17 @@ export class Agent {
     if (!r) return false;
     r.controller.abort('cancel');
     return true;
+  }
+
+  /** Cancels every running turn of a user (an admin disabled or deleted them); how many. */
+  cancelUser(userId: number): number {
+    let n = 0;
+    for (const r of this.running.values()) {
+      if (r.userId !== userId) continue;
+      r.controller.abort('cancel');
+      n++;
+    }
+    return n;
   }
 
   /** Stops every running turn (marked interrupted) and waits for them to record it. */

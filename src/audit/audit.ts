@@ -239,27 +239,75 @@ interface AuditRow {
   error_class: string | null;
 }
 
+export const AUDIT_KINDS: readonly AuditKind[] = ['mcp', 'upstream', 'web', 'agent', 'admin'];
+export const AUDIT_OUTCOMES: readonly AuditOutcome[] = ['ok', 'error', 'denied', 'rate_limited'];
+
+const toAuditRecord = (r: AuditRow): AuditRecord => ({
+  id: r.id,
+  ts: r.ts,
+  userId: r.user_id,
+  via: r.via,
+  tokenId: r.token_id,
+  tokenName: r.token_name,
+  conversationId: r.conversation_id,
+  targetUserId: r.target_user_id,
+  kind: r.kind,
+  method: r.method,
+  tool: r.tool,
+  argsShape: r.args_shape === null ? null : (JSON.parse(r.args_shape) as unknown),
+  durationMs: r.duration_ms,
+  outcome: r.outcome,
+  errorClass: r.error_class,
+});
+
 /** One user's entries, newest first. `before` (an entry id) pages backwards. */
 export function listAudit(db: Db, userId: number, opts: { limit?: number; before?: number } = {}): AuditRecord[] {
-  const limit = Math.min(Math.max(opts.limit ?? 100, 1), 1000);
+  return queryAudit(db, { userId, limit: opts.limit, before: opts.before });
+}
+
+export interface AuditQuery {
+  userId?: number;
+  kind?: AuditKind;
+  /** The tool, or the action of an admin or web entry (its method). */
+  tool?: string;
+  outcome?: AuditOutcome;
+  /** Epoch ms, inclusive. */
+  since?: number;
+  /** Epoch ms, exclusive. */
+  until?: number;
+  /** An entry id: entries older than it (paging backwards). */
+  before?: number;
+  limit?: number;
+}
+
+/** Entries of every user matching `q`, newest first, at most `limit` (1000). */
+export function queryAudit(db: Db, q: AuditQuery): AuditRecord[] {
+  const where: string[] = [];
+  const args: (string | number)[] = [];
+  const add = (clause: string, v: string | number | undefined) => {
+    if (v === undefined || v === '') return;
+    where.push(clause);
+    args.push(v);
+  };
+  add('user_id = ?', q.userId);
+  add('kind = ?', q.kind);
+  if (q.tool) {
+    where.push('(tool = ? OR method = ?)');
+    args.push(q.tool, q.tool);
+  }
+  add('outcome = ?', q.outcome);
+  add('ts >= ?', q.since);
+  add('ts < ?', q.until);
+  add('id < ?', q.before);
+  const limit = Math.min(Math.max(q.limit ?? 100, 1), 1000);
+  const sql = `SELECT * FROM audit_log${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
+  return (db.prepare(sql).all(...args, limit) as AuditRow[]).map(toAuditRecord);
+}
+
+/** Calls per upstream server (entries of kind `upstream`), with how many failed, since `since`. */
+export function upstreamCallCounts(db: Db, since = 0): Map<string, { calls: number; failed: number; lastAt: number }> {
   const rows = db
-    .prepare(`SELECT * FROM audit_log WHERE user_id = ?${opts.before ? ' AND id < ?' : ''} ORDER BY id DESC LIMIT ?`)
-    .all(...(opts.before ? [userId, opts.before, limit] : [userId, limit])) as AuditRow[];
-  return rows.map((r) => ({
-    id: r.id,
-    ts: r.ts,
-    userId: r.user_id,
-    via: r.via,
-    tokenId: r.token_id,
-    tokenName: r.token_name,
-    conversationId: r.conversation_id,
-    targetUserId: r.target_user_id,
-    kind: r.kind,
-    method: r.method,
-    tool: r.tool,
-    argsShape: r.args_shape === null ? null : (JSON.parse(r.args_shape) as unknown),
-    durationMs: r.duration_ms,
-    outcome: r.outcome,
-    errorClass: r.error_class,
-  }));
+    .prepare(`SELECT method AS server, COUNT(*) AS calls, SUM(outcome != 'ok') AS failed, MAX(ts) AS lastAt FROM audit_log WHERE kind = 'upstream' AND ts >= ? GROUP BY method`)
+    .all(since) as { server: string; calls: number; failed: number; lastAt: number }[];
+  return new Map(rows.map((r) => [r.server, { calls: r.calls, failed: r.failed ?? 0, lastAt: r.lastAt }]));
 }

@@ -18,6 +18,7 @@ const SHORT_REASON: Record<Exclude<TokenFailure, 'missing'>, string> = {
   unknown: 'The token is not recognised',
   expired: 'The token has expired',
   revoked: 'The token has been revoked',
+  disabled: 'The account is disabled',
 };
 
 /** The token of an `Authorization: Bearer <token>` header, if the request has one. */

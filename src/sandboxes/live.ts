@@ -27,6 +27,10 @@ export interface UserSandbox extends Live {
   running: number;
   /** The execution the runner is running now: the only one whose calls are taken. */
   inFlight?: string;
+  /** The run in flight: its language and when it began (for the admin page). */
+  run?: { language: string; startedAt: number };
+  /** Set when an admin stops the sandbox: what its runs report instead of a plain stop. */
+  stopNotice?: string;
   /** Executions not yet counted in the store, and when the store was last told. */
   unrecorded?: number;
   recordedAt?: number;

@@ -22,11 +22,12 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
-import { forgetSandboxContainer, recordSandboxStarted, recordSandboxUse } from '../store/sandboxes.js';
+import { forgetSandboxContainer, recordExecutions, recordSandboxStarted, recordSandboxUse, type ExecutionRow } from '../store/sandboxes.js';
 import type { Db } from '../store/store.js';
 import { claimWorkspace, getUser } from '../store/users.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE } from './adoption.js';
 import { routeCalls } from './calls.js';
+import { cpuMsNow, forgetCgroup } from './cgroup.js';
 import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { SandboxError } from './errors.js';
 import { reapIntervalMs, stopReason } from './lifecycle.js';
@@ -60,6 +61,13 @@ export interface SandboxManagerDeps {
  */
 const USE_RECORD_INTERVAL_MS = 10_000;
 
+/** How often the executions gathered in memory are written to the store. */
+const EXECUTION_LOG_INTERVAL_MS = 5_000;
+/** How long a graceful stop waits for the cancelled run to end before the container goes. */
+const STOP_GRACE_MS = 3_000;
+/** A container this young that the gateway does not track may be one it is starting. */
+const ORPHAN_MIN_AGE_MS = 60_000;
+
 export interface SandboxSummary {
   user: string;
   userId: number;
@@ -68,8 +76,18 @@ export interface SandboxSummary {
   lastActivity: number;
   running: number;
   queued: number;
+  /** The run in flight. */
+  run?: { language: string; startedAt: number };
+  workspaceId: string;
   stats?: { cpuPercent: number; memoryBytes: number; memoryLimitBytes: number; pids: number };
   workspace?: { usedBytes: number; limitBytes: number | null };
+}
+
+/** A warm-pool sandbox waiting for a user. */
+export interface PooledSummary {
+  containerId: string;
+  startedAt: number;
+  workspaceId: string;
 }
 
 export class SandboxManager {
@@ -81,6 +99,9 @@ export class SandboxManager {
   private bridge?: BridgeHandler;
   private closed = false;
   private readonly filesListeners = new Set<(owner: SandboxOwner, files: ExecuteResult['files']) => void>();
+  /** Executions not yet written to the store (written every few seconds, and at shutdown). */
+  private executionLog: ExecutionRow[] = [];
+  private executionFlush?: NodeJS.Timeout;
 
   constructor(private readonly deps: SandboxManagerDeps) {
     this.log = deps.logger.child({ module: 'sandboxes' });
@@ -117,7 +138,20 @@ export class SandboxManager {
     });
     this.reaper = setInterval(() => void this.reap().catch((e) => this.log.error({ err: e }, 'reaper failed')), opts.reapIntervalMs ?? reapIntervalMs(this.deps.config));
     this.reaper.unref();
+    this.executionFlush = setInterval(() => this.flushExecutions(), EXECUTION_LOG_INTERVAL_MS);
+    this.executionFlush.unref();
     this.pool.fill();
+  }
+
+  /** Writes the executions gathered so far to the store (the usage view calls it before reading). */
+  flushExecutions(): void {
+    const rows = this.executionLog;
+    this.executionLog = [];
+    try {
+      recordExecutions(this.deps.db, rows);
+    } catch (e) {
+      this.log.warn({ err: e, rows: rows.length }, 'could not record executions');
+    }
   }
 
   setBridgeHandler(handler: BridgeHandler): void {
@@ -176,8 +210,21 @@ export class SandboxManager {
       // The sandbox died while this waited: the run joins its replacement's queue like any
       // new one (its limit, its order, its timer starting only when the run does).
       if (sb.handle.exited) return this.execute(owner, opts);
+      const cpuBefore = cpuMsNow(sb.handle.id);
+      const ts = Date.now();
+      sb.run = { language: opts.language, startedAt: ts };
       try {
         const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log: this.log, outputLimitKb: cfg.outputLimitKb });
+        sb.run = undefined;
+        const cpuAfter = cpuMsNow(sb.handle.id);
+        this.executionLog.push({
+          userId: owner.userId,
+          ts,
+          language: opts.language,
+          durationMs: result.durationMs,
+          cpuMs: cpuBefore !== undefined && cpuAfter !== undefined ? Math.max(0, cpuAfter - cpuBefore) : null,
+          outcome: result.timedOut ? 'timeout' : result.killed ? 'killed' : result.exitCode === 0 ? 'ok' : 'error',
+        });
         if (result.files.length) {
           for (const l of this.filesListeners) {
             try {
@@ -189,6 +236,7 @@ export class SandboxManager {
         }
         return result;
       } finally {
+        sb.run = undefined;
         this.recordUse(sb);
       }
     });
@@ -311,14 +359,80 @@ export class SandboxManager {
     this.users.delete(userId);
     this.log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
     await this.deps.driver.stop(sb.handle.id);
+    forgetCgroup(sb.handle.id);
     forgetSandboxContainer(this.deps.db, userId);
   }
 
-  /** Stops a user's sandbox (admin). Running executions are killed and told so. */
-  async stopUser(userId: number): Promise<boolean> {
-    if (!this.users.has(userId)) return false;
-    await this.stopSandbox(userId, 'stopped by an admin');
+  /**
+   * Stops a user's sandbox for an admin; the workspace is kept and the next run starts a
+   * fresh sandbox. Graceful: the run in progress is cancelled first (up to a few
+   * seconds); `kill`: at once. Either way, the runs it ends say who stopped it.
+   */
+  async stopUser(userId: number, opts: { kill?: boolean; by?: string } = {}): Promise<boolean> {
+    const sb = this.users.get(userId);
+    if (!sb) return false;
+    const who = opts.by ? `an admin (${opts.by})` : 'an admin';
+    sb.stopNotice = opts.kill
+      ? `Your sandbox was killed by ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
+      : `Your sandbox was stopped by ${who}, so this run was cancelled. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`;
+    if (!opts.kill && sb.inFlight) {
+      try {
+        sb.handle.send({ op: 'cancel', id: `c${sb.inFlight}`, target: sb.inFlight });
+      } catch {
+        /* runner gone: stopping settles the run */
+      }
+      const deadline = Date.now() + STOP_GRACE_MS;
+      while (sb.run && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    }
+    await this.stopSandbox(userId, opts.kill ? `killed by ${who}` : `stopped by ${who}`);
     return true;
+  }
+
+  /** Stops every user sandbox with nothing running or queued; how many. */
+  async stopIdle(by?: string): Promise<number> {
+    let n = 0;
+    for (const sb of [...this.users.values()]) {
+      if (sb.running === 0 && sb.queue.waiting === 0 && (await this.stopUser(sb.owner.userId, { by }))) n++;
+    }
+    return n;
+  }
+
+  /** Removes a user's workspace for good (their sandbox must be stopped first; the admin deletes the user next). */
+  async destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
+    if (this.users.has(user.id)) throw new SandboxError('the user still has a sandbox running', 'busy');
+    if (user.workspaceId) await this.deps.volumes.destroy(user.workspaceId);
+  }
+
+  /** Bytes a workspace uses and its quota. */
+  workspaceUsage(workspaceId: string): Promise<{ usedBytes: number; limitBytes: number | null }> {
+    return this.deps.volumes.usage(workspaceId);
+  }
+
+  /** The warm pool's sandboxes, waiting for users. */
+  pooled(): PooledSummary[] {
+    return this.pool.entries().map((l) => ({ containerId: l.handle.id, startedAt: l.startedAt, workspaceId: l.workspaceId }));
+  }
+
+  /**
+   * Containers of this gateway (by its label) that it does not track: not a user's, not
+   * in the pool, not being started, and older than a minute (one made a moment ago may
+   * be on its way in). Adoption at start removes such leftovers; these appeared since.
+   */
+  async orphans(now = Date.now()): Promise<{ id: string; owner?: string; createdAt: number; running: boolean }[]> {
+    const tracked = new Set([...[...this.users.values()].map((s) => s.handle.id), ...this.pool.entries().map((l) => l.handle.id)]);
+    return (await this.deps.driver.list())
+      .filter((c) => !tracked.has(c.id) && now - c.createdAt > ORPHAN_MIN_AGE_MS && this.starting.size === 0)
+      .map((c) => ({ id: c.id, owner: c.owner, createdAt: c.createdAt, running: c.running }));
+  }
+
+  /** Removes the orphans `orphans()` lists (their workspaces stay); how many. */
+  async removeOrphans(): Promise<number> {
+    const found = await this.orphans();
+    for (const o of found) {
+      this.log.warn({ container: o.id.slice(0, 12), owner: o.owner }, 'removing a container this gateway does not track');
+      await this.deps.driver.stop(o.id);
+    }
+    return found.length;
   }
 
   /** Every user sandbox with usage, for the admin page. */
@@ -333,6 +447,8 @@ export class SandboxManager {
         lastActivity: sb.lastActivity,
         running: sb.running,
         queued: sb.queue.waiting,
+        workspaceId: sb.workspaceId,
+        ...(sb.run ? { run: { ...sb.run } } : {}),
       };
       if (opts.stats) {
         s.stats = await sb.handle.stats().catch(() => undefined);
@@ -353,6 +469,7 @@ export class SandboxManager {
   async shutdown(opts: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean } = {}): Promise<void> {
     this.closed = true;
     if (this.reaper) clearInterval(this.reaper);
+    if (this.executionFlush) clearInterval(this.executionFlush);
     for (const p of this.starting.values()) await p.catch(() => {});
     await this.pool.close({ detachOnly: opts.detachOnly });
     const running = new Set<string>();
@@ -366,6 +483,7 @@ export class SandboxManager {
       }
     }
     this.users.clear();
+    this.flushExecutions();
     if (opts.releaseVolumes) await this.deps.volumes.releaseAll();
     else if (!opts.detachOnly) await this.deps.volumes.releaseAll(running);
   }

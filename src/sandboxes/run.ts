@@ -134,7 +134,7 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
           kept[e.type] += bytes;
           output[e.type].push(e.data);
           opts.onOutput?.(e.type, e.data);
-        } else if (e.type === 'done') finish(e);
+        } else if (e.type === 'done') finish(sb.stopNotice ? { ...e, notice: sb.stopNotice } : e);
       });
       const died = (notice: string): ExecDone => ({
         type: 'done',
@@ -152,8 +152,9 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
         log.warn({ user: owner.name, reason }, 'sandbox died during an execution');
         finish(
           died(
-            'The sandbox stopped during this execution (it ran out of memory or processes, or was stopped). ' +
-              'It is replaced on the next run; files in /workspace are kept, Python variables are lost.',
+            sb.stopNotice ??
+              'The sandbox stopped during this execution (it ran out of memory or processes, or was stopped). ' +
+                'It is replaced on the next run; files in /workspace are kept, Python variables are lost.',
           ),
         );
       });
@@ -175,7 +176,7 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
       try {
         sb.handle.send(request);
       } catch (e) {
-        finish(died(`The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
+        finish(died(sb.stopNotice ?? `The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
       }
     });
     sb.unrecorded = (sb.unrecorded ?? 0) + 1;

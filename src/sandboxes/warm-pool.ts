@@ -30,6 +30,11 @@ export class WarmPool {
     return this.ready.length;
   }
 
+  /** The sandboxes waiting to be taken (for the admin page). */
+  entries(): readonly Live[] {
+    return this.ready;
+  }
+
   /** A ready sandbox, out of the pool (then refilled by `fill`), or none. */
   take(): Live | undefined {
     while (this.ready.length) {

@@ -13,6 +13,7 @@ import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import type { Migration } from './migrations.js';
 import { usersMigration } from './schema.js';
 import { webMigration } from '../web/schema.js';
+import { adminMigration } from '../admin/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -25,6 +26,7 @@ export const MIGRATIONS: readonly Migration[] = [
   auditCallersMigration,
   agentMigration,
   webMigration,
+  adminMigration,
 ];
 
 /** The schema version a step brings the store to. */

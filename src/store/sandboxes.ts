@@ -60,3 +60,43 @@ export function sandboxRecord(db: Db, userId: number): SandboxRecord | undefined
   const r = statement(db, 'SELECT * FROM sandboxes WHERE user_id = ?').get(userId) as Row | undefined;
   return r && toRecord(r);
 }
+
+/** One execution as the usage view counts it. */
+export interface ExecutionRow {
+  userId: number;
+  ts: number;
+  language: string;
+  durationMs: number;
+  cpuMs: number | null;
+  outcome: 'ok' | 'error' | 'timeout' | 'killed';
+}
+
+/** Writes executions (the manager gathers them and writes them together, off the run's path). */
+export function recordExecutions(db: Db, rows: readonly ExecutionRow[]): void {
+  if (!rows.length) return;
+  const insert = statement(db, 'INSERT INTO executions (user_id, ts, language, duration_ms, cpu_ms, outcome) VALUES (?, ?, ?, ?, ?, ?)');
+  db.transaction(() => {
+    // A user deleted meanwhile has no rows to count.
+    for (const r of rows) if (statement(db, 'SELECT 1 FROM users WHERE id = ?').get(r.userId)) insert.run(r.userId, r.ts, r.language, r.durationMs, r.cpuMs, r.outcome);
+  })();
+}
+
+export interface ExecutionUsage {
+  userId: number;
+  user: string;
+  executions: number;
+  failed: number;
+  cpuSeconds: number;
+  runSeconds: number;
+}
+
+/** Executions and their CPU time per user in [since, until). */
+export function executionUsage(db: Db, since: number, until: number): ExecutionUsage[] {
+  return statement(
+    db,
+    `SELECT e.user_id AS userId, u.name AS user, COUNT(*) AS executions, SUM(e.outcome != 'ok') AS failed,
+            COALESCE(SUM(e.cpu_ms), 0) / 1000.0 AS cpuSeconds, SUM(e.duration_ms) / 1000.0 AS runSeconds
+     FROM executions e JOIN users u ON u.id = e.user_id
+     WHERE e.ts >= ? AND e.ts < ? GROUP BY e.user_id ORDER BY u.name`,
+  ).all(since, until) as ExecutionUsage[];
+}

@@ -16,6 +16,10 @@ export interface User {
   defaultModel: string | null;
   /** GitHub teams (org/team) they were in at their last sign-in check. */
   githubTeams: string[];
+  /** When an admin disabled them (nothing of theirs works until enabled), or null. */
+  disabledAt: number | null;
+  lastSignInAt: number | null;
+  signInMethod: 'github' | 'link' | null;
 }
 
 interface UserRow {
@@ -27,6 +31,9 @@ interface UserRow {
   created_at: number;
   default_model: string | null;
   github_teams: string | null;
+  disabled_at: number | null;
+  last_sign_in_at: number | null;
+  sign_in_method: 'github' | 'link' | null;
 }
 
 const toUser = (r: UserRow): User => ({
@@ -38,6 +45,9 @@ const toUser = (r: UserRow): User => ({
   createdAt: r.created_at,
   defaultModel: r.default_model,
   githubTeams: r.github_teams ? (JSON.parse(r.github_teams) as string[]) : [],
+  disabledAt: r.disabled_at ?? null,
+  lastSignInAt: r.last_sign_in_at ?? null,
+  signInMethod: r.sign_in_method ?? null,
 });
 
 /** Login names as GitHub allows them (plus the local install's single user). */
@@ -95,4 +105,18 @@ export function setDefaultModel(db: Db, userId: number, model: string | null): v
 /** The GitHub teams (org/team) a user was in at their last check, for upstream servers open to teams. */
 export function setGithubTeams(db: Db, userId: number, teams: string[]): void {
   statement(db, 'UPDATE users SET github_teams = ? WHERE id = ?').run(JSON.stringify(teams), userId);
+}
+
+/** Disables (nothing of theirs works: sessions, tokens, sandbox) or enables a user; nothing is deleted. */
+export function setUserDisabled(db: Db, userId: number, disabled: boolean): void {
+  statement(db, 'UPDATE users SET disabled_at = ? WHERE id = ?').run(disabled ? Date.now() : null, userId);
+}
+
+export function recordSignIn(db: Db, userId: number, method: 'github' | 'link'): void {
+  statement(db, 'UPDATE users SET last_sign_in_at = ?, sign_in_method = ? WHERE id = ?').run(Date.now(), method, userId);
+}
+
+/** Deletes a user and everything of theirs in the store (every table cascades from users). */
+export function deleteUser(db: Db, userId: number): boolean {
+  return statement(db, 'DELETE FROM users WHERE id = ?').run(userId).changes > 0;
 }

@@ -29,7 +29,7 @@ export interface Principal {
   tokenName: string;
 }
 
-export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked'] as const;
+export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked', 'disabled'] as const;
 export type TokenFailure = (typeof TOKEN_FAILURES)[number];
 
 export type VerifyResult =
@@ -76,7 +76,8 @@ function stmt(db: Db, sql: string): Statement {
 
 const VERIFY_SQL = `SELECT t.id, t.user_id, t.name, t.hash, t.expires_at, t.revoked_at, t.created_at, t.last_used_at,
   u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at,
-  u.default_model AS user_default_model, u.github_teams AS user_github_teams
+  u.default_model AS user_default_model, u.github_teams AS user_github_teams,
+  u.disabled_at AS user_disabled_at, u.last_sign_in_at AS user_last_sign_in_at, u.sign_in_method AS user_sign_in_method
   FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?`;
 
 const toRecord = (r: TokenRow): TokenRecord => ({
@@ -225,6 +226,9 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
         user_created_at: number;
         user_default_model: string | null;
         user_github_teams: string | null;
+        user_disabled_at: number | null;
+        user_last_sign_in_at: number | null;
+        user_sign_in_method: 'github' | 'link' | null;
       })
     | undefined;
   if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
@@ -237,6 +241,9 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
   if (record.expiresAt !== null && record.expiresAt <= now) {
     return { ok: false, reason: 'expired', token: record, message: `The token "${record.name}" expired at ${fmtDate(record.expiresAt)}. ${HOW_TO_GET_ONE}` };
   }
+  if (row.user_disabled_at !== null) {
+    return { ok: false, reason: 'disabled', token: record, message: `The account "${row.user_name}" was disabled by an admin of this gateway at ${fmtDate(row.user_disabled_at)}: its tokens do not work until it is enabled again.` };
+  }
   // The user comes from the same row (the join), so one lookup authenticates.
   const user: User = {
     id: row.user_id,
@@ -247,6 +254,9 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
     createdAt: row.user_created_at,
     defaultModel: row.user_default_model,
     githubTeams: row.user_github_teams ? (JSON.parse(row.user_github_teams) as string[]) : [],
+    disabledAt: null,
+    lastSignInAt: row.user_last_sign_in_at,
+    signInMethod: row.user_sign_in_method,
   };
   // Last use is kept to the second: a burst of requests writes it once.
   if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {

@@ -210,6 +210,20 @@ export class UpstreamHub {
     });
   }
 
+  /** Closes a server's connections (every user's, for a per-user server): the next call connects afresh. */
+  async reconnect(serverName: string): Promise<number> {
+    this.configured(serverName);
+    const closing: Promise<void>[] = [];
+    for (const [key, c] of [...this.connections.entries()]) {
+      if (key.split('\0')[0] !== serverName) continue;
+      this.connections.delete(key);
+      if (c.idle) clearTimeout(c.idle);
+      closing.push(c.conn.close());
+    }
+    await Promise.all(closing);
+    return closing.length;
+  }
+
   /** Closes every connection (stdio servers are stopped). */
   async close(): Promise<void> {
     this.closed = true;

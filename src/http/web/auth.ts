@@ -24,7 +24,7 @@ import type { Logger } from '../../logger.js';
 import { open, seal } from '../../secrets/aead.js';
 import { loadOrCreateKey } from '../../secrets/key-file.js';
 import type { Db } from '../../store/store.js';
-import { ensureUser, getUser, setGithubTeams, type User } from '../../store/users.js';
+import { ensureUser, getUser, recordSignIn, setGithubTeams, type User } from '../../store/users.js';
 import { AllowList, githubEndpoints } from '../../web/github.js';
 import { consumeLoginLink } from '../../web/login-links.js';
 import { deleteSession, deleteUserSessions, loadSession, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
@@ -40,6 +40,7 @@ declare module 'express-session' {
 
 export const SESSION_COOKIE = 'sandgate.sid';
 export const WEB_KEY_FILE = 'web.key';
+const DISABLED_MESSAGE = 'This account is disabled on this gateway: ask one of its admins.';
 /** A session that never signed in (a visit to the sign-in page) lasts this long. */
 const ANONYMOUS_SESSION_MS = 60 * 60 * 1000;
 
@@ -133,7 +134,11 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
 
   const passport = new Passport();
   passport.serializeUser<number>((user, done) => done(null, (user as User).id));
-  passport.deserializeUser<number>((id, done) => done(null, getUser(db, id) ?? false));
+  // A disabled user's sessions open nothing (they are also deleted when an admin disables them).
+  passport.deserializeUser<number>((id, done) => {
+    const user = getUser(db, id);
+    done(null, user && user.disabledAt === null ? user : false);
+  });
 
   const github = !!config.githubClientId;
   const allow = new AllowList(config);
@@ -160,6 +165,7 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
             .then((d) => {
               if (!d.allowed) return done(null, false, { message: d.reason });
               const user = ensureUser(db, login, { isAdmin: d.isAdmin });
+              if (user.disabledAt !== null) return done(null, false, { message: DISABLED_MESSAGE });
               setGithubTeams(db, user.id, d.teams);
               done(null, { ...user, githubToken: accessToken });
             })
@@ -267,6 +273,7 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
         req.login(plain, (e) => {
           if (e) return next(e);
           req.session.github = { login: plain.name, token: sealToken(plain.id, githubToken), checkedAt: Date.now() };
+          recordSignIn(db, plain.id, 'github');
           log.info({ user: plain.name }, 'signed in with GitHub');
           res.redirect(303, '/chat');
         });
@@ -280,12 +287,17 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
   routes.post('/login/link', body, csrfSynchronisedProtection, (req, res, next) => {
     const r = consumeLoginLink(db, String((req.body as { secret?: unknown }).secret ?? ''));
     const user = r.ok ? getUser(db, r.userId) : undefined;
+    if (user && user.disabledAt !== null) {
+      (req.session as { flash?: string }).flash = DISABLED_MESSAGE;
+      return res.redirect(303, '/login');
+    }
     if (!user) {
       log.warn({ reason: r.ok ? 'no user' : r.reason }, 'sign-in link refused');
       return res.redirect(303, '/login?why=link');
     }
     req.login(user, (e) => {
       if (e) return next(e);
+      recordSignIn(db, user.id, 'link');
       log.info({ user: user.name }, 'signed in with a one-time link');
       res.redirect(303, '/chat');
     });

@@ -14,6 +14,7 @@ import type { ModelBoundary } from '../../pii/boundary.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
 import type { Db } from '../../store/store.js';
 import type { Upstream } from '../../upstream/index.js';
+import { adminRoutes, type AdminApp } from './admin.js';
 import { webAuth, type WebAuth } from './auth.js';
 import { chatRoutes } from './chat.js';
 import { filesRoutes } from './files.js';
@@ -31,12 +32,15 @@ export interface WebAppDeps {
   sandboxes: SandboxManager;
   keys: ProviderKeys;
   upstream: Upstream;
+  /** The sandbox preflight's last verdict, for the admin page. */
+  preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string }> };
 }
 
 export interface WebApp {
   router: Router;
   auth: WebAuth;
   live: LiveHub;
+  admin: AdminApp;
   /** Starts the live channel on the server the app is served by. */
   attach(server: http.Server): void;
   close(): Promise<void>;
@@ -64,12 +68,16 @@ export function webApp(deps: WebAppDeps): WebApp {
   router.use(filesRoutes({ config: deps.config, sandboxes: deps.sandboxes, auth }));
   router.use(tokensRoutes({ config: deps.config, db: deps.db, auth }));
   router.use(settingsRoutes({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, auth }));
+  const admin = adminRoutes({ config: deps.config, db: deps.db, logger: deps.logger, sandboxes: deps.sandboxes, agent: deps.agent, upstream: deps.upstream, auth, live, preflight: deps.preflight });
+  router.use(admin.router);
   return {
     router,
     auth,
     live,
+    admin,
     attach: (server) => hub.attach(server),
     async close() {
+      admin.close();
       auth.close();
       await hub.close();
     },

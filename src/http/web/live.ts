@@ -20,7 +20,7 @@ import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import type { Db } from '../../store/store.js';
-import type { User } from '../../store/users.js';
+import { getUser, type User } from '../../store/users.js';
 import { sessionKey } from '../../web/sessions.js';
 import { isImage, toolKey, transcript } from '../../web/transcript.js';
 import { allowedHostnames } from '../host-origin.js';
@@ -94,6 +94,14 @@ export class LiveHub {
       socket.onAny(() => {
         if (++events > MAX_EVENTS_PER_SECOND) socket.disconnect(true);
       });
+      // The admin page's live table: admins only (a non-admin is told no, and nothing joins).
+      socket.on('watch-admin', (ack?: unknown) => {
+        const reply = typeof ack === 'function' ? (ack as (r: { ok: boolean; status?: number }) => void) : () => {};
+        const fresh = getUser(this.deps.db, user.id);
+        if (!fresh?.isAdmin || fresh.disabledAt !== null) return reply({ ok: false, status: 403 });
+        void socket.join('admins');
+        reply({ ok: true });
+      });
       let watching: string | undefined;
       socket.on('watch', (conversationId: unknown, ack?: unknown) => {
         const reply = typeof ack === 'function' ? (ack as (r: { ok: boolean }) => void) : () => {};
@@ -110,6 +118,16 @@ export class LiveHub {
       });
     });
     this.io = io;
+  }
+
+  /** Connections in a room now (the admin page's sampler runs only while someone watches). */
+  roomSize(room: string): number {
+    return this.io?.of('/').adapter.rooms.get(room)?.size ?? 0;
+  }
+
+  /** A server-rendered swap to every connection in a room. */
+  toRoom(room: string, swap: Swap): void {
+    this.io?.to(room).emit('swap', swap);
   }
 
   /** Disconnects the live channel of one session, or of every session of the user. */
