@@ -7,7 +7,6 @@
  * (`docker/<id>`) or systemd's (`system.slice/docker-<id>.scope`).
  */
 import fs from 'node:fs';
-import fsp from 'node:fs/promises';
 import path from 'node:path';
 
 export interface CgroupSample {
@@ -64,46 +63,48 @@ export function forgetCgroup(containerId: string): void {
   found.delete(containerId);
 }
 
-const num = async (file: string): Promise<number | null> => {
+const num = (file: string): number | null => {
   try {
-    const v = (await fsp.readFile(file, 'utf8')).trim();
+    const v = fs.readFileSync(file, 'utf8').trim();
     return v === 'max' ? null : Number(v);
   } catch {
     return null;
   }
 };
 
-const statLine = (text: string, key: string): number => Number(new RegExp(`^${key} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
+const statLine = (text: string, key: string): number => {
+  const at = text.startsWith(`${key} `) ? 0 : text.indexOf(`\n${key} `) + 1;
+  if (at === 0 && !text.startsWith(`${key} `)) return 0;
+  return Number(text.slice(at + key.length + 1, text.indexOf('\n', at) >>> 0)) || 0;
+};
 
-/** One sample of the container's cgroup; undefined when it is not readable (gone, or not on this host). */
-export async function sampleCgroup(containerId: string, root = ROOT): Promise<CgroupSample | undefined> {
+/**
+ * One sample of the container's cgroup; undefined when it is not readable (gone, or not
+ * on this host). Synchronous: five reads of small kernel files take tens of microseconds,
+ * far less than as many trips through the thread pool.
+ */
+export function sampleCgroup(containerId: string, root = ROOT): CgroupSample | undefined {
   const p = cgroupPaths(containerId, root);
   if (!p) return undefined;
   try {
     if (p.version === 2) {
-      const [cpuStat, current, peak, memStat, pids] = await Promise.all([
-        fsp.readFile(path.join(p.cpu, 'cpu.stat'), 'utf8'),
-        num(path.join(p.memory, 'memory.current')),
-        num(path.join(p.memory, 'memory.peak')),
-        fsp.readFile(path.join(p.memory, 'memory.stat'), 'utf8'),
-        num(path.join(p.pids, 'pids.current')),
-      ]);
+      const memStat = fs.readFileSync(path.join(p.memory, 'memory.stat'), 'utf8');
       return {
-        cpuNs: statLine(cpuStat, 'usage_usec') * 1000,
-        memoryBytes: Math.max(0, (current ?? 0) - statLine(memStat, 'inactive_file')),
-        memoryPeakBytes: peak,
-        pids,
+        cpuNs: statLine(fs.readFileSync(path.join(p.cpu, 'cpu.stat'), 'utf8'), 'usage_usec') * 1000,
+        memoryBytes: Math.max(0, (num(path.join(p.memory, 'memory.current')) ?? 0) - statLine(memStat, 'inactive_file')),
+        memoryPeakBytes: num(path.join(p.memory, 'memory.peak')),
+        pids: num(path.join(p.pids, 'pids.current')),
       };
     }
-    const [cpu, usage, peak, memStat, pids] = await Promise.all([
-      num(path.join(p.cpu, 'cpuacct.usage')),
-      num(path.join(p.memory, 'memory.usage_in_bytes')),
-      num(path.join(p.memory, 'memory.max_usage_in_bytes')),
-      fsp.readFile(path.join(p.memory, 'memory.stat'), 'utf8'),
-      p.pids ? num(path.join(p.pids, 'pids.current')) : Promise.resolve(null),
-    ]);
+    const cpu = num(path.join(p.cpu, 'cpuacct.usage'));
     if (cpu === null) return undefined;
-    return { cpuNs: cpu, memoryBytes: Math.max(0, (usage ?? 0) - statLine(memStat, 'total_inactive_file')), memoryPeakBytes: peak, pids };
+    const memStat = fs.readFileSync(path.join(p.memory, 'memory.stat'), 'utf8');
+    return {
+      cpuNs: cpu,
+      memoryBytes: Math.max(0, (num(path.join(p.memory, 'memory.usage_in_bytes')) ?? 0) - statLine(memStat, 'total_inactive_file')),
+      memoryPeakBytes: num(path.join(p.memory, 'memory.max_usage_in_bytes')),
+      pids: p.pids ? num(path.join(p.pids, 'pids.current')) : null,
+    };
   } catch {
     return undefined;
   }

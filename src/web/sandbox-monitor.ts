@@ -104,7 +104,7 @@ export class SandboxMonitor {
     await Promise.all(
       rows.map(async (r) => {
         live.add(r.containerId);
-        const c = await sampleCgroup(r.containerId);
+        const c = sampleCgroup(r.containerId);
         if (c) {
           const prev = this.prevCpu.get(r.containerId);
           const at = performance.now();
