@@ -13,6 +13,9 @@ import { io as ioClient } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { queryAudit } from '../src/audit/audit.js';
 import { adminRouteTable } from '../src/http/web/admin.js';
+import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
+import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
+import { runscProcesses, runtimeLeftovers } from '../src/sandboxes/runtime-leftovers.js';
 import { ensureUser, findUser, type User } from '../src/store/users.js';
 import { createLoginLink } from '../src/web/login-links.js';
 import { startGateway, type Gateway } from './support/mcp.js';
@@ -187,6 +190,34 @@ describe('the admin page', () => {
     const users = (await (await fetch(`${gw.url}/admin/api/users`, { headers: { authorization: `Bearer ${token}` } })).json()) as { users: { name: string }[] };
     expect(users.users.map((u) => u.name)).toEqual(['ann', 'ben', 'root']);
     await admin.context.close();
+  });
+});
+
+describe('orphans', () => {
+  it('finds a container of this gateway that it does not track and removes it; leaves its users’ sandboxes alone', async () => {
+    const docker = dockerClient(gw.gateway.config);
+    const stray = await docker.createContainer({ Image: 'sandgate/preflight:busybox', Cmd: ['true'], Labels: { [LABEL_GATEWAY]: gatewayIdFor(gw.gateway.config.dataDir) } });
+    try {
+      await gw.gateway.manager.execute(owner(ann), { language: 'python', code: 'print(1)' });
+      // Young containers may be on their way in: only an older one is an orphan.
+      expect((await gw.gateway.manager.orphans()).map((o) => o.id)).not.toContain(stray.id);
+      const later = Date.now() + 120_000;
+      expect((await gw.gateway.manager.orphans(later)).map((o) => o.id)).toEqual([stray.id]);
+      expect(await gw.gateway.manager.removeOrphans(later)).toBe(1);
+      expect((await docker.listContainers({ all: true })).map((c) => c.Id)).not.toContain(stray.id);
+      expect((await gw.gateway.manager.execute(owner(ann), { language: 'python', code: 'print(2)' })).stdout.trim()).toBe('2');
+    } finally {
+      await stray.remove({ force: true }).catch(() => {});
+    }
+  });
+
+  it('sees runsc processes with their containers, and would call one whose container is unknown a leftover', async () => {
+    const live = (await gw.gateway.manager.list()).map((s) => s.containerId);
+    const procs = runscProcesses();
+    for (const id of live) expect(procs.filter((p) => p.containerId === id).map((p) => p.role).sort()).toEqual(['runsc-gofer', 'runsc-sandbox']);
+    expect(await runtimeLeftovers(async () => new Set(live))).toEqual(expect.not.arrayContaining(procs.filter((p) => live.includes(p.containerId))));
+    const gone = await runtimeLeftovers(async () => new Set());
+    expect(gone.map((p) => p.containerId)).toEqual(expect.arrayContaining(live));
   });
 });
 

@@ -205,6 +205,10 @@ export class DockerDriver implements SandboxDriver {
     }
   }
 
+  async knownContainerIds(): Promise<Set<string>> {
+    return new Set((await this.opts.docker.listContainers({ all: true })).map((c) => c.Id));
+  }
+
   async list(): Promise<SandboxInfo[]> {
     const containers = await this.opts.docker.listContainers({
       all: true,

@@ -28,6 +28,7 @@ import { claimWorkspace, getUser } from '../store/users.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { cpuMsNow, forgetCgroup } from './cgroup.js';
+import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from './runtime-leftovers.js';
 import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { SandboxError } from './errors.js';
 import { reapIntervalMs, stopReason } from './lifecycle.js';
@@ -76,6 +77,8 @@ export interface SandboxSummary {
   lastActivity: number;
   running: number;
   queued: number;
+  /** An admin is stopping it now. */
+  stopping: boolean;
   /** The run in flight. */
   run?: { language: string; startedAt: number };
   workspaceId: string;
@@ -94,6 +97,8 @@ export class SandboxManager {
   private readonly log: Logger;
   private readonly users = new Map<number, UserSandbox>();
   private readonly starting = new Map<number, Promise<UserSandbox>>();
+  /** Users whose sandbox an admin is stopping now. */
+  private readonly stopping = new Set<number>();
   private readonly pool: WarmPool;
   private reaper?: NodeJS.Timeout;
   private bridge?: BridgeHandler;
@@ -371,6 +376,17 @@ export class SandboxManager {
   async stopUser(userId: number, opts: { kill?: boolean; by?: string } = {}): Promise<boolean> {
     const sb = this.users.get(userId);
     if (!sb) return false;
+    if (this.stopping.has(userId)) return false;
+    this.stopping.add(userId);
+    try {
+      return await this.stopUserNow(sb, opts);
+    } finally {
+      this.stopping.delete(userId);
+    }
+  }
+
+  private async stopUserNow(sb: UserSandbox, opts: { kill?: boolean; by?: string }): Promise<boolean> {
+    const userId = sb.owner.userId;
     const who = opts.by ? `an admin (${opts.by})` : 'an admin';
     sb.stopNotice = opts.kill
       ? `Your sandbox was killed by ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
@@ -425,14 +441,28 @@ export class SandboxManager {
       .map((c) => ({ id: c.id, owner: c.owner, createdAt: c.createdAt, running: c.running }));
   }
 
+  /** runsc processes whose container is gone (none when the driver cannot say which containers exist). */
+  async runtimeLeftovers(): Promise<RuntimeLeftover[]> {
+    const known = this.deps.driver.knownContainerIds?.bind(this.deps.driver);
+    return known ? runtimeLeftovers(known) : [];
+  }
+
   /** Removes the orphans `orphans()` lists (their workspaces stay); how many. */
-  async removeOrphans(): Promise<number> {
-    const found = await this.orphans();
+  async removeOrphans(now = Date.now()): Promise<number> {
+    const found = await this.orphans(now);
     for (const o of found) {
       this.log.warn({ container: o.id.slice(0, 12), owner: o.owner }, 'removing a container this gateway does not track');
       await this.deps.driver.stop(o.id);
     }
-    return found.length;
+    const known = this.deps.driver.knownContainerIds?.bind(this.deps.driver);
+    const killed = known ? await removeRuntimeLeftovers(known) : 0;
+    if (killed) this.log.warn({ processes: killed }, 'killed runsc processes whose container was gone');
+    return found.length + killed;
+  }
+
+  /** Users whose sandbox is starting now (no container to show yet). */
+  startingUsers(): number[] {
+    return [...this.starting.keys()];
   }
 
   /** Every user sandbox with usage, for the admin page. */
@@ -447,6 +477,7 @@ export class SandboxManager {
         lastActivity: sb.lastActivity,
         running: sb.running,
         queued: sb.queue.waiting,
+        stopping: this.stopping.has(sb.owner.userId),
         workspaceId: sb.workspaceId,
         ...(sb.run ? { run: { ...sb.run } } : {}),
       };

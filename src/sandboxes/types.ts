@@ -90,6 +90,8 @@ export interface SandboxDriver {
   stop(id: string): Promise<void>;
   /** Every sandbox this gateway (by its label) owns, running or not. */
   list(): Promise<SandboxInfo[]>;
+  /** Ids of every container the backend knows, this gateway's or not (to find runtime processes that outlived theirs). */
+  knownContainerIds?(): Promise<Set<string>>;
   /** Gives a pooled sandbox to an owner (relabels it where the backend can). */
   claim?(id: string, owner: SandboxOwner): Promise<void>;
 }

@@ -9,13 +9,15 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { sampleCgroup } from '../sandboxes/cgroup.js';
 import type { SandboxManager } from '../sandboxes/manager.js';
+import type { Db } from '../store/store.js';
+import { getUser } from '../store/users.js';
 
 export interface SandboxRow {
   /** The owner, or null for a warm-pool sandbox. */
   user: string | null;
   userId: number | null;
   containerId: string;
-  state: 'idle' | 'running code' | 'waiting in the pool';
+  state: 'starting' | 'idle' | 'running code' | 'stopping' | 'waiting in the pool';
   startedAt: number;
   lastActivity: number | null;
   run?: { language: string; startedAt: number };
@@ -48,7 +50,7 @@ export class SandboxMonitor {
   latest?: SandboxSnapshot;
 
   constructor(
-    private readonly deps: { config: Config; sandboxes: SandboxManager; logger: Logger; runtime: () => string },
+    private readonly deps: { config: Config; db: Db; sandboxes: SandboxManager; logger: Logger; runtime: () => string },
   ) {}
 
   /** A fresh sample (one at a time: callers at the same moment share it). */
@@ -82,13 +84,26 @@ export class SandboxMonitor {
         user: s.user,
         userId: s.userId,
         containerId: s.containerId,
-        state: (s.running > 0 ? 'running code' : 'idle') as SandboxRow['state'],
+        state: (s.stopping ? 'stopping' : s.running > 0 ? 'running code' : 'idle') as SandboxRow['state'],
         startedAt: s.startedAt,
         lastActivity: s.lastActivity,
         ...(s.run ? { run: s.run } : {}),
         queued: s.queued,
         workspaceId: s.workspaceId,
       })),
+      ...sandboxes
+        .startingUsers()
+        .filter((id) => !users.some((u) => u.userId === id))
+        .map((id) => ({
+          user: getUser(this.deps.db, id)?.name ?? `#${id}`,
+          userId: id,
+          containerId: '',
+          state: 'starting' as const,
+          startedAt: now,
+          lastActivity: null,
+          queued: 0,
+          workspaceId: '',
+        })),
       ...sandboxes.pooled().map((p) => ({
         user: null,
         userId: null,
@@ -117,6 +132,7 @@ export class SandboxMonitor {
           r.pids = c.pids;
         }
         const ws = r.workspaceId;
+        if (!ws) return;
         const known = this.workspaceUsage.get(ws);
         if (!known || now - known.at > WORKSPACE_USAGE_MS) {
           const usage = await sandboxes.workspaceUsage(ws).catch(() => undefined);

@@ -94,7 +94,7 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
   const router = express.Router();
   const body = express.urlencoded({ extended: false, limit: '16kb' });
   const runtime = () => `${config.sandboxRuntime}: ${deps.preflight().checks.runtime?.detail ?? 'not checked yet'}`;
-  const monitor = new SandboxMonitor({ config, sandboxes, logger: deps.logger, runtime });
+  const monitor = new SandboxMonitor({ config, db, sandboxes, logger: deps.logger, runtime });
   const admin = (req: Request) => req.user as User;
   const page = (req: Request) => ({ user: admin(req), csrf: auth.csrfToken(req) });
 
@@ -154,6 +154,7 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
       ...sandboxView(snap),
       preflight: deps.preflight(),
       orphans: (await sandboxes.orphans().catch(() => [])).map((o) => ({ ...o, short: o.id.slice(0, 12), age: ago(o.createdAt) })),
+      leftovers: (await sandboxes.runtimeLeftovers().catch(() => [])).map((l) => ({ ...l, short: l.containerId.slice(0, 12) })),
     });
   });
   router.get('/admin/sandboxes/rows', async (_req, res) => {
@@ -180,7 +181,7 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
   });
   router.post('/admin/orphans/remove', body, auth.csrf, async (req, res) => {
     const n = await audited(req, 'orphans/remove', null, () => sandboxes.removeOrphans());
-    res.type('html').send(renderPartial('notice', { message: `Removed ${n} container${n === 1 ? '' : 's'} this gateway did not track.` }));
+    res.type('html').send(renderPartial('notice', { message: `Removed ${n} container${n === 1 ? '' : 's'} or runtime process${n === 1 ? '' : 'es'} nothing tracked.` }));
   });
 
   // --- users
