@@ -20,6 +20,7 @@ import { ensureUser, findUser, type User } from '../src/store/users.js';
 import { createLoginLink } from '../src/web/login-links.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
+import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
 
 const SHOTS = path.resolve('test-artifacts/screenshots');
 const CHROMIUM = process.env.SANDGATE_CHROMIUM ?? '/usr/bin/chromium';
@@ -40,7 +41,9 @@ beforeAll(async () => {
     if (req.lastToolResult !== undefined) return { text: ['The run said: ', req.lastToolResult.slice(0, 300)] };
     return { toolCalls: [{ name: 'execute_code', args: { language: 'python', code: "print('fresh', 6 * 7)" } }] };
   });
-  gw = await startGateway({ env: { SANDGATE_OPENAI_API_KEY: 'sk-team', SANDGATE_OPENAI_BASE_URL: model.baseURL, SANDGATE_MODELS: 'openai:gpt-test' } });
+  gw = await startGateway({
+    upstream: { memory: nodeServer(MEMORY_SERVER, [], { env: { MEMORY_FILE_PATH: '${SANDGATE_WORKDIR}/memory.jsonl' }, sandgate: { scope: 'shared', allowUsers: ['ann'] } }) },
+    env: { SANDGATE_OPENAI_API_KEY: 'sk-team', SANDGATE_OPENAI_BASE_URL: model.baseURL, SANDGATE_MODELS: 'openai:gpt-test' } });
   const db = gw.gateway.store.db;
   root = ensureUser(db, 'root', { isAdmin: true });
   ann = ensureUser(db, 'ann');
@@ -189,6 +192,44 @@ describe('the admin page', () => {
     expect(sandboxes.sandboxes.find((s) => s.user === 'ben')?.memoryBytes).toBeGreaterThan(0);
     const users = (await (await fetch(`${gw.url}/admin/api/users`, { headers: { authorization: `Bearer ${token}` } })).json()) as { users: { name: string }[] };
     expect(users.users.map((u) => u.name)).toEqual(['ann', 'ben', 'root']);
+    await admin.context.close();
+  });
+});
+
+describe('users, tokens and upstream servers', () => {
+  it('sets a ceiling within the team’s, revokes any token, deletes a user only after their name is typed, and reconnects an upstream server', async () => {
+    const admin = await signIn(root);
+    const csrf = await admin.page.evaluate(() => document.body.dataset.csrf ?? '');
+    const post = (p: string, form: Record<string, string> = {}) => admin.context.request.post(`${gw.url}${p}`, { form, headers: { 'x-csrf-token': csrf, 'hx-request': 'true' } });
+    const carl = ensureUser(gw.gateway.store.db, 'carl');
+    // Beyond the team ceiling (network): refused, naming the grant; within it: kept, and the next run uses it.
+    const beyond = await post(`/admin/users/${carl.id}/permissions`, { permissions: '{"read":["/workspace"],"net":true}' });
+    expect(beyond.status()).toBe(400);
+    expect(await beyond.text()).toMatch(/net/);
+    expect((await post(`/admin/users/${carl.id}/permissions`, { permissions: '{"read":["/workspace","/skills","/tools"]}' })).status()).toBe(200);
+    const denied = await gw.gateway.manager.execute(owner(carl), { language: 'python', code: "open('/workspace/x','w').write('1')" });
+    expect(denied.stderr).toMatch(/Permission|Read-only|denied/i);
+
+    const token = gw.tokenFor('carl', 'carl-phone');
+    await admin.page.goto(`${gw.url}/admin/tokens`);
+    await admin.page.locator('#token-rows tr', { hasText: 'carl-phone' }).locator('button', { hasText: 'Revoke' }).click();
+    await admin.page.waitForSelector('#token-rows td.state.revoked');
+    expect((await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(401);
+
+    expect((await post(`/admin/users/${carl.id}/delete`, { confirm: 'carlx' })).status()).toBe(400);
+    expect(findUser(gw.gateway.store.db, 'carl')).toBeTruthy();
+    expect((await post(`/admin/users/${root.id}/delete`, { confirm: 'root' })).status()).toBe(400);
+    expect((await post(`/admin/users/${carl.id}/delete`, { confirm: 'carl' })).status()).toBe(200);
+    expect(findUser(gw.gateway.store.db, 'carl')).toBeUndefined();
+    expect(await gw.gateway.manager.list()).not.toContainEqual(expect.objectContaining({ user: 'carl' }));
+
+    await gw.upstream.hub.callTool(owner(ann), 'memory', 'read_graph', {});
+    await admin.page.goto(`${gw.url}/admin/upstream`);
+    const line = admin.page.locator('table.upstream tbody tr', { hasText: 'memory' });
+    expect(await line.innerText()).toMatch(/shared\s+ann\s+1 of 1 connected/);
+    await line.locator('button', { hasText: 'Reconnect' }).click();
+    await admin.page.waitForSelector('#admin-status >> text=Closed 1 connection of memory');
+    expect(gw.upstream.hub.status().filter((c) => c.server === 'memory')).toEqual([]);
     await admin.context.close();
   });
 });
