@@ -83,8 +83,10 @@ if (fs.existsSync(file)) {
   }
 }
 const want = { path: runsc, runtimeArgs: ['--network=none', `--platform=${platform}`] };
+// SANDGATE_RUNSC_PLATFORM=ptrace selects this one (same isolation model, slower syscalls).
+const ptrace = { path: runsc, runtimeArgs: ['--network=none', '--platform=ptrace'] };
 const before = JSON.stringify(cfg);
-cfg.runtimes = { ...(cfg.runtimes ?? {}), runsc: want };
+cfg.runtimes = { ...(cfg.runtimes ?? {}), runsc: want, 'runsc-ptrace': ptrace };
 const after = JSON.stringify(cfg);
 if (before !== after) {
   fs.writeFileSync(file, JSON.stringify(cfg, null, 2) + '\n');
@@ -92,7 +94,12 @@ if (before !== after) {
 } else console.log('same');
 EOF
 )
-[ "$changed" = changed ] && log "registered runtime runsc ($platform) in $DAEMON_JSON"
+[ "$changed" = changed ] && log "registered runtimes runsc ($platform) and runsc-ptrace in $DAEMON_JSON"
+if [ "${SANDGATE_RUNSC_PLATFORM:-systrap}" = ptrace ]; then
+  log "SANDGATE_RUNSC_PLATFORM=ptrace: sandboxes use the runsc-ptrace runtime (slower syscalls; upstream calls ptrace unsupported)"
+elif [ "$platform" = ptrace ]; then
+  log "warning: this runsc has no systrap; set SANDGATE_RUNSC_PLATFORM=ptrace for the gateway"
+fi
 
 # --- 4. dockerd -------------------------------------------------------------
 if docker_up; then

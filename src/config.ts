@@ -48,6 +48,8 @@ export const SETTINGS = [
   setting('execTimeoutSec', 'SANDGATE_EXEC_TIMEOUT_SEC', '60', int(1, 3600), 'Default time limit for one execution; the process is killed when it is reached.'),
   setting('execMaxTimeoutSec', 'SANDGATE_EXEC_MAX_TIMEOUT_SEC', '600', int(1, 86400), 'Largest time limit a request may ask for.'),
   setting('outputLimitKb', 'SANDGATE_OUTPUT_LIMIT_KB', '64', int(1, 16384), 'Output kept per stream per execution (KiB); the rest is cut with a notice.'),
+  setting('freezeAfterMs', 'SANDGATE_FREEZE_AFTER_MS', '2000', int(0, 3_600_000), 'Freeze an idle sandbox\'s cgroup this long after its last run (ms): frozen, it costs no CPU, and the next run thaws it in about a millisecond. 0: never freeze.'),
+  setting('runscPlatform', 'SANDGATE_RUNSC_PLATFORM', 'systrap', z.enum(['systrap', 'ptrace']), 'gVisor platform: systrap (fast syscalls) or ptrace (slow syscalls, which upstream calls unsupported). scripts/setup-runtime.sh registers the runtime for it.'),
   setting('idleTimeoutSec', 'SANDGATE_IDLE_TIMEOUT_SEC', '900', int(10, 604800), 'Stop a sandbox after this long without an execution (never while one runs).'),
   setting('maxLifetimeSec', 'SANDGATE_MAX_LIFETIME_SEC', '43200', int(60, 2592000), 'Replace a sandbox older than this at its next idle moment.'),
   setting('warmPoolSize', 'SANDGATE_WARM_POOL_SIZE', '1', int(0, 64), 'Pre-started sandboxes waiting for new users.'),
@@ -148,6 +150,9 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
     }
     const h = config.host.includes(':') ? `[${config.host}]` : config.host;
     config.publicUrl = `http://${h}:${config.port}`;
+  }
+  if (config.sandboxRuntime === 'runsc' && config.runscPlatform === 'ptrace') {
+    warnings.push('SANDGATE_RUNSC_PLATFORM=ptrace: sandboxes run on gVisor\'s ptrace platform (same isolation, syscall-heavy code 6-25x slower; upstream calls it unsupported).');
   }
   if (config.sandboxRuntime !== 'runsc') {
     if (!config.unsafeAllowNonGvisor) {

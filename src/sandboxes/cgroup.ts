@@ -24,6 +24,8 @@ interface Paths {
   cpu: string;
   memory: string;
   pids: string;
+  /** The freezer: v1's own hierarchy, v2's unified directory. */
+  freezer: string;
 }
 
 const ROOT = '/sys/fs/cgroup';
@@ -46,12 +48,12 @@ export function cgroupPaths(containerId: string, root = ROOT): Paths | null {
   let paths: Paths | null = null;
   if (cgroupVersion(root) === 2) {
     const dir = leaf.map((l) => path.join(root, l)).find((d) => fs.existsSync(d));
-    if (dir) paths = { version: 2, cpu: dir, memory: dir, pids: dir };
+    if (dir) paths = { version: 2, cpu: dir, memory: dir, pids: dir, freezer: dir };
   } else {
     const pick = (ctl: string) => leaf.map((l) => path.join(root, ctl, l)).find((d) => fs.existsSync(d));
     const cpu = pick('cpuacct') ?? pick('cpu,cpuacct');
     const memory = pick('memory');
-    if (cpu && memory) paths = { version: 1, cpu, memory, pids: pick('pids') ?? '' };
+    if (cpu && memory) paths = { version: 1, cpu, memory, pids: pick('pids') ?? '', freezer: pick('freezer') ?? '' };
   }
   // Only a found cgroup is remembered: one looked for before the container was made is looked for again.
   if (paths) found.set(containerId, paths);

@@ -82,7 +82,7 @@ describe('DockerDriver specifics', () => {
     });
     try {
       const checks = await driver.health({ full: true });
-      expect(checks.runtime).toEqual({ ok: true, detail: 'runsc runs hardened containers' });
+      expect(checks.runtime).toEqual({ ok: true, detail: 'runsc runs hardened containers (platform systrap)' });
       await until(() => created.length > 0, 5000);
       expect(created[0]).toMatchObject({ [LABEL_GATEWAY]: 'conformance', 'org.sandgate.role': 'preflight' });
     } finally {

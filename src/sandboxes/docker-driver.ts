@@ -22,6 +22,7 @@ import { PassThrough } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import Docker from 'dockerode';
 import type { Logger } from '../logger.js';
+import { thaw } from './freezer.js';
 import { fromDockerError, SandboxError } from './errors.js';
 import type { RunnerEvent } from './protocol.js';
 import { ConnectedSandbox, RunnerConnection } from './runner-connection.js';
@@ -39,6 +40,8 @@ export interface DockerDriverOptions {
   docker: Docker;
   image: string;
   runtime: string;
+  /** The gVisor platform the settings ask for (SANDGATE_RUNSC_PLATFORM); the preflight checks Docker registered it. */
+  platform?: 'systrap' | 'ptrace';
   /** Distinguishes gateways sharing one dockerd (each data directory is one gateway). */
   gatewayId: string;
   memoryMb: number;
@@ -125,7 +128,7 @@ export class DockerDriver implements SandboxDriver {
     const image = await imagePresent(o.docker, o.image);
     if (!opts.full) return { docker, image };
     const runtime = image.ok
-      ? await runtimeIsolates(o.docker, { image: o.image, runtime: o.runtime, labels: { [LABEL_GATEWAY]: o.gatewayId, 'org.sandgate.role': 'preflight' } }).catch(
+      ? await runtimeIsolates(o.docker, { image: o.image, runtime: o.runtime, platform: o.platform, labels: { [LABEL_GATEWAY]: o.gatewayId, 'org.sandgate.role': 'preflight' } }).catch(
           (e: Error): HealthCheck => ({ ok: false, detail: `the runtime check failed: ${e.message}` }),
         )
       : { ok: false, detail: 'not checked: the sandbox image is missing' };
@@ -183,6 +186,8 @@ export class DockerDriver implements SandboxDriver {
       return undefined;
     }
     if (!info.State.Running) return undefined;
+    // A gateway that crashed may have left it frozen: a frozen runner cannot answer the ping below.
+    thaw(info.Id);
     const handle = await this.connect(container, Date.parse(info.Created));
     try {
       const id = `adopt-${crypto.randomBytes(4).toString('hex')}`;
@@ -198,6 +203,8 @@ export class DockerDriver implements SandboxDriver {
   }
 
   async stop(id: string): Promise<void> {
+    // Removing a frozen container waits forever for its kill (cgroup v1): thaw it first.
+    thaw(id);
     try {
       await this.opts.docker.getContainer(id).remove({ force: true });
     } catch (e) {

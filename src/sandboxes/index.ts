@@ -38,11 +38,17 @@ export interface SandboxStackOptions {
 }
 
 /** The driver for these settings; the CLI uses it alone to find the gateway's containers. */
+/** Docker's name for the runtime the settings ask for: runsc on ptrace is registered as runsc-ptrace (scripts/setup-runtime.sh). */
+export function runtimeFor(config: Config): string {
+  return config.sandboxRuntime === 'runsc' && config.runscPlatform === 'ptrace' ? 'runsc-ptrace' : config.sandboxRuntime;
+}
+
 export function createDriver(config: Config, logger: Logger): DockerDriver {
   return new DockerDriver({
     docker: dockerClient(config),
     image: config.sandboxImage,
-    runtime: config.sandboxRuntime,
+    runtime: runtimeFor(config),
+    platform: config.sandboxRuntime === 'runsc' ? config.runscPlatform : undefined,
     gatewayId: gatewayIdFor(config.dataDir),
     memoryMb: config.sandboxMemoryMb,
     cpus: config.sandboxCpus,

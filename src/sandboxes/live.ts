@@ -17,6 +17,10 @@ export interface Live {
   workspaceWritable: boolean;
   /** The gateway wrote to the workspace since the last execution began. */
   hostWrote: boolean;
+  /** Its cgroup is frozen (idle; thawed before anything talks to it). */
+  frozen?: boolean;
+  /** When it freezes next, if nothing comes first. */
+  freezeTimer?: NodeJS.Timeout;
 }
 
 export interface UserSandbox extends Live {

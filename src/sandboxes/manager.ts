@@ -28,6 +28,7 @@ import { claimWorkspace, getUser } from '../store/users.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { cpuMsNow, forgetCgroup } from './cgroup.js';
+import { freeze, thaw } from './freezer.js';
 import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from './runtime-leftovers.js';
 import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { SandboxError } from './errors.js';
@@ -79,6 +80,8 @@ export interface SandboxSummary {
   queued: number;
   /** An admin is stopping it now. */
   stopping: boolean;
+  /** Idle with its cgroup frozen. */
+  frozen: boolean;
   /** The run in flight. */
   run?: { language: string; startedAt: number };
   workspaceId: string;
@@ -89,6 +92,7 @@ export interface SandboxSummary {
 /** A warm-pool sandbox waiting for a user. */
 export interface PooledSummary {
   containerId: string;
+  frozen: boolean;
   startedAt: number;
   workspaceId: string;
 }
@@ -115,9 +119,12 @@ export class SandboxManager {
       preload: deps.config.warmPoolPreload.split(',').map((m) => m.trim()).filter(Boolean),
       start: () => this.startLive(undefined, deps.volumes.newId(), defaultCeiling(deps.config)),
       discard: async (live) => {
+        this.wake(live);
         await deps.driver.stop(live.handle.id);
         await deps.volumes.destroy(live.workspaceId);
       },
+      rested: (live) => this.rest(live),
+      taken: (live) => this.wake(live),
       log: this.log,
     });
   }
@@ -215,6 +222,7 @@ export class SandboxManager {
       // The sandbox died while this waited: the run joins its replacement's queue like any
       // new one (its limit, its order, its timer starting only when the run does).
       if (sb.handle.exited) return this.execute(owner, opts);
+      this.wake(sb);
       const cpuBefore = cpuMsNow(sb.handle.id);
       const ts = Date.now();
       sb.run = { language: opts.language, startedAt: ts };
@@ -243,8 +251,41 @@ export class SandboxManager {
       } finally {
         sb.run = undefined;
         this.recordUse(sb);
+        this.rest(sb);
       }
     });
+  }
+
+  /**
+   * Idle sandboxes freeze (SANDGATE_FREEZE_AFTER_MS after their last run): a frozen
+   * cgroup costs no CPU, where an idle gVisor sandbox on systrap costs 23–51 ms a second.
+   * Never while a run is in flight or queued; the check and the freeze happen in one tick,
+   * so a run that arrives later finds it frozen and thaws it.
+   */
+  private rest(live: Live): void {
+    const after = this.deps.config.freezeAfterMs;
+    if (!after || this.closed) return;
+    if (live.freezeTimer) clearTimeout(live.freezeTimer);
+    live.freezeTimer = setTimeout(() => {
+      live.freezeTimer = undefined;
+      const sb = live as Partial<UserSandbox>;
+      if (this.closed || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
+      live.frozen = true;
+      void freeze(live.handle.id).then((ok) => {
+        // Not frozen after all (no freezer here, or it did not settle): it stays awake.
+        if (!ok) live.frozen = false;
+      });
+    }, after);
+    live.freezeTimer.unref();
+  }
+
+  /** Thaws a frozen sandbox before anything talks to it, and puts off its next freeze. */
+  private wake(live: Live): void {
+    if (live.freezeTimer) clearTimeout(live.freezeTimer);
+    live.freezeTimer = undefined;
+    if (!live.frozen) return;
+    live.frozen = false;
+    thaw(live.handle.id);
   }
 
   /** The owner's live sandbox, started (from the pool when possible) if needed. */
@@ -308,8 +349,10 @@ export class SandboxManager {
       this.users.delete(sb.owner.userId);
       this.log.info({ user: sb.owner.name, reason }, 'sandbox ended');
       // A dead container is removed now; its workspace stays.
+      if (sb.freezeTimer) clearTimeout(sb.freezeTimer);
       void this.deps.driver.stop(sb.handle.id).catch(() => {});
     });
+    this.rest(sb);
     return sb;
   }
 
@@ -363,6 +406,7 @@ export class SandboxManager {
     this.recordUse(sb, true);
     this.users.delete(userId);
     this.log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
+    this.wake(sb);
     await this.deps.driver.stop(sb.handle.id);
     forgetCgroup(sb.handle.id);
     forgetSandboxContainer(this.deps.db, userId);
@@ -391,6 +435,7 @@ export class SandboxManager {
     sb.stopNotice = opts.kill
       ? `Your sandbox was killed by ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
       : `Your sandbox was stopped by ${who}, so this run was cancelled. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`;
+    this.wake(sb);
     if (!opts.kill && sb.inFlight) {
       try {
         sb.handle.send({ op: 'cancel', id: `c${sb.inFlight}`, target: sb.inFlight });
@@ -426,7 +471,7 @@ export class SandboxManager {
 
   /** The warm pool's sandboxes, waiting for users. */
   pooled(): PooledSummary[] {
-    return this.pool.entries().map((l) => ({ containerId: l.handle.id, startedAt: l.startedAt, workspaceId: l.workspaceId }));
+    return this.pool.entries().map((l) => ({ containerId: l.handle.id, frozen: !!l.frozen, startedAt: l.startedAt, workspaceId: l.workspaceId }));
   }
 
   /**
@@ -478,6 +523,7 @@ export class SandboxManager {
         running: sb.running,
         queued: sb.queue.waiting,
         stopping: this.stopping.has(sb.owner.userId),
+        frozen: !!sb.frozen,
         workspaceId: sb.workspaceId,
         ...(sb.run ? { run: { ...sb.run } } : {}),
       };
@@ -509,6 +555,9 @@ export class SandboxManager {
       if (opts.stopAll && !opts.detachOnly) {
         await this.stopSandbox(sb.owner.userId, 'gateway shutdown');
       } else {
+        // Left for the next gateway to adopt, thawed: docker stop and rm would hang on a frozen one.
+        if (!opts.detachOnly) this.wake(sb);
+        else if (sb.freezeTimer) clearTimeout(sb.freezeTimer);
         sb.handle.detach();
         running.add(sb.workspaceId);
       }

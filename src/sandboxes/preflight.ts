@@ -32,6 +32,8 @@ export async function imagePresent(docker: Docker, image: string): Promise<Healt
 export interface RuntimeCheckOptions {
   image: string;
   runtime: string;
+  /** The gVisor platform wanted; the runtime's registered `--platform` must say the same. */
+  platform?: 'systrap' | 'ptrace';
   /** The labels that mark the container as this gateway's (and as a preflight). */
   labels: Record<string, string>;
   timeoutMs?: number;
@@ -39,9 +41,15 @@ export interface RuntimeCheckOptions {
 
 /** Runs `dmesg` in a throwaway hardened container; gVisor's kernel says its name there. */
 export async function runtimeIsolates(docker: Docker, o: RuntimeCheckOptions): Promise<HealthCheck> {
-  const info = (await docker.info()) as { Runtimes?: Record<string, unknown> };
-  if (!info.Runtimes?.[o.runtime]) {
+  const info = (await docker.info()) as { Runtimes?: Record<string, { runtimeArgs?: string[] } | undefined> };
+  const registered = info.Runtimes?.[o.runtime];
+  if (!registered) {
     return { ok: false, detail: `Docker has no runtime "${o.runtime}"; run scripts/setup-runtime.sh` };
+  }
+  // runsc's default platform (no flag) is systrap in the builds that have it.
+  const platform = /^--platform=(\w+)$/.exec((registered.runtimeArgs ?? []).find((a) => a.startsWith('--platform=')) ?? '')?.[1] ?? (o.runtime.startsWith('runsc') ? 'systrap' : undefined);
+  if (o.platform && platform !== o.platform) {
+    return { ok: false, detail: `Docker's runtime "${o.runtime}" runs gVisor on ${platform}, but SANDGATE_RUNSC_PLATFORM=${o.platform}; run scripts/setup-runtime.sh (with the same setting) to register it` };
   }
   const container = await docker.createContainer({
     Image: o.image,
@@ -67,10 +75,10 @@ export async function runtimeIsolates(docker: Docker, o: RuntimeCheckOptions): P
       return { ok: false, detail: `a container under ${o.runtime} did not finish within ${timeoutMs / 1000} s; check dockerd's log and scripts/setup-runtime.sh` };
     }
     const logs = (await container.logs({ stdout: true, stderr: true })).toString('utf8');
-    if (o.runtime === 'runsc' && !/gVisor/.test(logs)) {
+    if (o.runtime.startsWith('runsc') && !/gVisor/.test(logs)) {
       return { ok: false, detail: `a container under runsc did not report gVisor's kernel: ${logs.slice(0, 200)}` };
     }
-    return { ok: true, detail: `${o.runtime} runs hardened containers` };
+    return { ok: true, detail: `${o.runtime} runs hardened containers${platform ? ` (platform ${platform})` : ''}` };
   } catch (e) {
     return { ok: false, detail: `a container under ${o.runtime} failed: ${(e as Error).message}; run scripts/setup-runtime.sh` };
   } finally {

@@ -16,6 +16,10 @@ export interface WarmPoolOptions {
   start(): Promise<Live>;
   /** Stops a pooled sandbox and removes its workspace. */
   discard(live: Live): Promise<void>;
+  /** A sandbox is ready and waiting (it may be frozen until taken). */
+  rested?(live: Live): void;
+  /** A sandbox leaves the pool for a user (thawed before it serves). */
+  taken?(live: Live): void;
   log: Logger;
 }
 
@@ -39,7 +43,9 @@ export class WarmPool {
   take(): Live | undefined {
     while (this.ready.length) {
       const live = this.ready.shift()!;
-      if (!live.handle.exited) return live;
+      if (live.handle.exited) continue;
+      this.opts.taken?.(live);
+      return live;
     }
     return undefined;
   }
@@ -95,6 +101,7 @@ export class WarmPool {
       if (i >= 0) this.ready.splice(i, 1);
     });
     this.ready.push(live);
+    this.opts.rested?.(live);
   }
 
   /** Imports the preload modules in the sandbox's kernel; a failure is logged, the sandbox still serves. */

@@ -18,6 +18,8 @@ export interface SandboxRow {
   userId: number | null;
   containerId: string;
   state: 'starting' | 'idle' | 'running code' | 'stopping' | 'waiting in the pool';
+  /** Idle with its cgroup frozen: it costs no CPU until its next run thaws it. */
+  frozen: boolean;
   startedAt: number;
   lastActivity: number | null;
   run?: { language: string; startedAt: number };
@@ -85,6 +87,7 @@ export class SandboxMonitor {
         userId: s.userId,
         containerId: s.containerId,
         state: (s.stopping ? 'stopping' : s.running > 0 ? 'running code' : 'idle') as SandboxRow['state'],
+        frozen: s.frozen,
         startedAt: s.startedAt,
         lastActivity: s.lastActivity,
         ...(s.run ? { run: s.run } : {}),
@@ -99,6 +102,7 @@ export class SandboxMonitor {
           userId: id,
           containerId: '',
           state: 'starting' as const,
+          frozen: false,
           startedAt: now,
           lastActivity: null,
           queued: 0,
@@ -109,6 +113,7 @@ export class SandboxMonitor {
         userId: null,
         containerId: p.containerId,
         state: 'waiting in the pool' as const,
+        frozen: p.frozen,
         startedAt: p.startedAt,
         lastActivity: null,
         queued: 0,

@@ -1,0 +1,175 @@
+/**
+ * Idle sandboxes are frozen (their cgroup), on the real runtime: the next run thaws them
+ * with their state intact; a run in progress is never frozen; every path that stops,
+ * kills, reaps or adopts a sandbox works on a frozen one within seconds; the warm pool's
+ * sandboxes freeze too.
+ */
+import fs from 'node:fs';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stopUserSandbox } from '../src/cli/sandboxes.js';
+import { freezeState } from '../src/sandboxes/freezer.js';
+import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
+import { getUser } from '../src/store/users.js';
+import { createHarness, type Harness } from './support/harness.js';
+import { until } from './support/until.js';
+
+const DELAY = '300';
+let h: Harness;
+
+beforeAll(async () => {
+  h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: DELAY } });
+});
+afterAll(async () => {
+  await h?.close();
+});
+
+async function containerOf(harness: Harness, name: string): Promise<string> {
+  const s = (await harness.manager.list()).find((x) => x.user === name);
+  if (!s) throw new Error(`${name} has no sandbox`);
+  return s.containerId;
+}
+
+async function frozenSoon(id: string): Promise<void> {
+  const t0 = Date.now();
+  while (freezeState(id) !== 'frozen') {
+    if (Date.now() - t0 > 10_000) throw new Error(`not frozen: ${freezeState(id)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+async function timed<T>(f: () => Promise<T>): Promise<[T, number]> {
+  const t = performance.now();
+  const r = await f();
+  return [r, performance.now() - t];
+}
+
+describe('freezing idle sandboxes', () => {
+  it('freezes an idle sandbox, and its next run thaws it with Python state intact', async () => {
+    const ann = h.user('ann');
+    await h.manager.execute(ann, { language: 'python', code: 'x = 41\nimport numpy' });
+    const id = await containerOf(h, 'ann');
+    await frozenSoon(id);
+    expect((await h.manager.list()).find((s) => s.user === 'ann')?.frozen).toBe(true);
+    const r = await h.manager.execute(ann, { language: 'python', code: 'print(x + 1, numpy.__name__)' });
+    expect(r.stdout.trim()).toBe('42 numpy');
+    expect(freezeState(id)).toBe('thawed');
+    await frozenSoon(id);
+  });
+
+  it('never freezes a sandbox while a run is in progress, nor with runs queued', async () => {
+    const bo = h.user('bo');
+    await h.manager.execute(bo, { language: 'python', code: 'pass' });
+    const id = await containerOf(h, 'bo');
+    const states = new Set<string>();
+    const watch = setInterval(() => states.add(freezeState(id)), 20);
+    const runs = [
+      h.manager.execute(bo, { language: 'python', code: 'import time\ntime.sleep(1.2)\nprint("one")' }),
+      h.manager.execute(bo, { language: 'bash', code: 'sleep 0.8; echo two' }),
+    ];
+    const [a, b] = await Promise.all(runs);
+    clearInterval(watch);
+    expect([a.stdout.trim(), b.stdout.trim()]).toEqual(['one', 'two']);
+    expect(states).toEqual(new Set(['thawed']));
+  });
+
+  it('stops, kills and reaps frozen sandboxes within seconds, and the CLI removes one', async () => {
+    const names = ['cy', 'di', 'ed', 'fay'];
+    for (const n of names) await h.manager.execute(h.user(n), { language: 'python', code: 'pass' });
+    const ids = await Promise.all(names.map((n) => containerOf(h, n)));
+    for (const id of ids) await frozenSoon(id);
+    const docker = dockerClient(h.config);
+    const gone = async (id: string) => !(await docker.listContainers({ all: true })).some((c) => c.Id === id);
+
+    const [stopped, stopMs] = await timed(() => h.manager.stopUser(h.user('cy').userId, { by: 'root' }));
+    expect(stopped).toBe(true);
+    expect(stopMs).toBeLessThan(5_000);
+    expect(await gone(ids[0]!)).toBe(true);
+
+    const [killed, killMs] = await timed(() => h.manager.stopUser(h.user('di').userId, { kill: true, by: 'root' }));
+    expect(killed).toBe(true);
+    expect(killMs).toBeLessThan(5_000);
+    expect(await gone(ids[1]!)).toBe(true);
+
+    // The reaper, at a time when every sandbox is past its idle timeout.
+    const [, reapMs] = await timed(() => h.manager.reap(Date.now() + h.config.idleTimeoutSec * 1000 + 60_000));
+    expect(reapMs).toBeLessThan(10_000);
+    expect(await gone(ids[2]!)).toBe(true);
+    expect((await h.manager.list()).map((s) => s.user)).not.toContain('ed');
+
+    // fay was reaped too; start her again, let her freeze, and stop her from the CLI's code path.
+    await h.manager.execute(h.user('fay'), { language: 'python', code: 'pass' });
+    const fayId = await containerOf(h, 'fay');
+    await frozenSoon(fayId);
+    const [n, cliMs] = await timed(() => stopUserSandbox(h.manager['deps'].driver, h.store.db, getUser(h.store.db, h.user('fay').userId)!));
+    expect(n).toBe(1);
+    expect(cliMs).toBeLessThan(5_000);
+    expect(await gone(fayId)).toBe(true);
+    // The manager hears its runner go, and the next run starts afresh.
+    expect((await h.manager.execute(h.user('fay'), { language: 'python', code: 'print(3)' })).stdout.trim()).toBe('3');
+  });
+
+  it('after a crash with sandboxes frozen, the next start thaws and adopts them, and nothing is stuck', async () => {
+    const first = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: DELAY, SANDGATE_WARM_POOL_SIZE: '1' } });
+    const dataDir = first.dataDir;
+    const gina = first.user('gina');
+    await first.manager.execute(gina, { language: 'python', code: 'survivor = "still here"' });
+    await first.manager.poolReady();
+    const id = await containerOf(first, 'gina');
+    const poolId = first.manager.pooled()[0]!.containerId;
+    await frozenSoon(id);
+    await frozenSoon(poolId);
+    // A crash: nothing is thawed, stopped or unmounted.
+    await first.manager.shutdown({ detachOnly: true });
+    first.store.close();
+    expect(freezeState(id)).toBe('frozen');
+
+    const [second, startMs] = await timed(() => createHarness({ dataDir, env: { SANDGATE_FREEZE_AFTER_MS: DELAY } }));
+    try {
+      expect(startMs).toBeLessThan(30_000);
+      const r = await second.manager.execute(second.user('gina'), { language: 'python', code: 'survivor' });
+      expect(r.result).toBe("'still here'");
+      const docker = dockerClient(second.config);
+      const left = await docker.listContainers({ all: true, filters: { label: [`org.sandgate.gateway=${gatewayIdFor(dataDir)}`] } });
+      // gina's, adopted; the frozen pooled one was thawed and removed.
+      expect(left.map((c) => c.Id)).toEqual([id]);
+    } finally {
+      await second.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+
+  it('freezes the warm pool’s sandboxes while they wait, and a user who takes one is served at once', async () => {
+    const pooled = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: DELAY, SANDGATE_WARM_POOL_SIZE: '1' } });
+    try {
+      await pooled.manager.poolReady();
+      const id = pooled.manager.pooled()[0]!.containerId;
+      await frozenSoon(id);
+      await until(() => pooled.manager.pooled()[0]?.frozen === true);
+      const [r, ms] = await timed(() => pooled.manager.execute(pooled.user('hal'), { language: 'python', code: 'print("from the pool")' }));
+      expect(r.stdout.trim()).toBe('from the pool');
+      expect(await containerOf(pooled, 'hal')).toBe(id);
+      expect(ms).toBeLessThan(2_000);
+    } finally {
+      await pooled.close();
+    }
+  });
+});
+
+describe('the runsc platform setting', () => {
+  it('runs sandboxes on ptrace when asked, and the preflight says which platform is in use', async () => {
+    const ptrace = await createHarness({ env: { SANDGATE_RUNSC_PLATFORM: 'ptrace', SANDGATE_FREEZE_AFTER_MS: DELAY } });
+    try {
+      const checks = await ptrace.manager['deps'].driver.health({ full: true });
+      expect(checks.runtime).toEqual({ ok: true, detail: 'runsc-ptrace runs hardened containers (platform ptrace)' });
+      const r = await ptrace.manager.execute(ptrace.user('ivy'), { language: 'python', code: 'x = 7\nprint(x * 6)' });
+      expect(r.stdout.trim()).toBe('42');
+      // Frozen and thawed the same way.
+      await frozenSoon(await containerOf(ptrace, 'ivy'));
+      expect((await ptrace.manager.execute(ptrace.user('ivy'), { language: 'python', code: 'print(x)' })).stdout.trim()).toBe('7');
+    } finally {
+      await ptrace.close();
+    }
+    const systrap = await h.manager['deps'].driver.health({ full: true });
+    expect(systrap.runtime?.detail).toBe('runsc runs hardened containers (platform systrap)');
+  });
+});
