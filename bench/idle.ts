@@ -1,0 +1,187 @@
+/**
+ * What idle sandboxes cost the host, and what freezing them costs the next run, on the
+ * real runtime through the sandbox manager:
+ *
+ * 1. Host CPU per idle sandbox, BENCH_IDLE sandboxes together over BENCH_WINDOW_S
+ *    seconds: awake (freezing off), frozen, and the same number of plain runc containers
+ *    as the floor. The host's own idle (nothing running) is measured first and taken off.
+ * 2. Freezing and thawing: how long a freeze takes to settle, and the first run after a
+ *    long idle (frozen) against runs of a sandbox that never idles, p50/p95.
+ * 3. The delay before freezing, from the figures above: CPU an awake idle sandbox burns
+ *    while it waits, against what a thaw adds to the next run.
+ * 4. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
+ *    idle, each one's next run, and the memory each one holds.
+ *
+ *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES)
+ */
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { freezeState } from '../src/sandboxes/freezer.js';
+import { sampleCgroup } from '../src/sandboxes/cgroup.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
+import { createHarness, type Harness } from '../test/support/harness.js';
+import { containersCpuMs, hostBusyMs } from './host.js';
+
+const IDLE = Number(process.env.BENCH_IDLE ?? 20);
+const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
+const USERS = Number(process.env.BENCH_USERS ?? 200);
+const SAMPLES = Number(process.env.BENCH_SAMPLES ?? 30);
+const FREEZE_AFTER_MS = 2000;
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))] ?? NaN;
+};
+const f2 = (x: number) => x.toFixed(2);
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const memAvailable = () => Number(/MemAvailable:\s+(\d+) kB/.exec(fs.readFileSync('/proc/meminfo', 'utf8'))![1]) * 1024;
+
+/** Host CPU, ms per second, over `seconds`. */
+async function hostCpu(seconds: number): Promise<number> {
+  const b0 = hostBusyMs();
+  const t0 = performance.now();
+  await sleep(seconds * 1000);
+  return (hostBusyMs() - b0) / ((performance.now() - t0) / 1000);
+}
+
+/** Host CPU and the containers' own (containersCpuMs), ms per second, over `seconds`. */
+async function idleCost(seconds: number, ids: string[]): Promise<{ host: number; own: number }> {
+  const b0 = hostBusyMs();
+  const c0 = containersCpuMs(ids);
+  const t0 = performance.now();
+  await sleep(seconds * 1000);
+  const s = (performance.now() - t0) / 1000;
+  return { host: (hostBusyMs() - b0) / s, own: (containersCpuMs(ids) - c0) / s };
+}
+
+const idsOf = async (h: Harness) => (await h.manager.list()).map((s) => s.containerId);
+
+async function start(h: Harness, n: number, code: string, prefix: string): Promise<SandboxOwner[]> {
+  const owners = Array.from({ length: n }, (_, i) => h.user(`${prefix}${i}`));
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: 3 }, async () => {
+      while (next < owners.length) {
+        const o = owners[next++]!;
+        const r = await h.manager.execute(o, { language: 'python', code });
+        if (r.exitCode !== 0) throw new Error(`${o.name}: ${r.stderr}`);
+      }
+    }),
+  );
+  return owners;
+}
+
+async function allFrozen(h: Harness, timeoutMs = 120_000): Promise<void> {
+  const t0 = Date.now();
+  for (;;) {
+    const list = await h.manager.list();
+    if (list.every((s) => freezeState(s.containerId) === 'frozen')) return;
+    if (Date.now() - t0 > timeoutMs) throw new Error('sandboxes did not all freeze');
+    await sleep(200);
+  }
+}
+
+async function runMs(h: Harness, o: SandboxOwner): Promise<number> {
+  const t = performance.now();
+  const r = await h.manager.execute(o, { language: 'python', code: 'print(1)' });
+  if (r.stdout.trim() !== '1') throw new Error('a run failed');
+  return performance.now() - t;
+}
+
+async function main(): Promise<void> {
+  const baseline = await hostCpu(10);
+  console.log(`host with nothing running: ${f2(baseline)} ms of CPU per s`);
+
+  // 1. Idle CPU per sandbox: awake, frozen, runc.
+  const awake = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
+  let awakeCost: { host: number; own: number };
+  try {
+    await start(awake, IDLE, 'pass', 'awake');
+    await sleep(3000);
+    awakeCost = await idleCost(WINDOW_S, await idsOf(awake));
+  } finally {
+    await awake.close();
+  }
+  const frozen = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
+  let frozenCost: { host: number; own: number };
+  try {
+    await start(frozen, IDLE, 'pass', 'frozen');
+    await allFrozen(frozen);
+    await sleep(1000);
+    frozenCost = await idleCost(WINDOW_S, await idsOf(frozen));
+  } finally {
+    await frozen.close();
+  }
+  const ids: string[] = [];
+  let runcCost: { host: number; own: number };
+  try {
+    for (let i = 0; i < IDLE; i++) {
+      ids.push(execFileSync('docker', ['run', '-d', '--runtime=runc', '--network=none', '--read-only', '--cap-drop=ALL', '--label', 'org.sandgate.bench=idle', '--entrypoint', '/bin/sleep', 'sandgate/sandbox:latest', 'infinity']).toString().trim());
+    }
+    await sleep(3000);
+    runcCost = await idleCost(WINDOW_S, ids);
+  } finally {
+    if (ids.length) execFileSync('docker', ['rm', '-f', ...ids], { stdio: 'ignore' });
+  }
+  const per = (c: { host: number; own: number }) => `${f2(c.own / IDLE).padStart(6)}   (whole host, less its idle: ${f2((c.host - baseline) / IDLE)})`;
+  console.log(`idle CPU per sandbox, ${IDLE} together over ${WINDOW_S} s, ms of CPU per s: its own processes (cgroup + shim)`);
+  console.log(`  gVisor (systrap), awake:   ${per(awakeCost)}`);
+  console.log(`  gVisor (systrap), frozen:  ${per(frozenCost)}`);
+  console.log(`  runc container (floor):    ${per(runcCost)}`);
+  const awakePer = awakeCost.own / IDLE;
+
+  // 2. Freeze and thaw on the run's path.
+  const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
+  try {
+    const [busy, idler] = [h.user('busy'), h.user('idler')];
+    for (let i = 0; i < 20; i++) {
+      await runMs(h, busy);
+      await runMs(h, idler);
+    }
+    const warm: number[] = [];
+    for (let i = 0; i < 200; i++) warm.push(await runMs(h, busy));
+    const afterIdle: number[] = [];
+    const [idlerBox] = (await h.manager.list()).filter((s) => s.user === 'idler');
+    for (let i = 0; i < SAMPLES; i++) {
+      // Idle until frozen, and a while longer.
+      while (freezeState(idlerBox!.containerId) !== 'frozen') await sleep(5);
+      await sleep(500);
+      afterIdle.push(await runMs(h, idler));
+    }
+    console.log('execute_code print(1) through the manager (ms):');
+    console.log(`  never idle:                   p50 ${f2(pct(warm, 50))}   p95 ${f2(pct(warm, 95))}   (n=${warm.length})`);
+    console.log(`  first run after idle, frozen: p50 ${f2(pct(afterIdle, 50))}   p95 ${f2(pct(afterIdle, 95))}   (n=${afterIdle.length})`);
+    console.log(`  added by the thaw:            p50 ${f2(pct(afterIdle, 50) - pct(warm, 50))}`);
+    // 3. The delay: an awake idle sandbox burns awakeCost ms/s until it freezes.
+    console.log(`freezing delay ${FREEZE_AFTER_MS} ms: an idle period costs at most ${f2((awakePer * FREEZE_AFTER_MS) / 1000)} ms of host CPU before the freeze, against ${f2(pct(afterIdle, 50) - pct(warm, 50))} ms added to the next run`);
+    console.log(`  (delays of 0.5 / 2 / 10 / 60 s: ${[0.5, 2, 10, 60].map((s) => f2(awakePer * s)).join(' / ')} ms of CPU per idle period)`);
+  } finally {
+    await h.close();
+  }
+
+  // 4. Many idle users with the data stack loaded.
+  const before = memAvailable();
+  const many = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400' } });
+  try {
+    const t0 = performance.now();
+    const owners = await start(many, USERS, 'import numpy, pandas\ndf = pandas.DataFrame({"a": numpy.arange(1000)})', 'u');
+    console.log(`${USERS} users started with numpy and pandas loaded in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+    await allFrozen(many, 300_000);
+    await sleep(2000);
+    const boxes = await many.manager.list();
+    const { host: cpu, own } = await idleCost(WINDOW_S, boxes.map((b) => b.containerId));
+    const mem = boxes.map((s) => sampleCgroup(s.containerId)?.memoryBytes ?? NaN).filter(Number.isFinite);
+    const heldBytes = before - memAvailable();
+    console.log(`  all idle and frozen: the sandboxes' own processes ${f2(own)} ms/s = ${f2(own / 20)} % of the 2 cores; the whole host ${f2(cpu / 20)} % (with nothing running: ${f2(baseline / 20)} %)`);
+    console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
+    const next: number[] = [];
+    for (const o of owners.slice(0, Math.min(USERS, 60))) next.push(await runMs(many, o));
+    const warm: number[] = [];
+    for (let i = 0; i < 100; i++) warm.push(await runMs(many, owners[0]!));
+    console.log(`  next run of a frozen user: p50 ${f2(pct(next, 50))} ms, p95 ${f2(pct(next, 95))} ms (n=${next.length}); the same user never idle: p50 ${f2(pct(warm, 50))} ms; added ${f2(pct(next, 50) - pct(warm, 50))} ms`);
+  } finally {
+    await many.close();
+  }
+}
+
+await main();
