@@ -12,7 +12,7 @@
  * 4. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
  *    idle, each one's next run, and the memory each one holds.
  *
- *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES)
+ *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES; BENCH_ONLY=users for part 4 alone)
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -91,7 +91,11 @@ async function runMs(h: Harness, o: SandboxOwner): Promise<number> {
 async function main(): Promise<void> {
   const baseline = await hostCpu(10);
   console.log(`host with nothing running: ${f2(baseline)} ms of CPU per s`);
+  if (process.env.BENCH_ONLY !== 'users') await fewIdle(baseline);
+  await manyUsers(baseline);
+}
 
+async function fewIdle(baseline: number): Promise<void> {
   // 1. Idle CPU per sandbox: awake, frozen, runc.
   const awake = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
   let awakeCost: { host: number; own: number };
@@ -159,7 +163,10 @@ async function main(): Promise<void> {
     await h.close();
   }
 
-  // 4. Many idle users with the data stack loaded.
+}
+
+/** 4. Many idle users with the data stack loaded. */
+async function manyUsers(baseline: number): Promise<void> {
   const before = memAvailable();
   const many = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400' } });
   try {
@@ -176,8 +183,16 @@ async function main(): Promise<void> {
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
     const next: number[] = [];
     for (const o of owners.slice(0, Math.min(USERS, 60))) next.push(await runMs(many, o));
+    // A chat turn thaws the sandbox when it begins (prepare), while the model thinks.
+    const prepared: number[] = [];
+    for (const o of owners.slice(Math.min(USERS, 60), Math.min(USERS, 120))) {
+      many.manager.prepare(o);
+      await sleep(1000);
+      prepared.push(await runMs(many, o));
+    }
     const warm: number[] = [];
     for (let i = 0; i < 100; i++) warm.push(await runMs(many, owners[0]!));
+    if (prepared.length) console.log(`  next run of a frozen user whose chat turn began 1 s earlier: p50 ${f2(pct(prepared, 50))} ms, p95 ${f2(pct(prepared, 95))} ms (n=${prepared.length})`);
     console.log(`  next run of a frozen user: p50 ${f2(pct(next, 50))} ms, p95 ${f2(pct(next, 95))} ms (n=${next.length}); the same user never idle: p50 ${f2(pct(warm, 50))} ms; added ${f2(pct(next, 50) - pct(warm, 50))} ms`);
   } finally {
     await many.close();

@@ -111,7 +111,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
   const connect = (caller: Caller) => connectInProcess(tools, caller);
   const providerKeys = new ProviderKeys(store.db, config.dataDir);
   const models = parts.models ?? new ModelCatalog(config, providerKeys);
-  const agent = new Agent({ config, db: store.db, logger, boundary, catalog: models, connect, instructions: (caller) => instructionsFor(toolContext(tools, caller)) });
+  const agent = new Agent({ config, db: store.db, logger, boundary, catalog: models, connect, instructions: (caller) => instructionsFor(toolContext(tools, caller)), prepare: (user) => manager.prepare({ userId: user.id, name: user.name }) });
 
   let preflight: Preflight = { ok: false, checks: { runtime: { ok: false, detail: 'not checked yet' } } };
   let running: Promise<Preflight> | undefined;

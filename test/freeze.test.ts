@@ -56,6 +56,17 @@ describe('freezing idle sandboxes', () => {
     await frozenSoon(id);
   });
 
+  it('thaws a sandbox when a chat turn begins (prepare), and freezes it again if no run comes', async () => {
+    const jo = h.user('jo');
+    await h.manager.execute(jo, { language: 'python', code: 'kept = "yes"' });
+    const id = await containerOf(h, 'jo');
+    await frozenSoon(id);
+    h.manager.prepare(jo);
+    expect(freezeState(id)).toBe('thawed');
+    await frozenSoon(id);
+    expect((await h.manager.execute(jo, { language: 'python', code: 'print(kept)' })).stdout.trim()).toBe('yes');
+  });
+
   it('never freezes a sandbox while a run is in progress, nor with runs queued', async () => {
     const bo = h.user('bo');
     await h.manager.execute(bo, { language: 'python', code: 'pass' });

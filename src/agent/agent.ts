@@ -37,6 +37,8 @@ export interface AgentDeps {
   connect(caller: Caller): Promise<InProcessConnection>;
   /** The server instructions `caller` would get at connect (skills index included). */
   instructions(caller: Caller): Promise<string>;
+  /** A turn begins: the user's sandbox may be needed soon (it is thawed while the model thinks). */
+  prepare?(user: User): void;
 }
 
 export class Agent {
@@ -114,6 +116,7 @@ export class Agent {
     if (this.running.has(conversationId)) throw new AgentError('this conversation is already answering a message: wait for it or stop it', { reason: 'busy', status: 409 });
     const choice = this.modelFor(user, conversation.model);
     const lm = this.deps.catalog.languageModel(choice, user.id);
+    this.deps.prepare?.(user);
     if (!lm) throw new AgentError(`No key reaches ${providerLabel(choice.provider)} for you: ${NO_MODELS_MESSAGE}`, { reason: 'no_model', status: 503 });
 
     const controller = new AbortController();

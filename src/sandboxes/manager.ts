@@ -279,6 +279,24 @@ export class SandboxManager {
     live.freezeTimer.unref();
   }
 
+  /**
+   * Someone is about to use their sandbox (a chat turn began: the model thinks for a
+   * second or more before it runs code). A frozen one is thawed and its runner pinged
+   * now, so the pages a long freeze let go cold come back during the model's time, not
+   * the run's. It freezes again after the usual delay if no run comes.
+   */
+  prepare(owner: SandboxOwner): void {
+    const sb = this.users.get(owner.userId);
+    if (!sb?.frozen || sb.handle.exited) return;
+    this.wake(sb);
+    try {
+      sb.handle.send({ op: 'ping', id: `warm${Date.now().toString(36)}` });
+    } catch {
+      /* runner gone: the next run starts a fresh sandbox */
+    }
+    this.rest(sb);
+  }
+
   /** Thaws a frozen sandbox before anything talks to it, and puts off its next freeze. */
   private wake(live: Live): void {
     if (live.freezeTimer) clearTimeout(live.freezeTimer);
