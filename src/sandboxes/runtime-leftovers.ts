@@ -29,6 +29,12 @@ export function runscProcesses(proc = '/proc'): RuntimeLeftover[] {
     }
     const role = args[0] ?? '';
     if (role !== 'runsc-sandbox' && role !== 'runsc-gofer') continue;
+    // runsc runs as root: a process of another user naming itself so is not one.
+    try {
+      if (fs.statSync(`${proc}/${name}`).uid !== 0) continue;
+    } catch {
+      continue;
+    }
     const id = args.map((a) => CONTAINER_IN_ARGS.exec(a)?.[1]).find(Boolean);
     if (id) out.push({ pid: Number(name), role, containerId: id });
   }
@@ -47,6 +53,14 @@ export async function runtimeLeftovers(knownContainers: () => Promise<Set<string
 export async function removeRuntimeLeftovers(knownContainers: () => Promise<Set<string>>): Promise<number> {
   let n = 0;
   for (const p of await runtimeLeftovers(knownContainers)) {
+    // The pid still names the same process (not one that took a freed pid since).
+    let args: string[];
+    try {
+      args = fs.readFileSync(`/proc/${p.pid}/cmdline`, 'utf8').split('\0');
+    } catch {
+      continue;
+    }
+    if (args[0] !== p.role || !args.some((a) => CONTAINER_IN_ARGS.exec(a)?.[1] === p.containerId)) continue;
     try {
       process.kill(p.pid, 'SIGKILL');
       n++;
