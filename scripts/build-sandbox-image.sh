@@ -23,6 +23,8 @@ suite=bookworm
 hash_of() { sha256sum | cut -c1-16; }
 base_hash=$( { echo "$suite"; cat "$root/sandbox/packages.txt" "$root/sandbox/provision.sh"; } | hash_of)
 [ -x "$DENO_BIN" ] || die "Deno binary missing at $DENO_BIN: run npm install first"
+# The Deno host is bundled into sandbox/runner/deno/ and ships with the runner.
+bash "$root/scripts/build-deno-host.sh"
 image_hash=$( {
   echo "$base_hash"
   cat "$root/sandbox/Dockerfile"

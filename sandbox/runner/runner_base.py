@@ -17,7 +17,7 @@ PYCACHE = os.path.join(STATE_DIR, 'pycache')
 # lockdown.py: its helper runs before the lockdown it applies, so it is compiled from its
 # read-only source.
 OWN_MODULES = ('runner', 'runner_base', 'runner_output', 'runner_files', 'runner_procs', 'runner_kernel',
-               'runner_bridge', 'runner_worker', 'kernel', 'sandgate_wire')
+               'runner_hosts', 'runner_bridge', 'runner_worker', 'kernel', 'sandgate_wire')
 WORKSPACE = os.path.abspath(os.environ.get('SANDGATE_WORKSPACE') or '/workspace')
 BRIDGE_PATH = os.environ.get('SANDGATE_BRIDGE') or os.path.join(STATE_DIR, 'bridge.sock')
 DENO = os.environ.get('SANDGATE_DENO') or '/usr/local/bin/deno'

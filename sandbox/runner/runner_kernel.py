@@ -13,6 +13,12 @@ from runner_procs import end_group, kernel_memory_limit, set_nonblocking, spawn
 class Kernel:
     """The Python kernel child and the pipes to it. Used by the worker thread only."""
 
+    label = 'Python kernel'
+    watch_exit = False  # its death shows as EOF on the reply pipe
+
+    def on_ready(self):
+        """Called once it said it is ready."""
+
     def __init__(self, fs=None):
         self.proc = None
         self.ready = False
@@ -27,9 +33,7 @@ class Kernel:
         req_r, req_w = os.pipe()
         rep_r, rep_w = os.pipe()
         try:
-            self.proc = spawn(
-                [sys.executable, '-u', '-c', KERNEL_BOOT, str(req_r), str(rep_w), wire.dumps(self.preloaded),
-                 str(kernel_memory_limit())], None, fs=self.fs, pass_fds=(req_r, rep_w))
+            self.proc = spawn(self.argv(req_r, rep_w), None, fs=self.fs, pass_fds=(req_r, rep_w))
         except BaseException:
             os.close(req_w)
             os.close(rep_r)
@@ -42,6 +46,10 @@ class Kernel:
         self.rep_skip = False
         self.ready = False
         set_nonblocking(rep_r, self.proc.stdout, self.proc.stderr)
+
+    def argv(self, req_r, rep_w):
+        return [sys.executable, '-u', '-c', KERNEL_BOOT, str(req_r), str(rep_w), wire.dumps(self.preloaded),
+                str(kernel_memory_limit())]
 
     def streams(self):
         return {self.proc.stdout: 'stdout', self.proc.stderr: 'stderr'}

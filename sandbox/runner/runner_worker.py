@@ -1,7 +1,8 @@
 """The worker thread: runs executions and preloads one at a time, in arrival order, and
 answers each with one `done`. It validates requests, picks the process (the persistent
-kernel, a one-shot kernel for narrowed Python, a fresh process for bash, TypeScript and
-JavaScript), enforces timeouts, cancels and output limits, and reports file changes."""
+kernel, a one-shot kernel for narrowed Python, the Deno host for TypeScript and
+JavaScript, the bash shell for bash, a fresh process for narrowed ones), enforces
+timeouts, cancels and output limits, and reports file changes."""
 import _signal
 from collections import deque
 import os
@@ -12,9 +13,10 @@ import time
 from runner_base import (
     BASH, BRIDGE_PATH, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, DENO, DRAIN_GRACE, DRAIN_MAX, FIGURE_DIR,
     KERNEL_BOOT_SECONDS, LANGUAGES, MAX_FILE_CHANGES, MAX_RESULT_CHARS, NARROWING_FAILED, PRELOAD_SECONDS,
-    SEPARATED, SEPARATE_KERNEL, SPARE_IDLE_SECONDS, STATE_DIR, TRIM_IDLE_SECONDS, WORKSPACE, diag,
+    SEPARATED, SEPARATE_KERNEL, SPARE_IDLE_SECONDS, STATE_DIR, TMP, TRIM_IDLE_SECONDS, WORKSPACE, diag,
     malloc_trim,
 )
+from runner_hosts import BashShell, DenoHost, ceiling_from_env
 from runner_files import file_changes, scan_notice, snapshot
 from runner_kernel import Kernel
 from runner_output import DiagSink, Discard, Output, discard_pending, drain_fd, read_available, read_into
@@ -52,6 +54,8 @@ def parse_exec(req):
             isinstance(k, str) and isinstance(v, str) and k and '=' not in k and '\0' not in k + v
             for k, v in env.items()):
         return '"env" must map variable names to strings'
+    if not isinstance(req.setdefault('reset', False), bool):
+        return '"reset" must be a boolean'
     flags = req.setdefault('denoFlags', [])
     if not isinstance(flags, list) or not all(isinstance(f, str) and f.startswith('-') for f in flags):
         return '"denoFlags" must be a list of flags'
@@ -82,6 +86,8 @@ class Worker:
         self.current = None
         self.stopping = False
         self.kernel = Kernel()
+        self.deno = DenoHost(ceiling_from_env())
+        self.bash = BashShell(STATE_DIR, TMP)
         self.running_pgid = None  # the exec process group, for shutdown
         self.spares = []          # a lockdown helper started ahead for the next narrowed execution
         self.trim_at = None       # when to hand freed heap back, if still idle then
@@ -142,9 +148,9 @@ class Worker:
             kill_group(self.running_pgid)
         for helper in list(self.spares):
             kill_group(helper.proc.pid)
-        proc = self.kernel.proc
-        if proc is not None:
-            kill_group(proc.pid)
+        for proc in (self.kernel.proc, self.deno.proc, self.bash.proc):
+            if proc is not None:
+                kill_group(proc.pid)
 
     def _wake(self):
         self.woken = True
@@ -157,6 +163,8 @@ class Worker:
 
     def run(self):
         self._start_kernel()
+        if self.deno.ceiling is not None:
+            self._start_deno()
         self.trim_at = time.monotonic() + TRIM_IDLE_SECONDS  # start-up garbage (compiling this file)
         while True:
             with self.cond:
@@ -202,9 +210,26 @@ class Worker:
 
     def _kept_sessions(self):
         keep = {helper.proc.pid for helper in self.spares}
-        if self.kernel.alive:
-            keep.add(self.kernel.proc.pid)
+        # Not the bash shell's: what a bash script left in the background ends with it,
+        # as it always has (the shell itself is the runner's child, never a stray).
+        for kernel in (self.kernel, self.deno):
+            if kernel.alive:
+                keep.add(kernel.proc.pid)
         return keep
+
+    def _start_deno(self):
+        return self._start_host(self.deno)
+
+    def _start_host(self, host):
+        """Starts the Deno host or the bash shell if it is not running; returns a problem or None."""
+        if host.alive or self.stopping:
+            return None
+        try:
+            host.start()
+            return None
+        except OSError as exc:
+            diag('cannot start the %s: %s' % (host.label, exc))
+            return 'The %s could not be started: %s%s' % (host.label, exc, hint_for(exc))
 
     def _start_kernel(self):
         """Starts the kernel if none runs; a failure is reported by the next Python exec."""
@@ -240,12 +265,21 @@ class Worker:
                     return 'cancel', None
                 if proc is not None and has_exited(proc):
                     return 'exited', None
+                if kernel is not None and kernel.watch_exit and not kernel.ready and has_exited(kernel.proc):
+                    # What it wrote before it died comes first.
+                    replies = kernel.read_replies() or []
+                    for reply in replies:
+                        if accept is None or accept(reply):
+                            return 'exited', reply
+                    return 'died', None
                 if now >= deadline:
                     return 'timeout', None
                 timeout = deadline - now
                 hint = output.wait_hint(now)
                 if hint is not None:
                     timeout = min(timeout, hint)
+                if kernel is not None and kernel.watch_exit and not kernel.ready:
+                    timeout = min(timeout, 0.05)  # its death before ready has no fd to wait on
                 if proc is not None:
                     # Its exit has no fd to wait on: look again soon, sooner once the
                     # pipes closed (it is then almost certainly exiting).
@@ -310,8 +344,14 @@ class Worker:
         try:
             if req['language'] == 'python':
                 outcome = self._exec_python(job, output)
-            else:
+            elif req.get('fs'):
                 outcome = self._exec_process(job, output)
+                if req['language'] != 'bash':
+                    outcome['notice'] = ' '.join(n for n in (SEPARATE_DENO, outcome.get('notice')) if n)
+            elif req['language'] == 'bash':
+                outcome = self._exec_bash(job, output)
+            else:
+                outcome = self._exec_deno(job, output)
         finally:
             self.bridge.close_exec(job.id)
         # Whatever the execution left running in the background ends with it.
@@ -329,8 +369,13 @@ class Worker:
                            notice=' '.join(n for n in notices if n) or None, **outcome)
         job.finished = True
         self.emitter.emit(event)
+        # A fresh kernel or host boots while the gateway reads the result.
         if req['language'] == 'python' and not self.kernel.alive:
-            self._start_kernel()  # a fresh kernel boots while the gateway reads the result
+            self._start_kernel()
+        elif req['language'] in ('typescript', 'javascript') and self.deno.used and not self.deno.alive:
+            self._start_deno()
+        elif req['language'] == 'bash' and not req.get('fs') and not self.bash.alive:
+            self._start_host(self.bash)
 
     def _exec_env(self, job):
         env = dict(job.req['env'])
@@ -338,8 +383,63 @@ class Worker:
         env['SANDGATE_EXEC_ID'] = job.id
         return env
 
+    def _exec_deno(self, job, output):
+        """TypeScript and JavaScript in the Deno host, in a worker with this execution's
+        permissions. Executions asking for more than the host may grant run as a process."""
+        req = job.req
+        host = self.deno
+        if req['reset'] and host.alive:
+            self._lose_kernel(Discard(), host)
+        if host.ceiling is None:
+            host.ceiling = req['denoFlags']  # outside a container: the first execution's serve
+        problem = self._start_deno()
+        if problem:
+            return {'notice': problem}
+        host.used = True
+        outcome = self._kernel_ready(job, host)
+        if outcome is not None:
+            return outcome
+        request = {'op': 'exec', 'id': job.id, 'language': req['language'], 'code': req['code'],
+                   'env': self._exec_env(job), 'flags': req['denoFlags'], 'cwd': WORKSPACE}
+        outcome = self._kernel_exec(job, output, host, ' ' + DENO_LOST, request)
+        refused = outcome.pop('refused', None)
+        if refused is None:
+            return outcome
+        outcome = self._exec_process(job, output)
+        outcome['notice'] = ' '.join(n for n in (BEYOND_HOST % refused, outcome.get('notice')) if n)
+        return outcome
+
+    def _exec_bash(self, job, output):
+        """bash in the long-lived shell."""
+        req = job.req
+        shell = self.bash
+        if req['reset'] and shell.alive:
+            self._lose_kernel(Discard(), shell)
+        problem = self._start_host(shell)
+        if problem:
+            return {'notice': problem}
+        outcome = self._kernel_ready(job, shell)
+        if outcome is not None:
+            return outcome
+        self.seq += 1
+        script = os.path.join(STATE_DIR, 'exec-%d.sh' % self.seq)
+        try:
+            with open(script, 'w', encoding='utf-8', errors='surrogatepass') as f:
+                f.write(req['code'])
+            request = {'id': job.id, 'env': self._exec_env(job), 'cwd': WORKSPACE, 'script': script}
+            outcome = self._kernel_exec(job, output, shell, ' ' + BASH_LOST, request)
+        finally:
+            try:
+                os.unlink(script)
+            except OSError:
+                pass
+        if outcome.get('restarted') and not outcome.get('timedOut') and isinstance(outcome.get('exitCode'), int):
+            # The script ended the shell itself (`exit`, `set -e`): that is its exit code.
+            outcome.update(killed=False, notice=BASH_EXITED)
+        return outcome
+
     def _exec_process(self, job, output):
-        """bash, TypeScript, JavaScript: one process (group) per execution."""
+        """One process (group) per execution: narrowed ones and those the Deno host may not run."""
         req = job.req
         self.seq += 1
         ext = {'bash': 'sh', 'typescript': 'ts', 'javascript': 'js'}[req['language']]
@@ -416,17 +516,23 @@ class Worker:
         reason, _ = self._pump(job, DiagSink(), kernel.streams(), deadline, kernel=kernel,
                                accept=lambda reply: reply.get('ready') is True)
         if reason == 'exited':
-            kernel.ready = True
-            return None
+            try:
+                kernel.on_ready()
+            except OSError as exc:
+                reason = 'died'
+                diag('%s: %s' % (kernel.label, exc))
+            else:
+                kernel.ready = True
+                return None
         if reason == 'cancel':
-            return {'notice': 'Cancelled while the Python kernel was starting.'}
+            return {'notice': 'Cancelled while the %s was starting.' % kernel.label}
         status = self._lose_kernel(DiagSink(), kernel)
         why = 'it did not become ready in %d s' % KERNEL_BOOT_SECONDS if reason == 'timeout' else describe_status(status)
         if kernel.preloaded:
             # A preloaded module may be what kills it: the next start goes without them.
             why += '; preloaded modules (%s) will not be imported again' % ', '.join(kernel.preloaded)
             kernel.preloaded = []
-        return {'restarted': persistent, 'notice': 'The Python kernel failed to start (%s).' % why}
+        return {'restarted': persistent, 'notice': 'The %s failed to start (%s).' % (kernel.label, why)}
 
     def _lose_kernel(self, output, kernel=None):
         """Kills a kernel (and whatever it started), keeps its last output, forgets it."""
@@ -439,6 +545,8 @@ class Worker:
     def _exec_python(self, job, output):
         if job.req.get('fs'):
             return self._exec_python_narrowed(job, output)
+        if job.req['reset'] and self.kernel.alive:
+            self._lose_kernel(Discard())
         outcome = self._kernel_ready(job)
         if outcome is not None:
             return outcome
@@ -467,14 +575,14 @@ class Worker:
             if kernel.alive:
                 self._lose_kernel(Discard(), kernel)
 
-    def _kernel_exec(self, job, output, kernel, lost):
-        """Runs the job's code in a ready kernel. On a timeout, cancel or death the kernel
-        is killed and `lost` ends the notice."""
+    def _kernel_exec(self, job, output, kernel, lost, request=None):
+        """Runs the job's code in a ready kernel (or the Deno host, with its `request`).
+        On a timeout, cancel or death the kernel is killed and `lost` ends the notice."""
         discard_pending(kernel.streams())  # output from between executions
         kernel.discard_replies()  # and anything written to the reply pipe meanwhile
         started = time.monotonic()
-        request = {'op': 'exec', 'id': job.id, 'code': job.req['code'], 'env': self._exec_env(job),
-                   'cwd': WORKSPACE, 'figdir': FIGURE_DIR}
+        request = request or {'op': 'exec', 'id': job.id, 'code': job.req['code'], 'env': self._exec_env(job),
+                              'cwd': WORKSPACE, 'figdir': FIGURE_DIR}
         try:
             kernel.send(request)
         except OSError:
@@ -497,7 +605,7 @@ class Worker:
         if reason == 'died':
             if status >= 0:
                 outcome['exitCode'] = status
-            outcome['notice'] = 'The Python kernel died (%s).%s' % (describe_status(status), lost)
+            outcome['notice'] = 'The %s died (%s).%s' % (kernel.label, describe_status(status), lost)
         else:
             outcome.update(timedOut=reason == 'timeout', notice=stop_notice(reason, job.req['timeoutMs']) + lost)
         return outcome
@@ -560,9 +668,27 @@ def exec_outcome_of(reply):
                             'message': bounded(error.get('message'), 4096) or '',
                             'traceback': bounded(error.get('traceback'), 16384, keep_tail=True) or ''}
     figure_error = bounded(reply.get('figureError'), 500)
+    notices = [bounded(reply.get('notice'), 1000)]  # the Deno host's
     if figure_error:
-        outcome['notice'] = 'Open matplotlib figures could not be saved (%s).' % figure_error
+        notices.append('Open matplotlib figures could not be saved (%s).' % figure_error)
+    if any(notices):
+        outcome['notice'] = ' '.join(n for n in notices if n)
+    refused = bounded(reply.get('refused'), 500)
+    if refused is not None:
+        outcome['refused'] = refused
     return outcome
+
+
+DENO_LOST = ('The Deno host was restarted: top-level names and imports of earlier TypeScript and JavaScript'
+             ' executions are gone.')
+BASH_LOST = 'The bash shell was restarted: shell variables and functions of earlier executions are gone.'
+BASH_EXITED = ('The script ended the bash shell (exit, or an error under set -e), so shell variables and functions'
+               ' of earlier executions are gone.')
+SEPARATE_DENO = ('This execution ran in a separate Deno process because its permissions are narrowed: top-level'
+                 ' names and imports of earlier executions are not visible to it, and nothing it defined is kept.')
+BEYOND_HOST = ('This execution ran in a separate Deno process because its permissions go beyond what the Deno host'
+               ' was started with (%s): top-level names and imports of earlier executions are not visible to it,'
+               ' and nothing it defined is kept.')
 
 
 def hint_for(exc):

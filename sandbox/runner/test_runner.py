@@ -88,7 +88,7 @@ class Runner:
                 return (at, event) if timed else event
 
     def start_exec(self, code, language='python', timeout_ms=10_000, output_limit=100_000, env=None,
-                   deno_flags=None, exec_id=None, fs=None):
+                   deno_flags=None, exec_id=None, fs=None, reset=None):
         self.seq += 1
         exec_id = exec_id or 'e%d' % self.seq
         req = {'op': 'exec', 'id': exec_id, 'language': language, 'code': code, 'timeoutMs': timeout_ms,
@@ -96,6 +96,8 @@ class Runner:
                'denoFlags': deno_flags or []}
         if fs is not None:
             req['fs'] = fs
+        if reset is not None:
+            req['reset'] = reset
         self.send(req)
         return exec_id
 
@@ -374,10 +376,36 @@ class RunnerTest(unittest.TestCase):
         # bash itself adds PWD, SHLVL and _.
         self.assertEqual(names - {'PWD', 'SHLVL', '_', 'OLDPWD'}, {'FOO', 'SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'})
 
+    def test_bash_shell_keeps_variables_not_environment(self):
+        # Every bash execution runs in one long-lived shell: shell variables and functions
+        # stay, like a terminal's; the environment, working directory and options do not.
+        out, err, done = self.r.run('x=5; greet() { echo "hi $1"; }; export LEAK=1; cd /; set -u', language='bash',
+                                    env={'FOO': 'one'})
+        self.assertEqual(done['exitCode'], 0, err)
+        out, err, done = self.r.run('echo "$x $FOO $(pwd) ${NOPE:-unset}"; greet you; env', language='bash',
+                                    env={'FOO': 'two'})
+        lines = out.splitlines()
+        self.assertEqual(lines[:2], ['5 two %s unset' % self.r.ws, 'hi you'], err)
+        names = {line.split('=', 1)[0] for line in lines[2:]}
+        self.assertEqual(names - {'PWD', 'SHLVL', '_', 'OLDPWD'}, {'FOO', 'SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'})
+        out, _, done = self.r.run('read -r line; echo "[$line]"', language='bash')
+        self.assertEqual((out, done['exitCode']), ('[]\n', 0))  # stdin is /dev/null: nothing read
+        # A script that ends the shell gets its exit code; the next one gets a new shell.
+        out, _, done = self.r.run('echo bye; exit 3', language='bash')
+        self.assertEqual((out, done['exitCode'], done['killed'], done['restarted']), ('bye\n', 3, False, True))
+        self.assertIn('ended the bash shell', done['notice'])
+        out, _, done = self.r.run('set -e; false; echo never', language='bash')
+        self.assertEqual((out, done['exitCode']), ('', 1))
+        out, _, done = self.r.run('echo "[${x:-gone}]"', language='bash')
+        self.assertEqual((out, done['exitCode'], done['restarted']), ('[gone]\n', 0, False))
+        out, _, done = self.r.run('x=1', language='bash')
+        out, _, done = self.r.run('echo "[${x:-gone}]"', language='bash', reset=True)
+        self.assertEqual(out, '[gone]\n')
+
     def test_bash_timeout_kills_the_group(self):
         _, _, done = self.r.run('sleep 60 & echo $! > bg.pid; sleep 60', language='bash', timeout_ms=400)
-        self.assertTrue(done['timedOut'] and done['killed'])
-        self.assertFalse(done['restarted'])
+        self.assertTrue(done['timedOut'] and done['killed'] and done['restarted'])
+        self.assertIn('The bash shell was restarted', done['notice'])
         with open(os.path.join(self.r.ws, 'bg.pid')) as f:
             bg = int(f.read())
         time.sleep(0.2)
@@ -475,8 +503,67 @@ class RunnerTest(unittest.TestCase):
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
     def test_typescript_timeout(self):
+        self.r.run('const kept: number = 1', language='typescript')
         _, _, done = self.r.run('while (true) {}', language='typescript', timeout_ms=1500)
-        self.assertTrue(done['timedOut'] and done['killed'])
+        self.assertTrue(done['timedOut'] and done['killed'] and done['restarted'])
+        self.assertIn('The Deno host was restarted', done['notice'])
+        out, err, done = self.r.run('console.log(typeof kept)', language='typescript')
+        self.assertEqual((out, done['exitCode']), ('undefined\n', 0), err)
+
+    @unittest.skipUnless(HAS_DENO, 'deno missing')
+    def test_typescript_keeps_top_level_names(self):
+        ws = ['--allow-read=%s' % self.r.ws]
+        cell = ('import { join } from "node:path";\n'
+                'const n: number = 40;\nlet counter = 0;\n'
+                'function bump(by: number): number { counter += by; return counter; }\n'
+                'class Box<T> { constructor(public v: T) {} }\n'
+                'const { a, b: [c] } = { a: 1, b: [2] };\n'
+                'interface Unused { x: number }\n'
+                'console.log("defined")')
+        out, err, done = self.r.run(cell, language='typescript', deno_flags=ws)
+        self.assertEqual((out, done['exitCode']), ('defined\n', 0), err)
+        self.assertNotIn('result', done)  # console.log(...) is undefined
+        out, err, done = self.r.run('bump(1); bump(n + a + c)', language='typescript', deno_flags=ws)
+        self.assertEqual((done['exitCode'], done.get('result')), (0, '44'), err)
+        out, err, done = self.r.run('counter = counter * 2;\n[join("x", "y"), new Box(counter).v]', language='typescript',
+                                    deno_flags=ws)
+        self.assertEqual(done.get('result'), '[ "x/y", 88 ]', err)
+        # The same name declared again replaces it, as in Deno's REPL.
+        out, err, done = self.r.run('const n = "again"; n', language='javascript', deno_flags=ws)
+        self.assertEqual(done.get('result'), '"again"', err)
+        # Errors point at the user's lines; the state survives them.
+        out, err, done = self.r.run('const ok = 1;\n\nthrow new Error("third line")', language='typescript', deno_flags=ws)
+        self.assertEqual((done['exitCode'], done['error']['message']), (1, 'third line'))
+        self.assertRegex(done['error']['traceback'], r':3:7')
+        self.assertIn('error: Uncaught Error: third line', err)
+        out, err, done = self.r.run('let x: = 1', language='typescript', deno_flags=ws)
+        self.assertEqual((done['exitCode'], done['error']['name']), (1, 'SyntaxError'))
+        out, err, done = self.r.run('Deno.exit(5)', language='typescript', deno_flags=ws)
+        self.assertEqual(done['exitCode'], 5)
+        out, err, done = self.r.run('[ok, counter]', language='typescript', deno_flags=ws)
+        self.assertEqual(done.get('result'), '[ 1, 88 ]', err)
+        # reset: a fresh start.
+        out, err, done = self.r.run('typeof counter', language='typescript', deno_flags=ws, reset=True)
+        self.assertEqual(done.get('result'), '"undefined"', err)
+
+    @unittest.skipUnless(HAS_DENO, 'deno missing')
+    def test_typescript_state_is_kept_per_permission_set(self):
+        secret = os.path.join(self.r.ws, 'secret.txt')
+        with open(secret, 'w') as f:
+            f.write('s')
+        wide = ['--allow-read=%s' % self.r.ws]
+        out, err, done = self.r.run('const read = () => Deno.readTextFileSync(%s); read()' % json.dumps(secret),
+                                    language='typescript', deno_flags=wide)
+        self.assertEqual(done.get('result'), '"s"', err)
+        # A narrower run neither sees the wider run's function nor may read the file itself.
+        out, err, done = self.r.run('typeof read', language='typescript', deno_flags=[])
+        self.assertEqual(done.get('result'), '"undefined"', err)
+        out, err, done = self.r.run('Deno.readTextFileSync(%s)' % json.dumps(secret), language='typescript', deno_flags=[])
+        self.assertEqual(done['exitCode'], 1)
+        self.assertIn('Requires read access to "%s"' % secret, err)
+        # Back to the wider permissions: its state is there.
+        out, err, done = self.r.run('read()', language='typescript', deno_flags=wide)
+        self.assertEqual(done.get('result'), '"s"', err)
 
     # --- bridge
 
@@ -614,11 +701,21 @@ console.log(JSON.parse(text).result.length);
                 rss = next(int(l.split()[1]) for l in f if l.startswith('VmRSS'))
             return rss, len(os.listdir('/proc/%d/fd' % pid)), threading_count(pid)
 
-        for lang in ('python', 'bash'):
-            self.r.run('1' if lang == 'python' else 'true', language=lang)
+        langs = ('python', 'bash', 'typescript') if HAS_DENO else ('python', 'bash')
+        code = {'python': 'print(%d)', 'bash': 'echo %d', 'typescript': 'console.log(%d)'}
+        for lang in langs:
+            self.r.run(code[lang] % 0, language=lang)
+        end = time.monotonic() + 10  # the Deno version probe holds pipes until it ends
+        while HAS_DENO and time.monotonic() < end:
+            self.r.send({'op': 'ping', 'id': 'p'})
+            if 'deno' in self.r.next(lambda e: e['type'] == 'pong')['versions']:
+                break
+        time.sleep(0.1)
         base = usage()
         for i in range(300):
-            self.r.run('print(%d)' % i if i % 2 else 'echo %d' % i, language='python' if i % 2 else 'bash')
+            lang = langs[i % len(langs)]
+            out, _, _ = self.r.run(code[lang] % i, language=lang)
+            self.assertEqual(out, '%d\n' % i)
         rss, fds, threads = usage()
         self.assertEqual(fds, base[1])
         self.assertLessEqual(threads, base[2])  # the Deno version probe may have finished

@@ -84,7 +84,8 @@ export class DockerDriver implements SandboxDriver {
       // The runner; it starts every user process as uid 1000 (runner.py, SANDBOX_UID).
       User: '0:0',
       WorkingDir: '/workspace',
-      Env: [],
+      // Only what the runner needs to know of the ceiling: its Deno flags (no secret, no host value).
+      Env: spec.denoCeiling ? [`SANDGATE_DENO_CEILING=${JSON.stringify(spec.denoCeiling)}`] : [],
       Labels: labels,
       OpenStdin: true,
       StdinOnce: false,

@@ -36,7 +36,7 @@ import { reapIntervalMs, stopReason } from './lifecycle.js';
 import type { Live, UserSandbox } from './live.js';
 import { narrowPermissions, networkUnavailable, PermissionError, type Permissions } from './permissions.js';
 import { LANGUAGES } from './protocol.js';
-import { MAX_CODE_BYTES, runOne } from './run.js';
+import { denoRunFlags, MAX_CODE_BYTES, runOne } from './run.js';
 import { RunQueue } from './run-queue.js';
 import type { BridgeHandler, ExecuteOptions, ExecuteResult, SandboxDriver, SandboxOwner } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
@@ -351,6 +351,7 @@ export class SandboxManager {
     const handle = await this.deps.driver.start({
       owner,
       ...mounts,
+      denoCeiling: denoRunFlags(ceiling),
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool' },
     });
     const now = Date.now();

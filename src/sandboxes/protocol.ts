@@ -37,6 +37,8 @@ export interface ExecRequest {
    * point instead of walking the workspace again (one walk fewer per execution).
    */
   reuseSnapshot?: boolean;
+  /** Start this language's kept state afresh first (python: a new kernel; typescript/javascript: a new Deno host). */
+  reset?: boolean;
 }
 
 export interface PingRequest { op: 'ping'; id: string }

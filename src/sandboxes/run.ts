@@ -63,6 +63,23 @@ export function fsNarrowing(perms: Permissions, workspaceWritable: boolean): Exe
   return readOnly.length || hidden.length ? { readOnly, hidden } : undefined;
 }
 
+/**
+ * The Deno flags of a run with `perms`: the user's grants and the gateway's own channels
+ * (the bridge socket and its two variables), which the grants neither give nor take away.
+ * For the ceiling, the flags the sandbox's Deno host runs with.
+ */
+export function denoRunFlags(perms: Permissions): string[] {
+  return [
+    '--no-prompt',
+    ...denoFlags(perms, {
+      read: [BRIDGE_SOCKET],
+      write: [BRIDGE_SOCKET],
+      net: [`unix:${BRIDGE_SOCKET}`],
+      env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
+    }),
+  ];
+}
+
 /** Runs `opts` in `sb` now (its queue has given it the turn) with `perms`, the ceiling narrowed by the request. */
 export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permissions, timeoutSec: number, settings: RunSettings): Promise<ExecuteResult> {
   const { driver, log } = settings;
@@ -77,17 +94,10 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
     timeoutMs: timeoutSec * 1000,
     outputLimit: limit,
     env: { ...BASE_ENV },
-    denoFlags: [
-      '--no-prompt',
-      ...denoFlags(perms, {
-        read: [BRIDGE_SOCKET],
-        write: [BRIDGE_SOCKET],
-        net: [`unix:${BRIDGE_SOCKET}`],
-        env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
-      }),
-    ],
+    denoFlags: denoRunFlags(perms),
     fs: fsNarrowing(perms, sb.workspaceWritable),
     reuseSnapshot: !sb.hostWrote,
+    ...(opts.reset ? { reset: true } : {}),
   };
   sb.hostWrote = false;
   sb.running++;

@@ -27,6 +27,11 @@ export interface SandboxSpec {
   workspaceWritable: boolean;
   /** Extra read-only bind mounts (container path -> host path), e.g. /skills, /tools. */
   readOnlyMounts: Record<string, string>;
+  /**
+   * The Deno flags of the permission ceiling (denoRunFlags): the sandbox's long-lived Deno
+   * host runs with them, and each TypeScript run in a worker narrowed to its own flags.
+   */
+  denoCeiling?: string[];
   /** Extra labels the owner of the driver wants to find again (e.g. the workspace id). */
   labels?: Record<string, string>;
 }
@@ -101,6 +106,8 @@ export interface ExecuteOptions {
   code: string;
   /** Seconds; defaults to the configured default, capped at the configured maximum. */
   timeoutSec?: number;
+  /** Forget the state earlier runs of this language kept (Python's kernel, the Deno host's contexts) first. */
+  reset?: boolean;
   /** A narrowing of the user's ceiling; a grant beyond the ceiling is an error. */
   permissions?: Partial<Permissions>;
   /** Receives output as it streams. */

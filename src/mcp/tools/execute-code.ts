@@ -45,7 +45,9 @@ export function formatExecution(r: ExecuteResult): string {
   if (r.error) parts.push(`[error] ${r.error.name}: ${r.error.message}${r.error.traceback ? `\n${r.error.traceback.trimEnd()}` : ''}`);
   if (r.timedOut) parts.push('[timed out: the process was killed; raise timeout_seconds or make the code faster]');
   else if (r.killed) parts.push('[killed before it finished]');
-  if (r.restarted) parts.push('[the Python interpreter was restarted: earlier variables and imports are gone]');
+  if (r.restarted) {
+    parts.push(r.language === 'python' ? '[the Python interpreter was restarted: earlier variables and imports are gone]' : r.language === 'bash' ? '[restarted]' : '[the Deno host was restarted: earlier top-level names and imports are gone]');
+  }
   if (r.notice) parts.push(`[notice] ${r.notice}`);
   if (r.files.length) {
     const listed = r.files.slice(0, MAX_FILES_LISTED).map((f) => `${f.change} ${f.path}${f.change === 'deleted' ? '' : ` (${formatBytes(f.size)})`}`);
@@ -108,6 +110,10 @@ function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
         .optional()
         .describe(`Kill the run after this long (default ${execTimeoutSec}, at most ${execMaxTimeoutSec})`),
       permissions: permissionsInput.optional(),
+      reset: z
+        .boolean()
+        .optional()
+        .describe('Forget what earlier runs of this language kept (variables, functions, imports) before this run'),
     }),
   );
 }
@@ -125,13 +131,14 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
       description:
         'Run code in your private sandbox (no network; files in /workspace persist). ' +
         'python keeps variables and imports between calls, like a notebook, and shows the value of a final expression; pandas, numpy, scipy, matplotlib, sklearn are installed. ' +
-        'typescript/javascript run under Deno; bash runs a shell script. ' +
+        'typescript/javascript run under Deno and keep top-level names and imports between calls the same way (per set of permissions); bash runs a shell script. ' +
+        'reset: true starts the language afresh. ' +
         'Call upstream tools from code via the wrappers under /tools/servers/ (find them with search_tools). ' +
         'Returns output, the result or error, and the files the run changed.',
       inputSchema: executeCodeInput(ctx.config),
       annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
     },
-    async ({ language, code, timeout_seconds, permissions }, { mcpReq }): Promise<CallToolResult> => {
+    async ({ language, code, timeout_seconds, permissions, reset }, { mcpReq }): Promise<CallToolResult> => {
       const call = forCall(ctx);
       try {
         const progressToken = mcpReq._meta?.progressToken;
@@ -146,6 +153,7 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
           language,
           code: await fromModel(call, code),
           timeoutSec: timeout_seconds,
+          reset,
           permissions: permissions && (await fromModelDeep(call, permissions)),
           onOutput: progress?.onOutput,
           signal: mcpReq.signal,

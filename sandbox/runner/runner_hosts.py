@@ -1,0 +1,208 @@
+"""The long-lived hosts that let a TypeScript, JavaScript or bash execution run without
+starting a process for it: the Deno host (deno/host.js, bundled from sandbox/deno by
+scripts/build-deno-host.sh) and the bash shell.
+
+The Deno host is spoken to like the Python kernel (one JSON line per request and per
+reply, replies checked: user code shares its process). It runs with the user's
+permission ceiling (SANDGATE_DENO_CEILING, the Deno flags the gateway computes for the
+container) plus what it needs itself; every execution runs in a worker whose
+permissions are that execution's own flags, enforced by Deno.
+
+Deno cannot use an inherited descriptor (and refuses /proc/self/fd/N without
+--allow-all), so the two channels are FIFOs with random names in a folder of the
+runner's that the sandbox user may enter but not list (the names are the only key: the
+runner cannot chown them to the sandbox user). Their names reach the host on
+its stdin, which it reads to the end at start; once it is ready, the runner opens its
+own ends for good and removes the names, so nothing else can open them afterwards
+(a narrowed execution, in a pid namespace of its own, cannot reach the host's
+descriptors either).
+"""
+import os
+
+import sandgate_wire as wire
+from runner_base import BASH, DENO, RUNNER_DIR, SEPARATED, STATE_DIR
+from runner_kernel import Kernel
+from runner_procs import Proc, set_nonblocking
+
+HOST_DIR = os.path.join(RUNNER_DIR, 'deno')
+HOST_SCRIPT = os.path.join(HOST_DIR, 'host.js')
+FIFO_DIR = os.path.join(STATE_DIR, 'deno')
+GRANTS = ('read', 'write', 'net', 'env', 'run', 'sys', 'ffi')
+
+
+def ceiling_from_env():
+    """The ceiling's Deno flags from the container's environment, or None."""
+    raw = os.environ.get('SANDGATE_DENO_CEILING')
+    if not raw:
+        return None
+    try:
+        flags = wire.loads(raw.encode())
+    except ValueError:
+        return None
+    if not isinstance(flags, list) or not all(isinstance(f, str) and f.startswith('--') for f in flags):
+        return None
+    return flags
+
+
+def parse_flags(flags):
+    """{grant: True | [items]} from --allow-* flags; other flags are left out."""
+    grants = {}
+    for flag in flags:
+        name, eq, value = flag.partition('=')
+        grant = name[len('--allow-'):] if name.startswith('--allow-') else None
+        if grant not in GRANTS:
+            continue
+        if not eq:
+            grants[grant] = True
+        elif grants.get(grant) is not True:
+            grants.setdefault(grant, [])
+            grants[grant] += [v for v in value.split(',') if v and v not in grants[grant]]
+    return grants
+
+
+def merge_flags(*flag_lists):
+    """The --allow-* flags that grant everything any of the lists grants."""
+    merged = {}
+    for flags in flag_lists:
+        for grant, value in parse_flags(flags).items():
+            if value is True or merged.get(grant) is True:
+                merged[grant] = True
+            else:
+                merged[grant] = merged.get(grant, []) + [v for v in value if v not in merged.get(grant, [])]
+    return ['--allow-%s' % g if merged[g] is True else '--allow-%s=%s' % (g, ','.join(merged[g]))
+            for g in GRANTS if g in merged and merged[g]]
+
+
+class DenoHost(Kernel):
+    """The long-lived Deno process. `ceiling` (flags) is what it may grant; None until
+    known (outside a container the first execution's flags serve)."""
+
+    label = 'Deno host'
+    watch_exit = True  # its channels are FIFOs the runner also holds: no EOF tells of its death
+
+    def __init__(self, ceiling=None):
+        super().__init__()
+        self.ceiling = ceiling
+        self.used = False  # an execution ran in it: restart it when it dies
+        self.fifos = None
+
+    def start(self):
+        os.makedirs(FIFO_DIR, mode=0o711 if SEPARATED else 0o700, exist_ok=True)
+        name = os.urandom(16).hex()
+        req, rep = self.fifos = (os.path.join(FIFO_DIR, name + '.req'), os.path.join(FIFO_DIR, name + '.rep'))
+        fds = []
+        try:
+            for path in self.fifos:
+                os.mkfifo(path, 0o600)
+                if SEPARATED:
+                    # The runner may not chown (no CAP_CHOWN): the unguessable name in a
+                    # folder that cannot be listed is what keeps others out.
+                    os.chmod(path, 0o666)
+            # Read-write opens never wait for the other end; they are swapped for one-way
+            # ends once the host has opened its own (ready).
+            for path in self.fifos:
+                fds.append(os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
+            os.set_blocking(fds[0], True)
+            own = ['--allow-read=%s,%s' % (HOST_DIR, req), '--allow-write=%s' % rep, '--allow-env']
+            # --no-config: a deno.json in /workspace is the user's, not the host's.
+            argv = ([DENO, 'run', '--quiet', '--no-prompt', '--no-config', '--unstable-worker-options']
+                    + merge_flags(self.ceiling or [], own)
+                    + [HOST_SCRIPT, wire.dumps(self.ceiling or [])])
+            self.proc = Proc(argv, None, stdin_pipe=True)
+            self.proc.write_stdin(('%s\n%s\n' % (req, rep)).encode())
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            self._unlink()
+            if self.proc is not None:
+                self.proc.close()
+                self.proc = None
+            raise
+        self.req_w, self.rep_r = fds
+        self.rep_buf = bytearray()
+        self.rep_skip = False
+        self.ready = False
+        set_nonblocking(self.proc.stdout, self.proc.stderr)
+
+    def on_ready(self):
+        """The host has both FIFOs open: take one-way ends (so its death shows as EOF and
+        EPIPE) and remove the names."""
+        req, rep = self.fifos
+        rep_r = os.open(rep, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        req_w = os.open(req, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(req_w, True)
+        os.close(self.rep_r)
+        os.close(self.req_w)
+        self.rep_r, self.req_w = rep_r, req_w
+        self._unlink()
+
+    def _unlink(self):
+        for path in self.fifos or ():
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        self.fifos = None
+
+    def close(self):
+        self._unlink()
+        super().close()
+
+
+# The shell's own loop. Each request is one line, the execution's id; the runner has
+# written the prelude for it by then (the environment, the working directory, the
+# script). Options are put back after each script; variables and functions stay, as in a
+# terminal. `exit` (or an error under `set -e`) ends the shell: the runner starts another.
+SHELL_LOOP = r"""__sg_req=$1 __sg_rep=$2 __sg_prelude=$3 __sg_names=$4
+__sg_opts=$(builtin set +o)
+builtin printf '{"ready":true}\n' >&"$__sg_rep"
+while builtin read -r -u "$__sg_req" __sg_id; do
+  builtin . "$__sg_prelude" </dev/null
+  __sg_status=$?
+  builtin eval "$__sg_opts"
+  builtin printf '{"id":"%s","exitCode":%d}\n' "$__sg_id" "$__sg_status" >&"$__sg_rep"
+done
+"""
+
+
+def shell_quote(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+class BashShell(Kernel):
+    """A long-lived bash that runs each script in itself: bash is spoken to like the
+    Python kernel, and no process is started per execution (a fork alone costs tens of
+    milliseconds under gVisor)."""
+
+    label = 'bash shell'
+
+    def __init__(self, state_dir, tmp):
+        super().__init__()
+        token = os.urandom(8).hex()
+        self.prelude = os.path.join(state_dir, 'bash-%s.sh' % token)  # the runner's: code cannot change it
+        self.names = os.path.join(tmp, '.sandgate-bash-%s' % token)  # the shell's scratch file
+
+    def argv(self, req_r, rep_w):
+        return [BASH, '--noprofile', '--norc', '-c', SHELL_LOOP, 'bash', str(req_r), str(rep_w), self.prelude,
+                self.names]
+
+    def send(self, obj):
+        """Writes the prelude of one execution ({id, env, script, cwd}), then its id."""
+        lines = ['builtin compgen -e > "$__sg_names"; builtin mapfile -t __sg_n < "$__sg_names"',
+                 '(( ${#__sg_n[@]} )) && builtin export -n -- "${__sg_n[@]}"; builtin unset __sg_n']
+        lines += ['builtin export -- %s=%s' % (name, shell_quote(value)) for name, value in obj['env'].items()]
+        lines += ['builtin cd -- %s' % shell_quote(obj['cwd']), 'builtin . %s' % shell_quote(obj['script']), '']
+        with open(self.prelude, 'w', encoding='utf-8', errors='surrogateescape') as f:
+            f.write('\n'.join(lines))
+        data = (obj['id'] + '\n').encode()
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.req_w, view):]
+
+    def close(self):
+        for path in (self.prelude, self.names):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        super().close()
