@@ -179,7 +179,7 @@ setsid sleep 300 > /dev/null 2>&1 &
 echo end`;
     const narrowed = { write: false as const, read: ['/workspace'] };
     const r = await h.manager.execute(mallory, { language: 'bash', code, permissions: narrowed });
-    expect(r.stdout, r.stderr).toMatch(/end\n$/);
+    expect(r.stdout, JSON.stringify(r)).toMatch(/end\n$/);
     expect(r.stdout.match(/: blocked$/gm)?.length, r.stdout).toBe(12);
     // Nothing was written, nothing outlived the execution, and plain executions are unaffected.
     const after = await h.manager.execute(mallory, {

@@ -99,6 +99,22 @@ describe('upstream MCP tools called from code in a real sandbox', () => {
     expect(out.path).toBe('/tools/servers/memory/open_nodes.ts');
   });
 
+  it('calls the typed wrappers from TypeScript twice in a row, the second time without importing them again', async () => {
+    const first = await h.manager.execute(alice, {
+      language: 'typescript',
+      code: 'import { echo, getSum } from "/tools/servers/everything/index.ts";\nawait echo({ message: "first" })',
+    });
+    expect(first.stderr).toBe('');
+    expect(first.result).toBe('"Echo: first"');
+    // No import: the names the first run imported are still there, with their module loaded.
+    const second = await h.manager.execute(alice, {
+      language: 'typescript',
+      code: '[await echo({ message: "second" }), await getSum({ a: 2, b: 3 })]',
+    });
+    expect(second.stderr).toBe('');
+    expect(second.result).toMatch(/^\[ "Echo: second", .*5/s);
+  });
+
   it('shows a user only the servers they may use, and a denied call is a readable error', async () => {
     const r = await h.manager.execute(bob, {
       language: 'python',

@@ -144,7 +144,7 @@ export function compileCell(code: string, language: 'typescript' | 'javascript',
         break;
       }
       case 'ExpressionStatement':
-        if (i === body.length - 1 && !stmt.directive) {
+        if (i === body.length - 1) {
           edits.push({ start: stmt.start, end: stmt.end, text: `return (${src(stmt.expression)});` });
         }
         break;

@@ -149,20 +149,63 @@ class DenoHost(Kernel):
         super().close()
 
 
-# The shell's own loop. Each request is one line, the execution's id; the runner has
-# written the prelude for it by then (the environment, the working directory, the
-# script). Options are put back after each script; variables and functions stay, as in a
+# The shell's own loop. Each request is one line: the execution's id and its script's
+# path. The script is written over the previous one in place and the prelude (the
+# environment but for the execution's id, the working directory) only when it changes:
+# code that fills /tmp must not stop the next bash execution.
+# Options are put back after each script; variables and functions stay, as in a
 # terminal. `exit` (or an error under `set -e`) ends the shell: the runner starts another.
 SHELL_LOOP = r"""__sg_req=$1 __sg_rep=$2 __sg_prelude=$3 __sg_names=$4
 __sg_opts=$(builtin set +o)
 builtin printf '{"ready":true}\n' >&"$__sg_rep"
-while builtin read -r -u "$__sg_req" __sg_id; do
+while builtin read -r -u "$__sg_req" __sg_id __sg_script; do
   builtin . "$__sg_prelude" </dev/null
+  builtin export SANDGATE_EXEC_ID="$__sg_id"
+  builtin . "$__sg_script" </dev/null
   __sg_status=$?
   builtin eval "$__sg_opts"
   builtin printf '{"id":"%s","exitCode":%d}\n' "$__sg_id" "$__sg_status" >&"$__sg_rep"
 done
 """
+
+
+RESERVED_BYTES = 4096
+
+
+def reserve_files(state_dir):
+    """Makes the files every later execution writes its code to, each holding a page of
+    /tmp from the start: code that fills /tmp cannot keep the next one from running."""
+    for name, mode in (('exec.sh', 0o644), ('exec.ts', 0o644), ('exec.js', 0o644), ('bash-prelude.sh', 0o644),
+                       ('bash-names', 0o666)):
+        path = os.path.join(state_dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, mode)
+        try:
+            if os.fstat(fd).st_size < RESERVED_BYTES:
+                os.pwrite(fd, b'\n' * RESERVED_BYTES, 0)
+        finally:
+            os.close(fd)
+        os.chmod(path, mode)  # whatever the umask
+
+
+def write_in_place(path, code):
+    """Writes `code` over the file at `path`, padded with newlines to its old length, so
+    that the /tmp space it held is used again (code that filled /tmp must not stop the next
+    execution; a much longer old file is cut). Returns `path`."""
+    data = code.encode('utf-8', 'surrogatepass') + b'\n'
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size > max(len(data) + 65536, RESERVED_BYTES):
+            os.ftruncate(fd, max(len(data), RESERVED_BYTES))
+            size = max(len(data), RESERVED_BYTES)
+        if size > len(data):
+            data += b'\n' * (size - len(data))
+        view, offset = memoryview(data), 0
+        while offset < len(data):
+            offset += os.pwrite(fd, view[offset:], offset)
+    finally:
+        os.close(fd)
+    return path
 
 
 def shell_quote(s):
@@ -176,33 +219,38 @@ class BashShell(Kernel):
 
     label = 'bash shell'
 
-    def __init__(self, state_dir, tmp):
+    def __init__(self, state_dir):
         super().__init__()
-        token = os.urandom(8).hex()
-        self.prelude = os.path.join(state_dir, 'bash-%s.sh' % token)  # the runner's: code cannot change it
-        self.names = os.path.join(tmp, '.sandgate-bash-%s' % token)  # the shell's scratch file
+        # The runner's files, made at start (reserve_files): code can read them, not
+        # change them, but for the scratch file the shell itself writes.
+        self.prelude = os.path.join(state_dir, 'bash-prelude.sh')
+        self.script = os.path.join(state_dir, 'exec.sh')
+        self.names = os.path.join(state_dir, 'bash-names')
+        self.written = None  # the prelude as last written
 
     def argv(self, req_r, rep_w):
         return [BASH, '--noprofile', '--norc', '-c', SHELL_LOOP, 'bash', str(req_r), str(rep_w), self.prelude,
                 self.names]
 
+    def write_script(self, code):
+        return write_in_place(self.script, code)
+
     def send(self, obj):
-        """Writes the prelude of one execution ({id, env, script, cwd}), then its id."""
+        """Starts one execution ({id, env, script, cwd}; id and script without blanks)."""
         lines = ['builtin compgen -e > "$__sg_names"; builtin mapfile -t __sg_n < "$__sg_names"',
                  '(( ${#__sg_n[@]} )) && builtin export -n -- "${__sg_n[@]}"; builtin unset __sg_n']
-        lines += ['builtin export -- %s=%s' % (name, shell_quote(value)) for name, value in obj['env'].items()]
-        lines += ['builtin cd -- %s' % shell_quote(obj['cwd']), 'builtin . %s' % shell_quote(obj['script']), '']
-        with open(self.prelude, 'w', encoding='utf-8', errors='surrogateescape') as f:
-            f.write('\n'.join(lines))
-        data = (obj['id'] + '\n').encode()
+        lines += ['builtin export -- %s=%s' % (name, shell_quote(value))
+                  for name, value in obj['env'].items() if name != 'SANDGATE_EXEC_ID']
+        lines += ['builtin cd -- %s' % shell_quote(obj['cwd']), '']
+        prelude = '\n'.join(lines)
+        if prelude != self.written:
+            write_in_place(self.prelude, prelude)
+            self.written = prelude
+        data = ('%s %s\n' % (obj['id'], obj['script'])).encode()
         view = memoryview(data)
         while view:
             view = view[os.write(self.req_w, view):]
 
     def close(self):
-        for path in (self.prelude, self.names):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        self.written = None
         super().close()

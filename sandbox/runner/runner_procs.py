@@ -177,7 +177,7 @@ class NarrowingError(Exception):
         self.refused = refused  # by lockdown.py itself (not: its helper died)
 
 
-def _process_table():
+def process_table():
     """(pid, session) of every live process of the sandbox user, but the runner's own
     children (each of which it started, waits for and ends itself)."""
     own = os.getpid()
@@ -237,7 +237,7 @@ class Sweeper:
             pids = frozenset(name for name in os.listdir('/proc') if name.isdigit())
             if pids == self.clean:
                 return len(killed)
-            strays = [pid for pid, session in _process_table() if session not in keep and pid not in keep]
+            strays = [pid for pid, session in process_table() if session not in keep and pid not in keep]
             if not strays:
                 self.clean = pids
                 return len(killed)

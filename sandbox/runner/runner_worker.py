@@ -13,16 +13,16 @@ import time
 from runner_base import (
     BASH, BRIDGE_PATH, DEFAULT_OUTPUT_LIMIT, DEFAULT_TIMEOUT_MS, DENO, DRAIN_GRACE, DRAIN_MAX, FIGURE_DIR,
     KERNEL_BOOT_SECONDS, LANGUAGES, MAX_FILE_CHANGES, MAX_RESULT_CHARS, NARROWING_FAILED, PRELOAD_SECONDS,
-    SEPARATED, SEPARATE_KERNEL, SPARE_IDLE_SECONDS, STATE_DIR, TMP, TRIM_IDLE_SECONDS, WORKSPACE, diag,
+    SEPARATED, SEPARATE_KERNEL, SPARE_IDLE_SECONDS, STATE_DIR, TRIM_IDLE_SECONDS, WORKSPACE, diag,
     malloc_trim,
 )
-from runner_hosts import BashShell, DenoHost, ceiling_from_env
+from runner_hosts import BashShell, DenoHost, ceiling_from_env, reserve_files, write_in_place
 from runner_files import file_changes, scan_notice, snapshot
 from runner_kernel import Kernel
 from runner_output import DiagSink, Discard, Output, discard_pending, drain_fd, read_available, read_into
 from runner_procs import (
-    Helper, NarrowingError, Sweeper, describe_status, end_group, has_exited, kill_group, set_nonblocking,
-    signal_name, spawn,
+    Helper, NarrowingError, Sweeper, describe_status, end_group, has_exited, kill_group, process_table,
+    set_nonblocking, signal_name, spawn,
 )
 
 
@@ -87,11 +87,10 @@ class Worker:
         self.stopping = False
         self.kernel = Kernel()
         self.deno = DenoHost(ceiling_from_env())
-        self.bash = BashShell(STATE_DIR, TMP)
+        self.bash = BashShell(STATE_DIR)
         self.running_pgid = None  # the exec process group, for shutdown
         self.spares = []          # a lockdown helper started ahead for the next narrowed execution
         self.trim_at = None       # when to hand freed heap back, if still idle then
-        self.seq = 0
         # The workspace scan that ended the previous execution: the next one may start
         # from it when the gateway says nothing outside the sandbox wrote in between.
         self.last_scan = None
@@ -105,8 +104,8 @@ class Worker:
 
     def submit(self, kind, req):
         job_id = req.get('id')
-        if not isinstance(job_id, str) or not job_id:
-            self.emitter.log('error', '%s request without a string "id"' % kind)
+        if not isinstance(job_id, str) or not job_id or any(c.isspace() for c in job_id):
+            self.emitter.log('error', '%s request without a string "id" (without blanks)' % kind)
             return
         with self.cond:
             if (self.current and self.current.id == job_id) or any(j.id == job_id for j in self.jobs):
@@ -162,6 +161,10 @@ class Worker:
     # --- worker thread
 
     def run(self):
+        try:
+            reserve_files(STATE_DIR)
+        except OSError as exc:
+            diag('cannot reserve the script files: %s' % exc)
         self._start_kernel()
         if self.deno.ceiling is not None:
             self._start_deno()
@@ -421,46 +424,49 @@ class Worker:
         outcome = self._kernel_ready(job, shell)
         if outcome is not None:
             return outcome
-        self.seq += 1
-        script = os.path.join(STATE_DIR, 'exec-%d.sh' % self.seq)
         try:
-            with open(script, 'w', encoding='utf-8', errors='surrogatepass') as f:
-                f.write(req['code'])
-            request = {'id': job.id, 'env': self._exec_env(job), 'cwd': WORKSPACE, 'script': script}
-            outcome = self._kernel_exec(job, output, shell, ' ' + BASH_LOST, request)
-        finally:
-            try:
-                os.unlink(script)
-            except OSError:
-                pass
+            script = shell.write_script(req['code'])
+        except OSError as exc:
+            return {'notice': 'The script could not be written to /tmp: %s.' % exc.strerror}
+        request = {'id': job.id, 'env': self._exec_env(job), 'cwd': WORKSPACE, 'script': script}
+        outcome = self._kernel_exec(job, output, shell, ' ' + BASH_LOST, request)
         if outcome.get('restarted') and not outcome.get('timedOut') and isinstance(outcome.get('exitCode'), int):
             # The script ended the shell itself (`exit`, `set -e`): that is its exit code.
             outcome.update(killed=False, notice=BASH_EXITED)
+        elif shell.alive and SEPARATED and self._runs_in_session(shell.proc.pid):
+            # What it left running ends with it, as it always has; a fork bomb outruns
+            # killing one process at a time, so the shell's whole group goes.
+            self._lose_kernel(output, shell)
+            outcome['restarted'] = True
+            outcome['notice'] = ' '.join(n for n in (outcome.get('notice'), BASH_BACKGROUND) if n)
         return outcome
+
+    def _runs_in_session(self, session):
+        """Whether a process of the sandbox user other than the runner's children is in `session`."""
+        if frozenset(name for name in os.listdir('/proc') if name.isdigit()) == self.sweeper.clean:
+            return False
+        return any(s == session for _, s in process_table())
 
     def _exec_process(self, job, output):
         """One process (group) per execution: narrowed ones and those the Deno host may not run."""
         req = job.req
-        self.seq += 1
         ext = {'bash': 'sh', 'typescript': 'ts', 'javascript': 'js'}[req['language']]
-        script = os.path.join(STATE_DIR, 'exec-%d.%s' % (self.seq, ext))
+        # One file per language, written over in place (see write_in_place).
+        script = os.path.join(STATE_DIR, 'exec.%s' % ext)
         if req['language'] == 'bash':
             argv = [BASH, script]
         else:
             argv = [DENO, 'run', '--no-prompt', '--quiet'] + req['denoFlags'] + [script]
         try:
-            with open(script, 'w', encoding='utf-8', errors='surrogatepass') as f:
-                f.write(req['code'])
+            write_in_place(script, req['code'])
+        except OSError as exc:
+            return {'notice': 'The script could not be written to /tmp: %s.' % exc.strerror}
+        try:
             return self._run_process(job, output, argv)
         except NarrowingError as exc:
             return {'notice': NARROWING_FAILED % exc}
         except OSError as exc:
             return {'notice': 'Could not start %s: %s%s' % (os.path.basename(argv[0]), exc, hint_for(exc))}
-        finally:
-            try:
-                os.unlink(script)
-            except OSError:
-                pass
 
     def _run_process(self, job, output, argv):
         started = time.monotonic()
@@ -682,6 +688,8 @@ def exec_outcome_of(reply):
 DENO_LOST = ('The Deno host was restarted: top-level names and imports of earlier TypeScript and JavaScript'
              ' executions are gone.')
 BASH_LOST = 'The bash shell was restarted: shell variables and functions of earlier executions are gone.'
+BASH_BACKGROUND = ('Processes the script left running were ended, and the bash shell with them: shell variables and'
+                   ' functions of earlier executions are gone.')
 BASH_EXITED = ('The script ended the bash shell (exit, or an error under set -e), so shell variables and functions'
                ' of earlier executions are gone.')
 SEPARATE_DENO = ('This execution ran in a separate Deno process because its permissions are narrowed: top-level'
