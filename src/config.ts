@@ -50,6 +50,7 @@ export const SETTINGS = [
   setting('outputLimitKb', 'SANDGATE_OUTPUT_LIMIT_KB', '64', int(1, 16384), 'Output kept per stream per execution (KiB); the rest is cut with a notice.'),
   setting('freezeAfterMs', 'SANDGATE_FREEZE_AFTER_MS', '2000', int(0, 3_600_000), 'Freeze an idle sandbox\'s cgroup this long after its last run (ms): frozen, it costs no CPU, and the next run thaws it in about a millisecond. 0: never freeze.'),
   setting('runscPlatform', 'SANDGATE_RUNSC_PLATFORM', 'systrap', z.enum(['systrap', 'ptrace']), 'gVisor platform: systrap (fast syscalls) or ptrace (slow syscalls, which upstream calls unsupported). scripts/setup-runtime.sh registers the runtime for it.'),
+  setting('denoHost', 'SANDGATE_DENO_HOST', 'start', z.enum(['start', 'first-use']), 'When a sandbox starts its long-lived Deno host for TypeScript and JavaScript: start (with the sandbox, so the first run is as fast as the next) or first-use (at the first TypeScript or JavaScript run, which then waits about 1-2 s; saves about 37 MiB per sandbox that never runs either).'),
   setting('idleTimeoutSec', 'SANDGATE_IDLE_TIMEOUT_SEC', '900', int(10, 604800), 'Stop a sandbox after this long without an execution (never while one runs).'),
   setting('maxLifetimeSec', 'SANDGATE_MAX_LIFETIME_SEC', '43200', int(60, 2592000), 'Replace a sandbox older than this at its next idle moment.'),
   setting('warmPoolSize', 'SANDGATE_WARM_POOL_SIZE', '1', int(0, 64), 'Pre-started sandboxes waiting for new users.'),

@@ -113,38 +113,49 @@ describe('languages kept warm in the sandbox', () => {
 
   it('keeps the Deno host’s channel out of reach of other code in the sandbox', async () => {
     await ts('1');
-    // The FIFOs' names are in the host's command line, but they are gone once it is ready,
-    // and their folder cannot be listed.
+    // The channel's name is in the host's command line (its own permissions), but nobody
+    // listens there once the host is in, its folder cannot be listed, and the host's end
+    // cannot be opened again through /proc.
     const probe = await h.manager.execute(alice, {
       language: 'python',
       code: [
-        'import os, re, json',
-        'found = []',
+        'import os, re, json, socket',
+        'found, connected, reopened = [], [], []',
         'for pid in filter(str.isdigit, os.listdir("/proc")):',
         '    try:',
         '        cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode()',
+        '        fds = os.listdir(f"/proc/{pid}/fd")',
         '    except OSError:',
         '        continue',
-        '    found += re.findall(r"/tmp/\\.sandgate/deno/[0-9a-f]+\\.(?:req|rep)", cmd)',
-        'opened = []',
+        '    found += re.findall(r"/tmp/\\.sandgate/deno/[0-9a-f]+\\.sock", cmd)',
+        '    for fd in fds:',
+        '        try:',
+        '            if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("socket:"):',
+        '                os.close(os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_NONBLOCK))',
+        '                reopened.append(f"{pid}/{fd}")',
+        '        except OSError:',
+        '            pass',
         'for path in found:',
+        '    s = socket.socket(socket.AF_UNIX)',
         '    try:',
-        '        os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))',
-        '        opened.append(path)',
+        '        s.connect(path)',
+        '        connected.append(path)',
         '    except OSError:',
         '        pass',
+        '    s.close()',
         'try:',
         '    os.listdir("/tmp/.sandgate/deno")',
         '    listed = True',
         'except PermissionError:',
         '    listed = False',
-        'print(json.dumps({"found": len(found), "opened": opened, "listed": listed}))',
+        'print(json.dumps({"found": len(found), "connected": connected, "reopened": reopened, "listed": listed}))',
       ].join('\n'),
     });
     expect(probe.stderr).toBe('');
     const out = JSON.parse(probe.stdout);
     expect(out.found).toBeGreaterThan(0);
-    expect(out.opened).toEqual([]);
+    expect(out.connected).toEqual([]);
+    expect(out.reopened).toEqual([]);
     expect(out.listed).toBe(false);
     expect((await ts('"host fine"')).result).toBe('"host fine"');
   });

@@ -4,7 +4,7 @@
  *
  * - TypeScript is stripped to JavaScript by sucrase, which keeps every line where it was
  *   (stack traces point at the user's lines) and keeps imports whether or not this cell
- *   uses them (a later cell may).
+ *   uses them (a later cell may). Code that parses as JavaScript is taken as it is.
  * - acorn finds the top-level declarations. Each `const`, `let`, `var` and `class` becomes
  *   an assignment to a property of the global object, declared first; each function
  *   declaration is copied there; each `import` becomes a dynamic import whose bindings
@@ -68,19 +68,28 @@ const str = (s: string) => JSON.stringify(s);
  * in stack traces. Throws SyntaxError (with line and column) for code that does not parse.
  */
 export function compileCell(code: string, language: 'typescript' | 'javascript', name: string): string {
+  const parseJs = (text: string) => parse(text, { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true }) as AnyNode;
   let js = code;
+  let ast: AnyNode | undefined;
   if (language === 'typescript') {
+    // TypeScript without type syntax is JavaScript already: stripping it would change
+    // nothing and costs more than parsing.
     try {
-      js = transform(code, { transforms: ['typescript'], disableESTransforms: true, keepUnusedImports: true }).code;
+      ast = parseJs(code);
+    } catch {
+      try {
+        js = transform(code, { transforms: ['typescript'], disableESTransforms: true, keepUnusedImports: true }).code;
+      } catch (e) {
+        throw new SyntaxError((e as Error).message);
+      }
+    }
+  }
+  if (!ast) {
+    try {
+      ast = parseJs(js);
     } catch (e) {
       throw new SyntaxError((e as Error).message);
     }
-  }
-  let ast: AnyNode;
-  try {
-    ast = parse(js, { ecmaVersion: 'latest', sourceType: 'module', allowHashBang: true }) as AnyNode;
-  } catch (e) {
-    throw new SyntaxError((e as Error).message);
   }
   const declared: string[] = []; // become properties of the global object
   const functions: string[] = []; // function declarations, copied there first thing

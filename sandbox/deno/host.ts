@@ -1,10 +1,11 @@
 /**
  * The Deno host: one long-lived Deno process per sandbox that runs TypeScript and
  * JavaScript executions without starting a process for each (a Deno start costs ~130 ms
- * under gVisor). The runner starts it (runner_deno.py) as the sandbox user with the
+ * under gVisor). The runner starts it (runner_hosts.py) as the sandbox user with the
  * user's permission ceiling as its own permissions, and speaks to it in JSON lines over
- * two FIFOs whose paths it writes to this process's stdin (requests, replies; see
- * runner_deno.py). stdout and stderr are the user's output.
+ * one Unix socket connection, to a name it writes to this process's stdin with a key
+ * that this process sends first (see runner_hosts.py). stdout and stderr are the user's
+ * output.
  *
  * Each execution runs as a module in a worker whose permissions are exactly that
  * execution's (the ceiling narrowed by the request): Deno enforces them per worker, and
@@ -26,14 +27,20 @@ type Permissions = Record<Grant, boolean | string[]> & { import: boolean };
 
 const [defaultFlags] = Deno.args;
 const encoder = new TextEncoder();
-const [reqPath, repPath] = (await new Response(Deno.stdin.readable).text()).split('\n');
-const requests = Deno.openSync(reqPath!, { read: true });
-const replies = Deno.openSync(repPath!, { write: true });
+const [channelPath, key] = (await new Response(Deno.stdin.readable).text()).split('\n');
+const channel = await Deno.connect({ transport: 'unix', path: channelPath! });
 
+async function send(bytes: Uint8Array): Promise<void> {
+  for (let off = 0; off < bytes.length; ) off += await channel.write(bytes.subarray(off));
+}
+// The key first: it tells the runner that this connection is the host's.
+await send(encoder.encode(key + '\n'));
+
+let sending = Promise.resolve();
+/** Replies go out whole and in order; the runner gone, there is nothing left to do. */
 function reply(obj: unknown): void {
   const bytes = encoder.encode(JSON.stringify(obj) + '\n');
-  let off = 0;
-  while (off < bytes.length) off += replies.writeSync(bytes.subarray(off));
+  sending = sending.then(() => send(bytes)).catch(() => Deno.exit(1));
 }
 
 /** Worker permissions from Deno flags (`--allow-read=/a,/b`, `--allow-env`); what is not named is denied. */
@@ -131,10 +138,15 @@ function contextFor(perms: Permissions): { ctx: Context; notice?: string } {
   return { ctx, notice };
 }
 
-/** The process environment becomes exactly `env`, as for every other execution. */
+/**
+ * The process environment becomes exactly `env`, as for every other execution. It is
+ * read back each time (code with env access may have changed it); only what differs is
+ * written.
+ */
 function setEnv(env: Record<string, string>): void {
-  for (const name of Object.keys(Deno.env.toObject())) if (!(name in env)) Deno.env.delete(name);
-  for (const [name, value] of Object.entries(env)) Deno.env.set(name, value);
+  const now = Deno.env.toObject();
+  for (const name of Object.keys(now)) if (!Object.hasOwn(env, name)) Deno.env.delete(name);
+  for (const [name, value] of Object.entries(env)) if (now[name] !== value) Deno.env.set(name, value);
 }
 
 let cells = 0;
@@ -191,7 +203,7 @@ reply({ ready: true, deno: Deno.version.deno });
 
 const decoder = new TextDecoder();
 let buffered = '';
-for await (const chunk of requests.readable) {
+for await (const chunk of channel.readable) {
   buffered += decoder.decode(chunk, { stream: true });
   let nl: number;
   while ((nl = buffered.indexOf('\n')) >= 0) {
@@ -207,4 +219,5 @@ for await (const chunk of requests.readable) {
     else if (req.op === 'reset') reset(String(req.id));
   }
 }
+await sending;
 Deno.exit(0);

@@ -9,24 +9,20 @@ container) plus what it needs itself; every execution runs in a worker whose
 permissions are that execution's own flags, enforced by Deno.
 
 Deno cannot use an inherited descriptor (and refuses /proc/self/fd/N without
---allow-all), so the two channels are FIFOs with random names in a folder of the
-runner's that the sandbox user may enter but not list (the names are the only key: the
-runner cannot chown them to the sandbox user). Their names reach the host on
-its stdin, which it reads to the end at start; once it is ready, the runner opens its
-own ends for good and removes the names, so nothing else can open them afterwards
-(a narrowed execution, in a pid namespace of its own, cannot reach the host's
-descriptors either).
+--allow-all), so its channel is a Unix socket it connects to (see DenoHost).
 """
+import _socket
 import os
+from _operator import _compare_digest
 
 import sandgate_wire as wire
-from runner_base import BASH, DENO, RUNNER_DIR, SEPARATED, STATE_DIR
+from runner_base import BASH, DENO, READ_CHUNK, RUNNER_DIR, SEPARATED, STATE_DIR, diag
 from runner_kernel import Kernel
 from runner_procs import Proc, set_nonblocking
 
 HOST_DIR = os.path.join(RUNNER_DIR, 'deno')
 HOST_SCRIPT = os.path.join(HOST_DIR, 'host.js')
-FIFO_DIR = os.path.join(STATE_DIR, 'deno')
+CHANNEL_DIR = os.path.join(STATE_DIR, 'deno')
 GRANTS = ('read', 'write', 'net', 'env', 'run', 'sys', 'ffi')
 
 
@@ -75,78 +71,140 @@ def merge_flags(*flag_lists):
 
 class DenoHost(Kernel):
     """The long-lived Deno process. `ceiling` (flags) is what it may grant; None until
-    known (outside a container the first execution's flags serve)."""
+    known (outside a container the first execution's flags serve).
+
+    Its channel is one Unix socket connection: the runner listens on a random name in a
+    folder the sandbox user may enter but not list and writes that name and a random
+    key to the host's stdin (a pipe of the runner's: nobody else can open it). The first
+    connection to send the key is the host's; any other is closed; then the runner stops
+    listening and removes the name. (gVisor's SO_PEERCRED names the runner itself, not
+    the peer, so the peer's pid cannot serve.) A connected socket cannot be opened again
+    through /proc/<pid>/fd (a FIFO or a file can, with its own permissions, by any
+    process of the same uid), so code of the sandbox user has no way into the channel
+    but through the host itself."""
 
     label = 'Deno host'
-    watch_exit = True  # its channels are FIFOs the runner also holds: no EOF tells of its death
+    # Before it connected, its death and its key have no descriptor to show on: polled.
+    watch_exit = True
+    MAX_PENDING = 8  # connections that have not sent the key yet
 
     def __init__(self, ceiling=None):
         super().__init__()
         self.ceiling = ceiling
         self.used = False  # an execution ran in it: restart it when it dies
-        self.fifos = None
+        self.sock = None   # listening until the host connected, then the connection
+        self.path = None   # the listening name, removed once the host connected
+        self.key = None
+        self.pending = []  # [fd, bytes received] of connections that have not shown the key
+        self.connected = False
 
     def start(self):
-        os.makedirs(FIFO_DIR, mode=0o711 if SEPARATED else 0o700, exist_ok=True)
-        name = os.urandom(16).hex()
-        req, rep = self.fifos = (os.path.join(FIFO_DIR, name + '.req'), os.path.join(FIFO_DIR, name + '.rep'))
-        fds = []
+        os.makedirs(CHANNEL_DIR, mode=0o711 if SEPARATED else 0o700, exist_ok=True)
+        self.path = os.path.join(CHANNEL_DIR, os.urandom(16).hex() + '.sock')
+        self.key = os.urandom(16).hex().encode() + b'\n'
         try:
-            for path in self.fifos:
-                os.mkfifo(path, 0o600)
-                if SEPARATED:
-                    # The runner may not chown (no CAP_CHOWN): the unguessable name in a
-                    # folder that cannot be listed is what keeps others out.
-                    os.chmod(path, 0o666)
-            # Read-write opens never wait for the other end; they are swapped for one-way
-            # ends once the host has opened its own (ready).
-            for path in self.fifos:
-                fds.append(os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC))
-            os.set_blocking(fds[0], True)
-            own = ['--allow-read=%s,%s' % (HOST_DIR, req), '--allow-write=%s' % rep, '--allow-env']
+            self.sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+            self.sock.bind(self.path)
+            if SEPARATED:
+                # Connecting takes write access to the name, and the runner may not chown
+                # it (no CAP_CHOWN): the key is what keeps others out.
+                os.chmod(self.path, 0o666)
+            self.sock.listen(self.MAX_PENDING)
+            self.sock.setblocking(False)
+            own = ['--allow-read=%s,%s' % (HOST_DIR, self.path), '--allow-write=%s' % self.path,
+                   '--allow-net=unix:%s' % self.path, '--allow-env']
             # --no-config: a deno.json in /workspace is the user's, not the host's.
             argv = ([DENO, 'run', '--quiet', '--no-prompt', '--no-config', '--unstable-worker-options']
                     + merge_flags(self.ceiling or [], own)
                     + [HOST_SCRIPT, wire.dumps(self.ceiling or [])])
             self.proc = Proc(argv, None, stdin_pipe=True)
-            self.proc.write_stdin(('%s\n%s\n' % (req, rep)).encode())
+            self.proc.write_stdin(self.path.encode() + b'\n' + self.key)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
-            self._unlink()
-            if self.proc is not None:
-                self.proc.close()
-                self.proc = None
+            self.close()
             raise
-        self.req_w, self.rep_r = fds
+        # Polled (poll(2), by number) for connections, then for replies: see _accept.
+        self.req_w = self.rep_r = self.sock.fileno()
+        self.connected = False
         self.rep_buf = bytearray()
         self.rep_skip = False
         self.ready = False
         set_nonblocking(self.proc.stdout, self.proc.stderr)
 
+    def _accept(self):
+        """Takes waiting connections and looks for the one that sent the key (judged
+        only once whole: a connection learns nothing from being kept or closed early).
+        That one then takes the listening socket's descriptor number (dup2), so that a
+        poll already watching that number goes on watching it. Raises BlockingIOError
+        while the host's connection has not shown the key."""
+        for _ in range(64):  # then the next poll: a flood of connections cannot hold the worker
+            try:
+                fd, _ = self.sock._accept()
+            except BlockingIOError:
+                break
+            self.pending.append([_socket.socket(fileno=fd), b''])
+            if len(self.pending) > self.MAX_PENDING:
+                self.pending.pop(0)[0].close()
+        for entry in list(self.pending):
+            conn, got = entry
+            try:
+                data = conn.recv(len(self.key) - len(got), _socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b''
+            entry[1] = got = got + data
+            if data and len(got) < len(self.key):
+                continue
+            self.pending.remove(entry)
+            if not data or not _compare_digest(got, self.key):
+                diag('refused a connection to the Deno host channel')
+                conn.close()
+                continue
+            fd = self.sock.fileno()
+            try:
+                os.dup2(conn.fileno(), fd, inheritable=False)
+                self.sock.detach()
+                self.sock = _socket.socket(fileno=fd)
+            finally:
+                conn.close()
+            for other, _ in self.pending:
+                other.close()
+            self.pending = []
+            self._unlink()
+            self.connected = True
+            return
+        raise BlockingIOError
+
+    def read_chunk(self):
+        if not self.connected:
+            self._accept()
+        return self.sock.recv(READ_CHUNK, _socket.MSG_DONTWAIT)
+
     def on_ready(self):
-        """The host has both FIFOs open: take one-way ends (so its death shows as EOF and
-        EPIPE) and remove the names."""
-        req, rep = self.fifos
-        rep_r = os.open(rep, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        req_w = os.open(req, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        os.set_blocking(req_w, True)
-        os.close(self.rep_r)
-        os.close(self.req_w)
-        self.rep_r, self.req_w = rep_r, req_w
-        self._unlink()
+        """Writes block (a request is written whole); reads never do (MSG_DONTWAIT)."""
+        self.sock.setblocking(True)
 
     def _unlink(self):
-        for path in self.fifos or ():
+        if self.path:
             try:
-                os.unlink(path)
+                os.unlink(self.path)
             except OSError:
                 pass
-        self.fifos = None
+            self.path = None
 
     def close(self):
         self._unlink()
-        super().close()
+        for conn, _ in self.pending:
+            conn.close()
+        self.pending = []
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        self.req_w = self.rep_r = None
+        self.connected = self.ready = False
+        if self.proc is not None:
+            self.proc.close()
+            self.proc = None
 
 
 # The shell's own loop. Each request is one line: the execution's id and its script's

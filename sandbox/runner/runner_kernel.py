@@ -6,7 +6,6 @@ import sys
 
 import sandgate_wire as wire
 from runner_base import KERNEL_BOOT, MAX_KERNEL_REPLY, READ_CHUNK, json_line
-from runner_output import drain_fd
 from runner_procs import end_group, kernel_memory_limit, set_nonblocking, spawn
 
 
@@ -66,7 +65,7 @@ class Kernel:
         User code runs in the kernel and can write here too: a line longer than
         MAX_KERNEL_REPLY is dropped as it comes, never held."""
         try:
-            data = os.read(self.rep_r, READ_CHUNK)
+            data = self.read_chunk()
         except BlockingIOError:
             return []
         if not data:
@@ -92,9 +91,17 @@ class Kernel:
             if isinstance(reply, dict):
                 replies.append(reply)
 
+    def read_chunk(self):
+        """What the reply pipe holds (b'' at its end); BlockingIOError when nothing."""
+        return os.read(self.rep_r, READ_CHUNK)
+
     def discard_replies(self):
         """Drops whatever waits in the reply pipe (written between executions)."""
-        drain_fd(self.rep_r)
+        try:
+            while self.read_chunk():
+                pass
+        except BlockingIOError:
+            pass
         self.rep_buf.clear()
         self.rep_skip = False
 

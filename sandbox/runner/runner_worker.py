@@ -166,7 +166,7 @@ class Worker:
         except OSError as exc:
             diag('cannot reserve the script files: %s' % exc)
         self._start_kernel()
-        if self.deno.ceiling is not None:
+        if self.deno.ceiling is not None and os.environ.get('SANDGATE_DENO_HOST') != 'first-use':
             self._start_deno()
         self.trim_at = time.monotonic() + TRIM_IDLE_SECONDS  # start-up garbage (compiling this file)
         while True:
@@ -282,7 +282,7 @@ class Worker:
                 if hint is not None:
                     timeout = min(timeout, hint)
                 if kernel is not None and kernel.watch_exit and not kernel.ready:
-                    timeout = min(timeout, 0.05)  # its death before ready has no fd to wait on
+                    timeout = min(timeout, 0.01)  # its death or key before ready has no fd to wait on
                 if proc is not None:
                     # Its exit has no fd to wait on: look again soon, sooner once the
                     # pipes closed (it is then almost certainly exiting).
@@ -291,6 +291,10 @@ class Worker:
                     else:
                         timeout = min(timeout, 0.05)
                 events = sel.select(timeout)
+                if kernel is not None and kernel.watch_exit and not kernel.ready and not any(
+                        key.data == 'reply' for key, _ in events):
+                    # Its handshake (the Deno host's key) may wait on a descriptor not polled.
+                    events.append((sel.get_key(kernel.rep_r), selectors.EVENT_READ))
                 if kernel is not None:
                     # Streams before the reply: what the kernel wrote before replying is
                     # in the pipes by the time the reply is, so a stream that this poll

@@ -34,12 +34,14 @@ def has_module(name):
 class Runner:
     """A runner subprocess and the gateway side of the protocol."""
 
-    def __init__(self, **extra_env):
+    def __init__(self, before_start=None, **extra_env):
         self.dir = tempfile.mkdtemp(prefix='sandgate-test-')
         self.ws = os.path.join(self.dir, 'ws')
         self.tmp = os.path.join(self.dir, 'tmp')
         os.makedirs(self.ws)
         os.makedirs(self.tmp)
+        if before_start:
+            before_start(self)
         self.bridge = os.path.join(self.tmp, '.sandgate', 'bridge.sock')
         env = dict(os.environ, SANDGATE_WORKSPACE=self.ws, SANDGATE_TMP=self.tmp, SANDGATE_DENO=DENO,
                    MPLBACKEND='Agg', MPLCONFIGDIR=os.path.join(self.tmp, '.matplotlib'),
@@ -500,6 +502,56 @@ class RunnerTest(unittest.TestCase):
         self.assertIn('Requires read access to "%s", run again with the --allow-read flag' % secret, err)
         out, err, done = self.r.run(code, language='javascript', deno_flags=['--allow-read=%s' % secret])
         self.assertEqual((out, done['exitCode']), ('s\n', 0), err)
+
+    @unittest.skipUnless(HAS_DENO, 'deno missing')
+    def test_deno_host_channel_takes_only_the_host(self):
+        # Other processes that connect to the channel before the host (here they can see
+        # the name; in a sandbox the folder cannot be listed) are refused, whatever they
+        # send, and one that sends nothing does not keep the host out.
+        self.r.close()
+        caught = {}
+
+        def intrude(r):
+            folder = os.path.join(r.tmp, '.sandgate', 'deno')
+
+            def run():
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and 'sock' not in caught:
+                    try:
+                        names = [n for n in os.listdir(folder) if n.endswith('.sock')]
+                    except OSError:
+                        names = []
+                    for name in names:
+                        silent, s = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+                        try:
+                            silent.connect(os.path.join(folder, name))  # says nothing, stays
+                            s.connect(os.path.join(folder, name))
+                            s.sendall(b'{"ready":true}\n{"id":"e1","exitCode":0,"result":"FORGED"}\n')
+                            caught['sock'], caught['silent'] = s, silent
+                        except OSError:
+                            s.close()
+                            silent.close()
+                    time.sleep(0.0005)
+            caught['thread'] = threading.Thread(target=run, daemon=True)
+            caught['thread'].start()
+
+        self.r = Runner(before_start=intrude, SANDGATE_DENO_CEILING='[]')
+        self.addCleanup(self.r.close)
+        caught['thread'].join()
+        self.assertIn('sock', caught, 'connected before the host did')
+        out, err, done = self.r.run('console.log(6 * 7); "genuine"', language='typescript')
+        self.assertEqual((out, done['exitCode'], done.get('result')), ('42\n', 0, '"genuine"'), err)
+        caught['sock'].settimeout(5)
+        try:  # closed by the runner unread (a reset), nothing sent
+            self.assertEqual(caught['sock'].recv(100), b'')
+        except ConnectionResetError:
+            pass
+        caught['sock'].close()
+        caught['silent'].settimeout(5)
+        self.assertEqual(caught['silent'].recv(100), b'')  # closed once the host was in
+        caught['silent'].close()
+        self.assertIn('refused a connection to the Deno host channel', self.r.stderr_text())
+        self.assertEqual(os.listdir(os.path.join(self.r.tmp, '.sandgate', 'deno')), [])  # the name is gone
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
     def test_typescript_timeout(self):

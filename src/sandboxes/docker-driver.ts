@@ -85,7 +85,10 @@ export class DockerDriver implements SandboxDriver {
       User: '0:0',
       WorkingDir: '/workspace',
       // Only what the runner needs to know of the ceiling: its Deno flags (no secret, no host value).
-      Env: spec.denoCeiling ? [`SANDGATE_DENO_CEILING=${JSON.stringify(spec.denoCeiling)}`] : [],
+      Env: [
+        ...(spec.denoCeiling ? [`SANDGATE_DENO_CEILING=${JSON.stringify(spec.denoCeiling)}`] : []),
+        ...(spec.denoHostOnFirstUse ? ['SANDGATE_DENO_HOST=first-use'] : []),
+      ],
       Labels: labels,
       OpenStdin: true,
       StdinOnce: false,

@@ -352,6 +352,7 @@ export class SandboxManager {
       owner,
       ...mounts,
       denoCeiling: denoRunFlags(ceiling),
+      denoHostOnFirstUse: this.deps.config.denoHost === 'first-use',
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool' },
     });
     const now = Date.now();

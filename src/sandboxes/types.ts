@@ -32,6 +32,8 @@ export interface SandboxSpec {
    * host runs with them, and each TypeScript run in a worker narrowed to its own flags.
    */
   denoCeiling?: string[];
+  /** Start the Deno host only at the first TypeScript or JavaScript run (SANDGATE_DENO_HOST=first-use). */
+  denoHostOnFirstUse?: boolean;
   /** Extra labels the owner of the driver wants to find again (e.g. the workspace id). */
   labels?: Record<string, string>;
 }
