@@ -28,7 +28,18 @@ type Permissions = Record<Grant, boolean | string[]> & { import: boolean };
 const [defaultFlags] = Deno.args;
 const encoder = new TextEncoder();
 const [channelPath, key] = (await new Response(Deno.stdin.readable).text()).split('\n');
-const channel = await Deno.connect({ transport: 'unix', path: channelPath! });
+/** Other code may hold the listener's backlog for a moment: try again for a few seconds. */
+async function connect(): Promise<Deno.UnixConn> {
+  for (let wait = 10; ; wait *= 2) {
+    try {
+      return await Deno.connect({ transport: 'unix', path: channelPath! });
+    } catch (e) {
+      if (wait > 2000 || e instanceof Deno.errors.NotFound || e instanceof Deno.errors.NotCapable) throw e;
+      await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+}
+const channel = await connect();
 
 async function send(bytes: Uint8Array): Promise<void> {
   for (let off = 0; off < bytes.length; ) off += await channel.write(bytes.subarray(off));

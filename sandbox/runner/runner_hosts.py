@@ -74,10 +74,11 @@ class DenoHost(Kernel):
     known (outside a container the first execution's flags serve).
 
     Its channel is one Unix socket connection: the runner listens on a random name in a
-    folder the sandbox user may enter but not list and writes that name and a random
-    key to the host's stdin (a pipe of the runner's: nobody else can open it). The first
-    connection to send the key is the host's; any other is closed; then the runner stops
-    listening and removes the name. (gVisor's SO_PEERCRED names the runner itself, not
+    folder only it can write to and writes that name and a random key to the host's
+    stdin (a pipe of the runner's: nobody else can open it). The name is no secret (the
+    host's own --allow flags show it); the key is. The first connection to send the
+    whole key is the host's; any other is closed; then the runner stops listening and
+    removes the name. (gVisor's SO_PEERCRED names the runner itself, not
     the peer, so the peer's pid cannot serve.) A connected socket cannot be opened again
     through /proc/<pid>/fd (a FIFO or a file can, with its own permissions, by any
     process of the same uid), so code of the sandbox user has no way into the channel
@@ -86,7 +87,7 @@ class DenoHost(Kernel):
     label = 'Deno host'
     # Before it connected, its death and its key have no descriptor to show on: polled.
     watch_exit = True
-    MAX_PENDING = 8  # connections that have not sent the key yet
+    MAX_PENDING = 64  # connections that have not sent the key yet (the oldest goes first)
 
     def __init__(self, ceiling=None):
         super().__init__()
@@ -95,8 +96,9 @@ class DenoHost(Kernel):
         self.sock = None   # listening until the host connected, then the connection
         self.path = None   # the listening name, removed once the host connected
         self.key = None
-        self.pending = []  # [fd, bytes received] of connections that have not shown the key
+        self.pending = []  # [socket, bytes received] of connections that have not shown the key
         self.connected = False
+        self.refused = 0
 
     def start(self):
         os.makedirs(CHANNEL_DIR, mode=0o711 if SEPARATED else 0o700, exist_ok=True)
@@ -109,7 +111,7 @@ class DenoHost(Kernel):
                 # Connecting takes write access to the name, and the runner may not chown
                 # it (no CAP_CHOWN): the key is what keeps others out.
                 os.chmod(self.path, 0o666)
-            self.sock.listen(self.MAX_PENDING)
+            self.sock.listen(128)
             self.sock.setblocking(False)
             own = ['--allow-read=%s,%s' % (HOST_DIR, self.path), '--allow-write=%s' % self.path,
                    '--allow-net=unix:%s' % self.path, '--allow-env']
@@ -125,6 +127,7 @@ class DenoHost(Kernel):
         # Polled (poll(2), by number) for connections, then for replies: see _accept.
         self.req_w = self.rep_r = self.sock.fileno()
         self.connected = False
+        self.refused = 0
         self.rep_buf = bytearray()
         self.rep_skip = False
         self.ready = False
@@ -142,8 +145,15 @@ class DenoHost(Kernel):
             except BlockingIOError:
                 break
             self.pending.append([_socket.socket(fileno=fd), b''])
+            if self._check_pending():
+                return
             if len(self.pending) > self.MAX_PENDING:
-                self.pending.pop(0)[0].close()
+                self._refuse(self.pending.pop(0)[0])
+        if not self._check_pending():
+            raise BlockingIOError
+
+    def _check_pending(self):
+        """True once the host's connection is the channel."""
         for entry in list(self.pending):
             conn, got = entry
             try:
@@ -157,8 +167,7 @@ class DenoHost(Kernel):
                 continue
             self.pending.remove(entry)
             if not data or not _compare_digest(got, self.key):
-                diag('refused a connection to the Deno host channel')
-                conn.close()
+                self._refuse(conn)
                 continue
             fd = self.sock.fileno()
             try:
@@ -168,17 +177,28 @@ class DenoHost(Kernel):
             finally:
                 conn.close()
             for other, _ in self.pending:
-                other.close()
+                self._refuse(other)
             self.pending = []
+            if self.refused:
+                diag('refused %d connection(s) to the Deno host channel' % self.refused)
             self._unlink()
             self.connected = True
-            return
-        raise BlockingIOError
+            return True
+        return False
+
+    def _refuse(self, conn):
+        conn.close()
+        self.refused += 1
 
     def read_chunk(self):
         if not self.connected:
             self._accept()
-        return self.sock.recv(READ_CHUNK, _socket.MSG_DONTWAIT)
+        try:
+            return self.sock.recv(READ_CHUNK, _socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            raise
+        except OSError:  # reset: the host died with a request unread
+            return b''
 
     def on_ready(self):
         """Writes block (a request is written whole); reads never do (MSG_DONTWAIT)."""

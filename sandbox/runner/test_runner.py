@@ -505,9 +505,9 @@ class RunnerTest(unittest.TestCase):
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
     def test_deno_host_channel_takes_only_the_host(self):
-        # Other processes that connect to the channel before the host (here they can see
-        # the name; in a sandbox the folder cannot be listed) are refused, whatever they
-        # send, and one that sends nothing does not keep the host out.
+        # Other processes that connect to the channel before the host (the name is no
+        # secret) are refused, whatever they send, and those that send nothing do not
+        # keep the host out.
         self.r.close()
         caught = {}
 
@@ -522,15 +522,17 @@ class RunnerTest(unittest.TestCase):
                     except OSError:
                         names = []
                     for name in names:
-                        silent, s = socket.socket(socket.AF_UNIX), socket.socket(socket.AF_UNIX)
+                        silent, s = [socket.socket(socket.AF_UNIX) for _ in range(20)], socket.socket(socket.AF_UNIX)
                         try:
-                            silent.connect(os.path.join(folder, name))  # says nothing, stays
+                            for one in silent:
+                                one.connect(os.path.join(folder, name))  # says nothing, stays
                             s.connect(os.path.join(folder, name))
                             s.sendall(b'{"ready":true}\n{"id":"e1","exitCode":0,"result":"FORGED"}\n')
                             caught['sock'], caught['silent'] = s, silent
                         except OSError:
                             s.close()
-                            silent.close()
+                            for one in silent:
+                                one.close()
                     time.sleep(0.0005)
             caught['thread'] = threading.Thread(target=run, daemon=True)
             caught['thread'].start()
@@ -547,10 +549,11 @@ class RunnerTest(unittest.TestCase):
         except ConnectionResetError:
             pass
         caught['sock'].close()
-        caught['silent'].settimeout(5)
-        self.assertEqual(caught['silent'].recv(100), b'')  # closed once the host was in
-        caught['silent'].close()
-        self.assertIn('refused a connection to the Deno host channel', self.r.stderr_text())
+        for one in caught['silent']:
+            one.settimeout(5)
+            self.assertEqual(one.recv(100), b'')  # closed once the host was in
+            one.close()
+        self.assertIn('refused 21 connection(s) to the Deno host channel', self.r.stderr_text())
         self.assertEqual(os.listdir(os.path.join(self.r.tmp, '.sandgate', 'deno')), [])  # the name is gone
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
