@@ -9,12 +9,14 @@
  *    started a process of its own.
  * 2. A typed upstream-style import kept between runs: the first run that imports a module
  *    against the next one that only calls it.
- * 3. The Deno host's own memory (its processes' resident memory, inside the sandbox) and
- *    its CPU while idle and awake (ms of CPU per second, its processes only).
+ * 3. The Deno host's own memory (its processes' resident memory, inside the sandbox, and
+ *    what it adds to the sandbox's cgroup) and its CPU while idle and awake (ms of CPU
+ *    per second, its processes only).
  *
  *   node --import tsx bench/languages.ts   (BENCH_N: runs per figure, default 200)
  */
 import type { Language } from '../src/sandboxes/protocol.js';
+import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import { createHarness } from '../test/support/harness.js';
 
 const N = Number(process.env.BENCH_N ?? 200);
@@ -115,6 +117,17 @@ async function main(): Promise<void> {
     const ticks = Object.keys(after).reduce((s, pid) => s + (after[pid]!.ticks - (before[pid]?.ticks ?? after[pid]!.ticks)), 0);
     console.log(`  resident memory of the Deno host: ${rss.toFixed(0)} MiB (inside the sandbox; VmRSS)`);
     console.log(`  its CPU while idle and awake: ${((ticks * 10) / 20).toFixed(2)} ms per s over 20 s (its own processes, 10 ms ticks; frozen with the sandbox after SANDGATE_FREEZE_AFTER_MS)`);
+    // What the host adds to the sandbox's cgroup: its memory with the host, then without
+    // (the host ended from inside; the next TypeScript run would start another).
+    const containerId = (await h.manager.list()).find((s) => s.userId === owner.userId)!.containerId;
+    const cgroupMiB = async () => {
+      await sleep(2000);
+      return (sampleCgroup(containerId)?.memoryBytes ?? NaN) / 1048576;
+    };
+    const withHost = await cgroupMiB();
+    await run('python', 'import signal\nfor pid in procs(): os.kill(int(pid), signal.SIGKILL)');
+    const withoutHost = await cgroupMiB();
+    console.log(`  the sandbox's cgroup: ${withHost.toFixed(0)} MiB with the host, ${withoutHost.toFixed(0)} MiB without: the host holds ${(withHost - withoutHost).toFixed(0)} MiB`);
   } finally {
     await h.close();
   }
