@@ -196,6 +196,25 @@ echo end`;
     expect(py.result, py.stderr).toBe("'raw system calls: blocked\\n'");
   });
 
+  it('a narrowed execution cannot leave code in Deno’s cache for later, wider runs', async () => {
+    // Deno runs what its cache holds (compiled code, modules) in every later TypeScript
+    // run, whatever that run's permissions: the cache is read-only to a narrowed one.
+    await h.manager.execute(mallory, { language: 'typescript', code: '1' });
+    const narrowed = { write: false as const, read: ['/workspace'] };
+    const plant = await h.manager.execute(mallory, {
+      language: 'bash',
+      code: 'for f in /tmp/.deno/planted /tmp/.deno/v8_code_cache_v2; do if echo x >> "$f" 2>/dev/null; then echo "$f: WRITTEN"; else echo "$f: refused"; fi; done',
+      permissions: narrowed,
+    });
+    expect(plant.stdout, JSON.stringify(plant)).toBe('/tmp/.deno/planted: refused\n/tmp/.deno/v8_code_cache_v2: refused\n');
+    // Narrowed TypeScript still runs (Deno works with a cache it cannot write) ...
+    const ts = await h.manager.execute(mallory, { language: 'typescript', code: 'console.log(6 * 7)', permissions: narrowed });
+    expect([ts.exitCode, ts.stdout, ts.stderr]).toEqual([0, '42\n', '']);
+    // ... and wider runs write the cache as before.
+    const wide = await h.manager.execute(mallory, { language: 'bash', code: 'ls /tmp/.deno/planted 2>&1; touch /tmp/.deno/ok && echo writable' });
+    expect(wide.stdout).toMatch(/No such file or directory\nwritable\n$/);
+  });
+
   it('root and capabilities cannot be gained', async () => {
     const r = await underAttack(
       'python',

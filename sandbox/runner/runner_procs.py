@@ -282,7 +282,7 @@ class Helper:
         uid, gid = (SANDBOX_UID, SANDBOX_GID) if SEPARATED else (os.getuid(), os.getgid())
         req = {'argv': argv, 'env': ['%s=%s' % kv for kv in env.items()], 'cwd': WORKSPACE, 'uid': uid,
                'gid': gid, 'readOnly': fs.get('readOnly') or [], 'hidden': fs.get('hidden') or [],
-               'protect': [STATE_DIR]}
+               'protect': [STATE_DIR] + deno_dirs(env)}
         try:
             self.proc.write_stdin(encode_request(req))
         except OSError:
@@ -345,6 +345,27 @@ def read_line(fd, seconds):
             break
         data += chunk
     return data, False
+
+
+def deno_dirs(env=None):
+    """Deno's cache folders (DENO_DIR: the sandbox's and an execution's own). A narrowed
+    execution gets them read-only: Deno runs code from them (compiled code, modules)
+    in later executions, which may have wider permissions. Deno works without writing
+    them."""
+    dirs = []
+    for d in (os.environ.get('DENO_DIR'), (env or {}).get('DENO_DIR')):
+        if d and os.path.isabs(d) and d not in dirs:
+            dirs.append(d)
+    return dirs
+
+
+def make_deno_dirs():
+    """Makes Deno's cache folders at start, so that a narrowed execution finds them
+    there to be made read-only (one it made itself would be its own)."""
+    for d in deno_dirs():
+        if not os.path.isdir(d):
+            os.makedirs(d, exist_ok=True)
+            os.chmod(d, 0o777)  # the runner's (it may not chown); the sandbox user writes in it
 
 
 def spawn(argv, env, fs=None, pass_fds=(), spares=None):

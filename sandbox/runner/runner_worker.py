@@ -21,8 +21,8 @@ from runner_files import file_changes, scan_notice, snapshot
 from runner_kernel import Kernel
 from runner_output import DiagSink, Discard, Output, discard_pending, drain_fd, read_available, read_into
 from runner_procs import (
-    Helper, NarrowingError, Sweeper, describe_status, end_group, has_exited, kill_group, process_table,
-    set_nonblocking, signal_name, spawn,
+    Helper, NarrowingError, Sweeper, describe_status, end_group, has_exited, kill_group, make_deno_dirs,
+    process_table, set_nonblocking, signal_name, spawn,
 )
 
 
@@ -163,8 +163,9 @@ class Worker:
     def run(self):
         try:
             reserve_files(STATE_DIR)
+            make_deno_dirs()
         except OSError as exc:
-            diag('cannot reserve the script files: %s' % exc)
+            diag('cannot make the script files or Deno\'s cache folder: %s' % exc)
         self._start_kernel()
         if self.deno.ceiling is not None and os.environ.get('SANDGATE_DENO_HOST') != 'first-use':
             self._start_deno()
