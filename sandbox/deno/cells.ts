@@ -4,7 +4,8 @@
  *
  * - TypeScript is stripped to JavaScript by sucrase, which keeps every line where it was
  *   (stack traces point at the user's lines) and keeps imports whether or not this cell
- *   uses them (a later cell may). Code that parses as JavaScript is taken as it is.
+ *   uses them (a later cell may). Code without a `<` that parses as JavaScript is taken
+ *   as it is (with one, `f<T>(x)` would be read as comparisons).
  * - acorn finds the top-level declarations. Each `const`, `let`, `var` and `class` becomes
  *   an assignment to a property of the global object, declared first; each function
  *   declaration is copied there; each `import` becomes a dynamic import whose bindings
@@ -73,10 +74,16 @@ export function compileCell(code: string, language: 'typescript' | 'javascript',
   let ast: AnyNode | undefined;
   if (language === 'typescript') {
     // TypeScript without type syntax is JavaScript already: stripping it would change
-    // nothing and costs more than parsing.
-    try {
-      ast = parseJs(code);
-    } catch {
+    // nothing and costs more than parsing. But not where a `<` is: `f<T>(x)` is a generic
+    // call in TypeScript and valid JavaScript too, `(f < T) > x`.
+    if (!code.includes('<')) {
+      try {
+        ast = parseJs(code);
+      } catch {
+        /* type syntax: stripped below */
+      }
+    }
+    if (!ast) {
       try {
         js = transform(code, { transforms: ['typescript'], disableESTransforms: true, keepUnusedImports: true }).code;
       } catch (e) {

@@ -557,6 +557,18 @@ class RunnerTest(unittest.TestCase):
         self.assertEqual(os.listdir(os.path.join(self.r.tmp, '.sandgate', 'deno')), [])  # the name is gone
 
     @unittest.skipUnless(HAS_DENO, 'deno missing')
+    def test_typescript_that_also_parses_as_javascript(self):
+        # `f<number>(41)` is a generic call in TypeScript and `(f < number) > 41` in
+        # JavaScript: TypeScript code is read as TypeScript.
+        code = 'const id = (x: unknown) => x;\nconst f = (x) => x;\nf<number>(41) + 1'
+        out, err, done = self.r.run(code, language='typescript')
+        self.assertEqual((done['exitCode'], done.get('result')), (0, '42'), err)
+        out, err, done = self.r.run('f<number, string>(1, 2)', language='typescript')
+        self.assertEqual((done['exitCode'], done.get('result')), (0, '1'), err)
+        out, err, done = self.r.run('console.log(1 + 1)', language='typescript')
+        self.assertEqual((out, done['exitCode']), ('2\n', 0), err)
+
+    @unittest.skipUnless(HAS_DENO, 'deno missing')
     def test_typescript_timeout(self):
         self.r.run('const kept: number = 1', language='typescript')
         _, _, done = self.r.run('while (true) {}', language='typescript', timeout_ms=1500)
