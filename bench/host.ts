@@ -12,33 +12,53 @@ export function hostBusyMs(): number {
   return (user! + nice! + system! + irq! + softirq!) * 10;
 }
 
+/** Where a process's CPU is counted in `cpuByGroup`. */
+export type CpuGroup = 'sandboxes' | 'docker' | 'gateway' | 'init' | 'kernel' | 'other';
+
 /**
- * CPU time, in ms, of the processes that exist for the given containers: those in their
- * cgroups (gVisor's sentry, gofer and stubs, or a runc container's processes) and their
- * containerd shims. What a sandbox costs the host, without the rest of the machine (on
- * these VMs the init agent's own CPU grows with the number of processes, and would
- * otherwise be counted against every sandbox). Processes that end in between are missed.
+ * CPU time, in ms, that each group of the host's processes has used so far:
+ * - sandboxes: the processes that exist for the given containers, those in their cgroups
+ *   (gVisor's sentry, gofer and stubs, or a runc container's processes) and their
+ *   containerd shims, which is what a sandbox costs the host;
+ * - docker: dockerd and containerd; gateway: this process; init: pid 1 (on these VMs an
+ *   agent whose own CPU grows with the number of processes); kernel: kernel threads.
+ * Take two readings and subtract. Processes that end in between are missed, and time the
+ * kernel spends on no process's behalf (interrupts) is in `hostBusyMs` only.
  */
-export function containersCpuMs(containerIds: readonly string[]): number {
+export function cpuByGroup(containerIds: readonly string[]): Record<CpuGroup, number> {
   const ids = new Set(containerIds);
-  let ticks = 0;
+  const out: Record<CpuGroup, number> = { sandboxes: 0, docker: 0, gateway: 0, init: 0, kernel: 0, other: 0 };
   for (const pid of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     try {
-      const cgroup = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8');
-      const inContainer = /\/docker[/-]([0-9a-f]{64})/.exec(cgroup)?.[1];
-      let mine = inContainer !== undefined && ids.has(inContainer);
-      if (!mine) {
-        const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
-        if (args[0]?.includes('containerd-shim')) mine = ids.has(args[args.indexOf('-id') + 1] ?? '');
-      }
-      if (!mine) continue;
       const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
       const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-      ticks += Number(fields[11]) + Number(fields[12]);
+      const ms = (Number(fields[11]) + Number(fields[12])) * 10;
+      out[groupOf(Number(pid), Number(fields[1]), comm, ids)] += ms;
     } catch {
       /* ended meanwhile */
     }
   }
-  return ticks * 10;
+  return out;
+}
+
+function groupOf(pid: number, ppid: number, comm: string, ids: Set<string>): CpuGroup {
+  if (pid === process.pid) return 'gateway';
+  if (pid === 1) return 'init';
+  if (pid === 2 || ppid === 2) return 'kernel';
+  const cgroup = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8');
+  const inContainer = /\/docker[/-]([0-9a-f]{64})/.exec(cgroup)?.[1];
+  if (inContainer !== undefined && ids.has(inContainer)) return 'sandboxes';
+  if (comm.startsWith('containerd-shim')) {
+    const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
+    if (ids.has(args[args.indexOf('-id') + 1] ?? '')) return 'sandboxes';
+  }
+  if (comm === 'dockerd' || comm === 'containerd') return 'docker';
+  return 'other';
+}
+
+/** CPU time, in ms, of the processes that exist for the given containers (see `cpuByGroup`). */
+export function containersCpuMs(containerIds: readonly string[]): number {
+  return cpuByGroup(containerIds).sandboxes;
 }

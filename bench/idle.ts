@@ -5,14 +5,16 @@
  * 1. Host CPU per idle sandbox, BENCH_IDLE sandboxes together over BENCH_WINDOW_S
  *    seconds: awake (freezing off), frozen, and the same number of plain runc containers
  *    as the floor. The host's own idle (nothing running) is measured first and taken off.
- * 2. Freezing and thawing: how long a freeze takes to settle, and the first run after a
- *    long idle (frozen) against runs of a sandbox that never idles, p50/p95.
+ * 2. Freezing and thawing: the first run after a short freeze, and after a long idle
+ *    (BENCH_LONG_IDLE_S) frozen and not frozen, against runs of a sandbox that never
+ *    idles, p50/p95.
  * 3. The delay before freezing, from the figures above: CPU an awake idle sandbox burns
  *    while it waits, against what a thaw adds to the next run.
  * 4. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
  *    idle, each one's next run, and the memory each one holds.
  *
- *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES; BENCH_ONLY=users for part 4 alone)
+ *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES,
+ *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=users or BENCH_ONLY=long for one part)
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -20,13 +22,16 @@ import { freezeState } from '../src/sandboxes/freezer.js';
 import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from '../test/support/harness.js';
-import { containersCpuMs, hostBusyMs } from './host.js';
+import { containersCpuMs, cpuByGroup, hostBusyMs, type CpuGroup } from './host.js';
 
 const IDLE = Number(process.env.BENCH_IDLE ?? 20);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
 const USERS = Number(process.env.BENCH_USERS ?? 200);
 const SAMPLES = Number(process.env.BENCH_SAMPLES ?? 30);
 const FREEZE_AFTER_MS = 2000;
+const LONG_IDLE_S = Number(process.env.BENCH_LONG_IDLE_S ?? 120);
+const LONG_N = Number(process.env.BENCH_LONG_N ?? 10);
+const LONG_ROUNDS = Number(process.env.BENCH_LONG_ROUNDS ?? 3);
 
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -91,7 +96,17 @@ async function runMs(h: Harness, o: SandboxOwner): Promise<number> {
 async function main(): Promise<void> {
   const baseline = await hostCpu(10);
   console.log(`host with nothing running: ${f2(baseline)} ms of CPU per s`);
-  if (process.env.BENCH_ONLY !== 'users') await fewIdle(baseline);
+  const only = process.env.BENCH_ONLY;
+  if (only === 'long') {
+    const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
+    try {
+      await longIdle(h, h.user('busy'));
+    } finally {
+      await h.close();
+    }
+    return;
+  }
+  if (only !== 'users') await fewIdle(baseline);
   await manyUsers(baseline);
 }
 
@@ -134,7 +149,7 @@ async function fewIdle(baseline: number): Promise<void> {
   console.log(`  runc container (floor):    ${per(runcCost)}`);
   const awakePer = awakeCost.own / IDLE;
 
-  // 2. Freeze and thaw on the run's path.
+  // 2. Freeze and thaw on the run's path: a short freeze, then a long idle.
   const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
   try {
     const [busy, idler] = [h.user('busy'), h.user('idler')];
@@ -154,32 +169,95 @@ async function fewIdle(baseline: number): Promise<void> {
     }
     console.log('execute_code print(1) through the manager (ms):');
     console.log(`  never idle:                   p50 ${f2(pct(warm, 50))}   p95 ${f2(pct(warm, 95))}   (n=${warm.length})`);
-    console.log(`  first run after idle, frozen: p50 ${f2(pct(afterIdle, 50))}   p95 ${f2(pct(afterIdle, 95))}   (n=${afterIdle.length})`);
-    console.log(`  added by the thaw:            p50 ${f2(pct(afterIdle, 50) - pct(warm, 50))}`);
+    console.log(`  first run after a short freeze: p50 ${f2(pct(afterIdle, 50))}   p95 ${f2(pct(afterIdle, 95))}   (n=${afterIdle.length}); added p50 ${f2(pct(afterIdle, 50) - pct(warm, 50))}`);
+    await longIdle(h, busy);
     // 3. The delay: an awake idle sandbox burns awakeCost ms/s until it freezes.
     console.log(`freezing delay ${FREEZE_AFTER_MS} ms: an idle period costs at most ${f2((awakePer * FREEZE_AFTER_MS) / 1000)} ms of host CPU before the freeze, against ${f2(pct(afterIdle, 50) - pct(warm, 50))} ms added to the next run`);
     console.log(`  (delays of 0.5 / 2 / 10 / 60 s: ${[0.5, 2, 10, 60].map((s) => f2(awakePer * s)).join(' / ')} ms of CPU per idle period)`);
   } finally {
     await h.close();
   }
+}
 
+/**
+ * The first run after a long idle, as a team gateway sees it: one user works all along
+ * (a run every second: the never-idle sandbox, and a host that is not idle either) while
+ * LONG_N users each leave their sandbox for LONG_IDLE_S. Three groups of them: frozen
+ * with the periodic warm-ups (the default), frozen without them, and never frozen (what
+ * an idle period costs the next run without any freezing). Runs never overlap.
+ */
+async function longIdle(h: Harness, busy: SandboxOwner): Promise<void> {
+  const coldH = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_FREEZE_REWARM_SEC: '0' } });
+  const awakeH = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
+  try {
+    const groups = [
+      { name: `frozen, warmed up every ${h.config.freezeRewarmSec} s`, h, ms: [] as number[] },
+      { name: 'frozen, no warm-ups', h: coldH, ms: [] as number[] },
+      { name: 'never frozen', h: awakeH, ms: [] as number[] },
+    ].map((g) => ({ ...g, users: Array.from({ length: LONG_N }, (_, i) => g.h.user(`long${i}`)) }));
+    for (const g of groups) for (const o of g.users) await runMs(g.h, o);
+    let lock = Promise.resolve();
+    const serial = <T>(f: () => Promise<T>): Promise<T> => {
+      const r = lock.then(f);
+      lock = r.then(
+        () => undefined,
+        () => undefined,
+      );
+      return r;
+    };
+    const never: number[] = [];
+    let working = true;
+    const worker = (async () => {
+      while (working) {
+        never.push(await serial(() => runMs(h, busy)));
+        await sleep(1000);
+      }
+    })();
+    try {
+      for (let round = 0; round < LONG_ROUNDS; round++) {
+        await sleep(LONG_IDLE_S * 1000);
+        for (let i = 0; i < LONG_N; i++) {
+          // Each group goes first in turn.
+          for (let k = 0; k < groups.length; k++) {
+            const g = groups[(i + round + k) % groups.length]!;
+            g.ms.push(await serial(() => runMs(g.h, g.users[i]!)));
+          }
+        }
+      }
+    } finally {
+      working = false;
+      await worker;
+    }
+    console.log(`first run after ${LONG_IDLE_S} s idle (${LONG_N} users x ${LONG_ROUNDS} rounds per group, while one user runs code every second; ms):`);
+    console.log(`  never idle (that user):  p50 ${f2(pct(never, 50))}   p95 ${f2(pct(never, 95))}   (n=${never.length})`);
+    for (const g of groups) console.log(`  ${`${g.name}:`.padEnd(40)} p50 ${f2(pct(g.ms, 50))}   p95 ${f2(pct(g.ms, 95))}   (n=${g.ms.length}); added p50 ${f2(pct(g.ms, 50) - pct(never, 50))}`);
+  } finally {
+    await coldH.close();
+    await awakeH.close();
+  }
 }
 
 /** 4. Many idle users with the data stack loaded. */
 async function manyUsers(baseline: number): Promise<void> {
   const before = memAvailable();
-  const many = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400' } });
+  const denoHost = process.env.SANDGATE_DENO_HOST ?? 'start';
+  const many = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400', SANDGATE_DENO_HOST: denoHost } });
   try {
     const t0 = performance.now();
     const owners = await start(many, USERS, 'import numpy, pandas\ndf = pandas.DataFrame({"a": numpy.arange(1000)})', 'u');
-    console.log(`${USERS} users started with numpy and pandas loaded in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+    console.log(`${USERS} users (SANDGATE_DENO_HOST=${denoHost}) started with numpy and pandas loaded in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
     await allFrozen(many, 300_000);
     await sleep(2000);
     const boxes = await many.manager.list();
-    const { host: cpu, own } = await idleCost(WINDOW_S, boxes.map((b) => b.containerId));
+    const ids = boxes.map((b) => b.containerId);
+    const g0 = cpuByGroup(ids);
+    const { host: cpu, own } = await idleCost(WINDOW_S, ids);
+    const g1 = cpuByGroup(ids);
     const mem = boxes.map((s) => sampleCgroup(s.containerId)?.memoryBytes ?? NaN).filter(Number.isFinite);
     const heldBytes = before - memAvailable();
     console.log(`  all idle and frozen: the sandboxes' own processes ${f2(own)} ms/s = ${f2(own / 20)} % of the 2 cores; the whole host ${f2(cpu / 20)} % (with nothing running: ${f2(baseline / 20)} %)`);
+    const share = (k: CpuGroup) => `${k} ${f2((g1[k] - g0[k]) / WINDOW_S / 20)} %`;
+    console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
     const next: number[] = [];
     for (const o of owners.slice(0, Math.min(USERS, 60))) next.push(await runMs(many, o));

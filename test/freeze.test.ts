@@ -184,3 +184,56 @@ describe('the runsc platform setting', () => {
     expect(systrap.runtime?.detail).toBe('runsc runs hardened containers (platform systrap)');
   });
 });
+
+describe('keeping frozen sandboxes warm', () => {
+  let w: Harness;
+  beforeAll(async () => {
+    w = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: DELAY, SANDGATE_FREEZE_REWARM_SEC: '1' } });
+  });
+  afterAll(async () => {
+    await w?.close();
+  });
+  const liveOf = (userId: number) => w.manager['users'].get(userId)!;
+
+  it('thaws a frozen sandbox for a round trip through its Python kernel every SANDGATE_FREEZE_REWARM_SEC, and freezes it again', async () => {
+    const kim = w.user('kim');
+    await w.manager.execute(kim, { language: 'python', code: 'x = 5' });
+    const id = await containerOf(w, 'kim');
+    await frozenSoon(id);
+    const warmUps: string[] = [];
+    const lastActivity = liveOf(kim.userId).lastActivity;
+    const off = liveOf(kim.userId).handle.onEvent((e) => {
+      if (e.type === 'preloaded' && !e.error) warmUps.push(e.id);
+    });
+    await new Promise((r) => setTimeout(r, 3_500));
+    off();
+    expect(warmUps.length).toBeGreaterThanOrEqual(2);
+    expect(warmUps.every((i) => i.startsWith('warm'))).toBe(true);
+    await frozenSoon(id);
+    // A warm-up is not use: the idle timeout still counts from the last run, and state is intact.
+    expect(liveOf(kim.userId).lastActivity).toBe(lastActivity);
+    expect((await w.manager.execute(kim, { language: 'python', code: 'print(x)' })).stdout.trim()).toBe('5');
+  });
+
+  it('never freezes a run that arrives during a warm-up, and keeps the order of runs', async () => {
+    const lee = w.user('lee');
+    await w.manager.execute(lee, { language: 'python', code: 'n = 0' });
+    const id = await containerOf(w, 'lee');
+    const seen = new Set<string>();
+    const watch = setInterval(() => {
+      if (liveOf(lee.userId).run) seen.add(freezeState(id));
+    }, 5);
+    try {
+      for (let i = 1; i <= 10; i++) {
+        // Land at any point of the freeze / warm-up cycle.
+        await new Promise((r) => setTimeout(r, Math.random() * 1_400));
+        const r = await w.manager.execute(lee, { language: 'python', code: 'import time\ntime.sleep(0.1)\nn += 1\nprint(n)' });
+        expect(r.stdout.trim()).toBe(String(i));
+      }
+    } finally {
+      clearInterval(watch);
+    }
+    expect(seen).toEqual(new Set(['thawed']));
+    await frozenSoon(id);
+  });
+});

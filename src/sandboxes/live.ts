@@ -21,6 +21,10 @@ export interface Live {
   frozen?: boolean;
   /** When it freezes next, if nothing comes first. */
   freezeTimer?: NodeJS.Timeout;
+  /** When, frozen, it is next thawed for a moment to keep its run path warm. */
+  rewarmTimer?: NodeJS.Timeout;
+  /** The warm-up in progress (anything that wakes the sandbox ends its claim). */
+  rewarming?: object;
 }
 
 export interface UserSandbox extends Live {

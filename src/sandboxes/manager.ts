@@ -18,6 +18,7 @@
  * A sandbox that dies (OOM, a fork bomb, `stop`) is replaced on the next execution; the
  * workspace lives on the host and is never lost with it.
  */
+import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config.js';
@@ -268,42 +269,102 @@ export class SandboxManager {
     if (live.freezeTimer) clearTimeout(live.freezeTimer);
     live.freezeTimer = setTimeout(() => {
       live.freezeTimer = undefined;
-      const sb = live as Partial<UserSandbox>;
-      if (this.closed || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
-      live.frozen = true;
-      void freeze(live.handle.id).then((ok) => {
-        // Not frozen after all (no freezer here, or it did not settle): it stays awake.
-        if (!ok) live.frozen = false;
-      });
+      this.freezeNow(live);
     }, after);
     live.freezeTimer.unref();
   }
 
+  /** Freezes `live` unless it is busy, gone or frozen already; once frozen, its warm-ups are due. */
+  private freezeNow(live: Live): void {
+    const sb = live as Partial<UserSandbox>;
+    if (this.closed || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
+    live.frozen = true;
+    void freeze(live.handle.id).then((ok) => {
+      // Not frozen after all (no freezer here, or it did not settle): it stays awake.
+      if (!ok) live.frozen = false;
+      else if (live.frozen) this.keepWarm(live);
+    });
+  }
+
+  /**
+   * A frozen sandbox is thawed every SANDGATE_FREEZE_REWARM_SEC for one empty round trip
+   * through its runner and Python kernel, then frozen again at once. On hosts whose
+   * memory goes cold when left untouched for a minute or so (VMs whose hypervisor
+   * reclaims idle guest memory: these machines), the first run after minutes frozen
+   * otherwise faults the whole run path back, 5–15 ms; a warm-up costs a few ms of CPU.
+   */
+  private keepWarm(live: Live): void {
+    const every = this.deps.config.freezeRewarmSec * 1000;
+    if (!every || this.closed) return;
+    if (live.rewarmTimer) clearTimeout(live.rewarmTimer);
+    live.rewarmTimer = setTimeout(() => void this.rewarm(live), every);
+    live.rewarmTimer.unref();
+  }
+
+  private async rewarm(live: Live): Promise<void> {
+    live.rewarmTimer = undefined;
+    if (this.closed || !live.frozen || live.handle.exited) return;
+    const claim = {};
+    live.rewarming = claim;
+    live.frozen = false;
+    thaw(live.handle.id);
+    await this.warmUp(live);
+    // Woken meanwhile (a run, a stop): whoever woke it decides what comes next.
+    if (live.rewarming !== claim) return;
+    live.rewarming = undefined;
+    this.freezeNow(live);
+  }
+
+  /** One empty round trip through the runner's worker and Python kernel (an empty preload); resolves when answered, gone or 5 s late. */
+  private warmUp(live: Live): Promise<void> {
+    const id = `warm${crypto.randomBytes(4).toString('hex')}`;
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        offEvent();
+        offExit();
+        resolve();
+      };
+      const timer = setTimeout(done, 5000);
+      const offEvent = live.handle.onEvent((e) => {
+        if (e.type === 'preloaded' && e.id === id) done();
+      });
+      const offExit = live.handle.onExit(done);
+      try {
+        live.handle.send({ op: 'preload', id, modules: [] });
+      } catch {
+        done(); // runner gone: the next run starts a fresh sandbox
+      }
+    });
+  }
+
   /**
    * Someone is about to use their sandbox (a chat turn began: the model thinks for a
-   * second or more before it runs code). A frozen one is thawed and its runner pinged
-   * now, so the pages a long freeze let go cold come back during the model's time, not
-   * the run's. It freezes again after the usual delay if no run comes.
+   * second or more before it runs code). A frozen one is thawed and warmed up now, so
+   * the pages a long freeze let go cold come back during the model's time, not the
+   * run's. It freezes again after the usual delay if no run comes.
    */
   prepare(owner: SandboxOwner): void {
     const sb = this.users.get(owner.userId);
     if (!sb?.frozen || sb.handle.exited) return;
     this.wake(sb);
-    try {
-      sb.handle.send({ op: 'ping', id: `warm${Date.now().toString(36)}` });
-    } catch {
-      /* runner gone: the next run starts a fresh sandbox */
-    }
+    void this.warmUp(sb);
     this.rest(sb);
   }
 
   /** Thaws a frozen sandbox before anything talks to it, and puts off its next freeze. */
   private wake(live: Live): void {
-    if (live.freezeTimer) clearTimeout(live.freezeTimer);
-    live.freezeTimer = undefined;
+    this.stopTimers(live);
     if (!live.frozen) return;
     live.frozen = false;
     thaw(live.handle.id);
+  }
+
+  /** No freeze and no warm-up comes for `live` any more, unless something rests it again. */
+  private stopTimers(live: Live): void {
+    if (live.freezeTimer) clearTimeout(live.freezeTimer);
+    if (live.rewarmTimer) clearTimeout(live.rewarmTimer);
+    live.freezeTimer = live.rewarmTimer = live.rewarming = undefined;
   }
 
   /** The owner's live sandbox, started (from the pool when possible) if needed. */
@@ -369,7 +430,7 @@ export class SandboxManager {
       this.users.delete(sb.owner.userId);
       this.log.info({ user: sb.owner.name, reason }, 'sandbox ended');
       // A dead container is removed now; its workspace stays.
-      if (sb.freezeTimer) clearTimeout(sb.freezeTimer);
+      this.stopTimers(sb);
       void this.deps.driver.stop(sb.handle.id).catch(() => {});
     });
     this.rest(sb);
@@ -577,7 +638,7 @@ export class SandboxManager {
       } else {
         // Left for the next gateway to adopt, thawed: docker stop and rm would hang on a frozen one.
         if (!opts.detachOnly) this.wake(sb);
-        else if (sb.freezeTimer) clearTimeout(sb.freezeTimer);
+        else this.stopTimers(sb);
         sb.handle.detach();
         running.add(sb.workspaceId);
       }
