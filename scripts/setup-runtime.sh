@@ -82,9 +82,14 @@ if (fs.existsSync(file)) {
     }
   }
 }
-const want = { path: runsc, runtimeArgs: ['--network=none', `--platform=${platform}`] };
+// --dcache: the sentry keeps a host FD for every dentry it caches, 1000 per mount by
+// default: about 2000 FDs in a sandbox that imported pandas, shared by its dozen stub
+// processes. 300 in all keeps about 800 with no measurable cost to imports or runs, and
+// the host's FD count (and anything that walks /proc/*/fd) stays 2.5 times lower.
+const common = ['--network=none', '--dcache=300'];
+const want = { path: runsc, runtimeArgs: [...common, `--platform=${platform}`] };
 // SANDGATE_RUNSC_PLATFORM=ptrace selects this one (same isolation model, slower syscalls).
-const ptrace = { path: runsc, runtimeArgs: ['--network=none', '--platform=ptrace'] };
+const ptrace = { path: runsc, runtimeArgs: [...common, '--platform=ptrace'] };
 const before = JSON.stringify(cfg);
 cfg.runtimes = { ...(cfg.runtimes ?? {}), runsc: want, 'runsc-ptrace': ptrace };
 const after = JSON.stringify(cfg);
