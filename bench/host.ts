@@ -57,8 +57,3 @@ function groupOf(pid: number, ppid: number, comm: string, ids: Set<string>): Cpu
   if (comm === 'dockerd' || comm === 'containerd') return 'docker';
   return 'other';
 }
-
-/** CPU time, in ms, of the processes that exist for the given containers (see `cpuByGroup`). */
-export function containersCpuMs(containerIds: readonly string[]): number {
-  return cpuByGroup(containerIds).sandboxes;
-}

@@ -22,7 +22,7 @@ import { freezeState } from '../src/sandboxes/freezer.js';
 import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from '../test/support/harness.js';
-import { containersCpuMs, cpuByGroup, hostBusyMs, type CpuGroup } from './host.js';
+import { cpuByGroup, hostBusyMs, type CpuGroup } from './host.js';
 
 const IDLE = Number(process.env.BENCH_IDLE ?? 20);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
@@ -49,14 +49,24 @@ async function hostCpu(seconds: number): Promise<number> {
   return (hostBusyMs() - b0) / ((performance.now() - t0) / 1000);
 }
 
-/** Host CPU and the containers' own (containersCpuMs), ms per second, over `seconds`. */
-async function idleCost(seconds: number, ids: string[]): Promise<{ host: number; own: number }> {
+/**
+ * Host CPU, the containers' own (their cgroups and shims) and every group of processes
+ * (`cpuByGroup`), ms per second, over `seconds`. The gateway group is this process's CPU
+ * between the two scans of /proc (which take a while with thousands of processes).
+ */
+async function idleCost(seconds: number, ids: string[]): Promise<{ host: number; own: number; groups: Record<CpuGroup, number> }> {
   const b0 = hostBusyMs();
-  const c0 = containersCpuMs(ids);
+  const g0 = cpuByGroup(ids);
   const t0 = performance.now();
+  const me0 = process.cpuUsage();
   await sleep(seconds * 1000);
+  const me = process.cpuUsage(me0);
+  const g1 = cpuByGroup(ids);
   const s = (performance.now() - t0) / 1000;
-  return { host: (hostBusyMs() - b0) / s, own: (containersCpuMs(ids) - c0) / s };
+  const groups = Object.fromEntries(Object.keys(g1).map((k) => [k, (g1[k as CpuGroup] - g0[k as CpuGroup]) / s])) as Record<CpuGroup, number>;
+  // The gateway's own, without the scans (which the host total still includes).
+  groups.gateway = (me.user + me.system) / 1000 / s;
+  return { host: (hostBusyMs() - b0) / s, own: groups.sandboxes, groups };
 }
 
 const idsOf = async (h: Harness) => (await h.manager.list()).map((s) => s.containerId);
@@ -249,14 +259,11 @@ async function manyUsers(baseline: number): Promise<void> {
     await allFrozen(many, 300_000);
     await sleep(2000);
     const boxes = await many.manager.list();
-    const ids = boxes.map((b) => b.containerId);
-    const g0 = cpuByGroup(ids);
-    const { host: cpu, own } = await idleCost(WINDOW_S, ids);
-    const g1 = cpuByGroup(ids);
+    const { host: cpu, own, groups } = await idleCost(WINDOW_S, boxes.map((b) => b.containerId));
     const mem = boxes.map((s) => sampleCgroup(s.containerId)?.memoryBytes ?? NaN).filter(Number.isFinite);
     const heldBytes = before - memAvailable();
     console.log(`  all idle and frozen: the sandboxes' own processes ${f2(own)} ms/s = ${f2(own / 20)} % of the 2 cores; the whole host ${f2(cpu / 20)} % (with nothing running: ${f2(baseline / 20)} %)`);
-    const share = (k: CpuGroup) => `${k} ${f2((g1[k] - g0[k]) / WINDOW_S / 20)} %`;
+    const share = (k: CpuGroup) => `${k} ${f2(groups[k] / 20)} %`;
     console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
     const next: number[] = [];
