@@ -236,4 +236,21 @@ describe('keeping frozen sandboxes warm', () => {
     expect(seen).toEqual(new Set(['thawed']));
     await frozenSoon(id);
   });
+
+  it('stops and kills a sandbox at any point of its freeze and warm-up cycle within seconds, and nothing is left frozen', async () => {
+    const docker = dockerClient(w.config);
+    for (let i = 0; i < 6; i++) {
+      const mo = w.user(`mo${i}`);
+      await w.manager.execute(mo, { language: 'python', code: 'pass' });
+      const id = await containerOf(w, mo.name);
+      await new Promise((r) => setTimeout(r, 300 + Math.random() * 1_500));
+      const [stopped, ms] = await timed(() => w.manager.stopUser(mo.userId, { kill: i % 2 === 1, by: 'root' }));
+      expect(stopped).toBe(true);
+      expect(ms).toBeLessThan(5_000);
+      expect((await docker.listContainers({ all: true })).some((c) => c.Id === id)).toBe(false);
+    }
+    // A warm-up that was under way when its sandbox went does not outlive it.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect((await w.manager.list()).map((s) => s.user).filter((u) => u.startsWith('mo'))).toEqual([]);
+  });
 });

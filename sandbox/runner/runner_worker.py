@@ -634,7 +634,11 @@ class Worker:
             try:
                 kernel.discard_replies()
                 kernel.send({'op': 'preload', 'modules': modules})
-                reason, reply = self._pump(job, DiagSink(), kernel.streams(), started + PRELOAD_SECONDS, kernel=kernel,
+                # With no modules (the gateway's warm-up of a frozen sandbox) anything the
+                # kernel writes is what user code left running prints between executions:
+                # dropped, as the next execution drops it, not copied into the logs.
+                sink = DiagSink() if modules else Discard()
+                reason, reply = self._pump(job, sink, kernel.streams(), started + PRELOAD_SECONDS, kernel=kernel,
                                            accept=lambda reply: 'loaded' in reply)
             except OSError:
                 reason, reply = 'died', None

@@ -347,6 +347,26 @@ class RunnerTest(unittest.TestCase):
         _, _, done = self.r.run('import sys\n"json" in sys.modules')
         self.assertEqual(done['result'], 'True')
 
+    def test_empty_preload_keeps_output_between_executions_out_of_the_logs(self):
+        # A warm-up (empty preload) while a thread of user code prints: answered, and the
+        # print goes nowhere, like any output between executions.
+        self.r.run('import threading, time\n'
+                   'def spam():\n'
+                   '    while True:\n'
+                   '        print("between-runs-" + "marker", flush=True)\n'
+                   '        time.sleep(0.005)\n'
+                   'threading.Thread(target=spam, daemon=True).start()')
+        time.sleep(0.3)
+        for i in range(3):
+            self.r.send({'op': 'preload', 'id': 'w%d' % i, 'modules': []})
+            event = self.r.next(lambda e: e.get('id') == 'w%d' % i)
+            self.assertEqual((event['type'], event.get('error')), ('preloaded', None))
+        _, _, done = self.r.run('1 + 1')
+        self.assertEqual(done['result'], '2')
+        self.r.stderr.flush()
+        with open(self.r.stderr.name, 'rb') as f:
+            self.assertNotIn(b'between-runs-marker', f.read())
+
     @unittest.skipUnless(has_module('numpy'), 'numpy missing on this host')
     def test_numpy(self):
         _, _, done = self.r.run('import numpy as np\nint(np.arange(6).reshape(2, 3).sum())')

@@ -18,7 +18,6 @@
  * A sandbox that dies (OOM, a fork bomb, `stop`) is replaced on the next execution; the
  * workspace lives on the host and is never lost with it.
  */
-import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config.js';
@@ -41,7 +40,7 @@ import { denoRunFlags, MAX_CODE_BYTES, runOne } from './run.js';
 import { RunQueue } from './run-queue.js';
 import type { BridgeHandler, ExecuteOptions, ExecuteResult, SandboxDriver, SandboxOwner } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
-import { WarmPool } from './warm-pool.js';
+import { preloadIn, WarmPool } from './warm-pool.js';
 import { Workspace } from './workspace.js';
 
 export interface SandboxManagerDeps {
@@ -315,27 +314,9 @@ export class SandboxManager {
     this.freezeNow(live);
   }
 
-  /** One empty round trip through the runner's worker and Python kernel (an empty preload); resolves when answered, gone or 5 s late. */
-  private warmUp(live: Live): Promise<void> {
-    const id = `warm${crypto.randomBytes(4).toString('hex')}`;
-    return new Promise<void>((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        offEvent();
-        offExit();
-        resolve();
-      };
-      const timer = setTimeout(done, 5000);
-      const offEvent = live.handle.onEvent((e) => {
-        if (e.type === 'preloaded' && e.id === id) done();
-      });
-      const offExit = live.handle.onExit(done);
-      try {
-        live.handle.send({ op: 'preload', id, modules: [] });
-      } catch {
-        done(); // runner gone: the next run starts a fresh sandbox
-      }
-    });
+  /** One empty round trip through the runner's worker and Python kernel; done when answered, gone or 5 s late. */
+  private async warmUp(live: Live): Promise<void> {
+    await preloadIn(live.handle, [], { timeoutMs: 5000, idPrefix: 'warm' });
   }
 
   /**

@@ -6,6 +6,8 @@
 import crypto from 'node:crypto';
 import type { Logger } from '../logger.js';
 import type { Live } from './live.js';
+import type { RunnerEvent } from './protocol.js';
+import type { SandboxHandle } from './types.js';
 
 export interface WarmPoolOptions {
   /** How many to keep ready (SANDGATE_WARM_POOL_SIZE). */
@@ -106,18 +108,36 @@ export class WarmPool {
 
   /** Imports the preload modules in the sandbox's kernel; a failure is logged, the sandbox still serves. */
   private async preload(live: Live): Promise<void> {
-    const id = `p${crypto.randomBytes(4).toString('hex')}`;
-    const loaded = new Promise<void>((resolve) => {
-      const off = live.handle.onEvent((e) => {
-        if (e.type === 'preloaded' && e.id === id) {
-          off();
-          if (e.error) this.opts.log.warn({ error: e.error }, 'pool preload failed');
-          resolve();
-        }
-      });
-      live.handle.onExit(() => resolve());
-    });
-    live.handle.send({ op: 'preload', id, modules: this.opts.preload });
-    await loaded;
+    const answer = await preloadIn(live.handle, this.opts.preload);
+    if (answer?.error) this.opts.log.warn({ error: answer.error }, 'pool preload failed');
   }
+}
+
+/**
+ * Asks the runner to import `modules` in its Python kernel (none: one empty round trip
+ * through its worker and kernel) and waits for the answer: the `preloaded` event, or
+ * undefined when the runner is gone or `timeoutMs` passed (the runner bounds a preload
+ * itself, at 300 s). The request's id starts with `idPrefix`.
+ */
+export function preloadIn(handle: SandboxHandle, modules: string[], opts: { timeoutMs?: number; idPrefix?: string } = {}): Promise<Extract<RunnerEvent, { type: 'preloaded' }> | undefined> {
+  const { timeoutMs, idPrefix = 'p' } = opts;
+  const id = `${idPrefix}${crypto.randomBytes(4).toString('hex')}`;
+  return new Promise((resolve) => {
+    const done = (answer?: Extract<RunnerEvent, { type: 'preloaded' }>) => {
+      if (timer) clearTimeout(timer);
+      offEvent();
+      offExit();
+      resolve(answer);
+    };
+    const timer = timeoutMs === undefined ? undefined : setTimeout(() => done(), timeoutMs);
+    const offEvent = handle.onEvent((e) => {
+      if (e.type === 'preloaded' && e.id === id) done(e);
+    });
+    const offExit = handle.onExit(() => done());
+    try {
+      handle.send({ op: 'preload', id, modules });
+    } catch {
+      done(); // runner gone: the next run starts a fresh sandbox
+    }
+  });
 }
