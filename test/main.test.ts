@@ -1,12 +1,16 @@
 /**
  * The real gateway process: starts, becomes ready (Docker, runsc preflight, image),
- * and shuts down cleanly on SIGTERM; a bad setting stops the start with its name.
+ * and shuts down cleanly on SIGTERM; killed with SIGKILL while its sandboxes are frozen,
+ * the next start recovers them; a bad setting stops the start with its name.
  */
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { configFor } from '../src/config.js';
+import { freezeState, thaw } from '../src/sandboxes/freezer.js';
+import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { until } from './support/until.js';
 
 function startGateway(env: Record<string, string>) {
@@ -20,6 +24,22 @@ function startGateway(env: Record<string, string>) {
   const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
   return { child, exited, output: () => out };
 }
+
+async function untilAsync(cond: () => Promise<boolean>, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error('condition not met in time');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** Mount points at or below `dir`. */
+const mountsUnder = (dir: string) =>
+  fs
+    .readFileSync('/proc/mounts', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[1] ?? '')
+    .filter((m) => m === dir || m.startsWith(dir + '/'));
 
 describe('gateway process', () => {
   it('starts, reports ready, and stops on SIGTERM', async () => {
@@ -70,6 +90,42 @@ describe('gateway process', () => {
     expect(await g.exited).toBe(2);
     expect(g.output()).toMatch(message);
     expect(g.output()).not.toMatch(/\n\s+at /);
+  });
+
+  it('killed with SIGKILL while its sandboxes are frozen, leaves nothing stuck: the next start recovers them and stops cleanly', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-main-'));
+    const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '1', SANDGATE_FREEZE_AFTER_MS: '300' };
+    const docker = dockerClient(configFor(env));
+    const mine = async () => (await docker.listContainers({ all: true, filters: { label: [`org.sandgate.gateway=${gatewayIdFor(dataDir)}`] } })).map((c) => c.Id);
+    const first = startGateway(env);
+    let second: ReturnType<typeof startGateway> | undefined;
+    try {
+      await until(() => /sandgate is running at/.test(first.output()), 60_000);
+      // The warm pool's sandbox, started and then frozen while it waits.
+      await untilAsync(async () => (await mine()).length === 1 && freezeState((await mine())[0]!) === 'frozen', 60_000);
+      const [frozenId] = await mine();
+      first.child.kill('SIGKILL');
+      await first.exited;
+      expect(freezeState(frozenId!)).toBe('frozen');
+
+      second = startGateway(env);
+      await until(() => /sandgate is running at/.test(second!.output()), 60_000);
+      // The frozen one was thawed and removed (a pooled sandbox is not adopted), and a new one fills the pool.
+      await untilAsync(async () => !(await mine()).includes(frozenId!), 30_000);
+      await untilAsync(async () => (await mine()).length === 1, 60_000);
+      second.child.kill('SIGTERM');
+      expect(await second.exited).toBe(0);
+      expect(await mine()).toEqual([]);
+      expect(mountsUnder(dataDir)).toEqual([]);
+    } finally {
+      first.child.kill('SIGKILL');
+      second?.child.kill('SIGKILL');
+      for (const id of await mine()) {
+        thaw(id);
+        await docker.getContainer(id).remove({ force: true }).catch(() => {});
+      }
+      for (const m of mountsUnder(dataDir).reverse()) spawnSync('umount', ['-l', m]);
+    }
   });
 
   it('a bad setting stops the start with a message naming it', async () => {
