@@ -42,4 +42,5 @@ apt_install() {
     || die "apt-get install $* failed"
 }
 
-docker_up() { docker info >/dev/null 2>&1; }
+# A dockerd that is starting accepts connections and answers nothing: never wait on it for long.
+docker_up() { timeout 10 docker info >/dev/null 2>&1; }

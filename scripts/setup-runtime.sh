@@ -4,7 +4,9 @@
 #   2. runsc (gVisor) from <codename>-backports, whose 2024 build runs the fast
 #      systrap platform (bookworm's own 2022 build only has ptrace, ~4.7x slower);
 #   3. the runsc runtime registered in /etc/docker/daemon.json, merged with what is there;
-#   4. dockerd started when it is not running (systemd when present, else in the background);
+#   4. sandboxes a killed gateway left frozen thawed (dockerd can neither stop nor start
+#      with one), then dockerd started when it is not running (systemd when present,
+#      else in the background);
 #   5. a preflight: a container under runsc must start and report gVisor's kernel.
 # Idempotent: a second run changes nothing. Must run as root.
 set -euo pipefail
@@ -107,6 +109,20 @@ elif [ "$platform" = ptrace ]; then
 fi
 
 # --- 4. dockerd -------------------------------------------------------------
+# A gateway writes down each sandbox it freezes (src/sandboxes/freezer.ts) and removes
+# the record when it thaws it. One killed in between leaves the sandbox frozen, and
+# dockerd waits forever for a frozen container's state when it starts: thaw them first.
+for rec in /run/sandgate/frozen/*; do
+  id=${rec##*/}
+  [[ $id =~ ^[0-9a-f]{64}$ ]] || continue
+  for f in "/sys/fs/cgroup/freezer/docker/$id/freezer.state" "/sys/fs/cgroup/freezer/system.slice/docker-$id.scope/freezer.state"; do
+    [ -w "$f" ] && echo THAWED >"$f" && log "thawed sandbox ${id:0:12}, left frozen by a gateway that could not thaw it"
+  done
+  for f in "/sys/fs/cgroup/docker/$id/cgroup.freeze" "/sys/fs/cgroup/system.slice/docker-$id.scope/cgroup.freeze"; do
+    [ -w "$f" ] && echo 0 >"$f" && log "thawed sandbox ${id:0:12}, left frozen by a gateway that could not thaw it"
+  done
+  rm -f "$rec"
+done
 if docker_up; then
   if [ "$changed" = changed ]; then
     # dockerd reloads its runtimes on SIGHUP without stopping containers.
@@ -119,7 +135,9 @@ if docker_up; then
     sleep 1
   fi
 else
-  if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+  if pidof dockerd >/dev/null; then
+    log "dockerd is running but not answering yet: waiting for it"
+  elif [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
     log "starting docker with systemd"
     systemctl start docker
   else
@@ -127,8 +145,11 @@ else
     # setsid: dockerd must outlive this script and the shell that ran it.
     setsid nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
   fi
-  for _ in $(seq 1 60); do docker_up && break; sleep 0.5; done
-  docker_up || die "dockerd did not come up within 30 s; see $DOCKERD_LOG"
+  deadline=$((SECONDS + 60))
+  until docker_up; do
+    [ $SECONDS -lt $deadline ] || die "dockerd did not come up within 60 s; see $DOCKERD_LOG"
+    sleep 0.5
+  done
 fi
 docker info --format '{{json .Runtimes}}' | grep -q '"runsc"' \
   || die "dockerd does not list the runsc runtime; check $DAEMON_JSON and restart dockerd"

@@ -187,6 +187,8 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
         purge.unref();
       }
       agent.init();
+      // Before anything asks dockerd: it cannot start while a container of ours is frozen.
+      manager.thawLeftFrozen();
       return runPreflight();
     },
     async close(opts = {}) {

@@ -23,7 +23,7 @@ export interface Leftovers {
 
 /** Calls `adopt` for each container kept (its user, its reconnected handle); removes the rest. */
 export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void): Promise<void> {
-  const { driver, db, volumes, log } = deps;
+  const { driver, db, log } = deps;
   for (const c of await driver.list()) {
     const userId = sandboxOwnerId(db, c.id);
     const user = userId === undefined ? undefined : getUser(db, userId);
@@ -34,9 +34,14 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
       log.info({ user: user.name, container: c.id.slice(0, 12) }, 'adopted sandbox');
       continue;
     }
-    await driver.stop(c.id);
-    const ws = c.labels[LABEL_WORKSPACE];
-    if (c.labels[LABEL_ROLE] === 'pool' && ws && !workspaceInUse(db, ws)) await volumes.destroy(ws).catch(() => {});
+    await removeLeftover(deps, c);
     log.info({ container: c.id.slice(0, 12) }, 'removed a sandbox left by an earlier run');
   }
+}
+
+/** Removes a container no one holds, and its workspace if it was a pooled sandbox's that no user took. */
+export async function removeLeftover(deps: Pick<Leftovers, 'driver' | 'db' | 'volumes'>, c: SandboxInfo): Promise<void> {
+  await deps.driver.stop(c.id);
+  const ws = c.labels[LABEL_WORKSPACE];
+  if (c.labels[LABEL_ROLE] === 'pool' && ws && !workspaceInUse(deps.db, ws)) await deps.volumes.destroy(ws).catch(() => {});
 }

@@ -18,6 +18,7 @@
  * one long-lived stream, ~0.5 ms per round trip, instead of ~150 ms per `docker exec`.
  */
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import { PassThrough } from 'node:stream';
 import type { Duplex } from 'node:stream';
 import Docker from 'dockerode';
@@ -232,7 +233,56 @@ export class DockerDriver implements SandboxDriver {
       ownerId: c.Labels[LABEL_OWNER_ID] ? Number(c.Labels[LABEL_OWNER_ID]) : undefined,
       createdAt: c.Created * 1000,
       running: c.State === 'running',
+      state: c.State,
     }));
+  }
+
+  /**
+   * Watches dockerd's socket once a second. When dockerd shuts down it first closes its
+   * API (the socket file goes away) and then stops its containers: that is the moment to
+   * hear of it. Connections already open, an event stream's too, stay open until dockerd
+   * exits, so they tell nothing in time. A socket that is back (or new: dockerd restarted
+   * between two looks) counts once dockerd answers on it.
+   */
+  watch(on: { down(): void; up(): void }): () => void {
+    const socket = (this.opts.docker.modem as { socketPath?: string }).socketPath;
+    if (!socket) return () => {};
+    let away: boolean | undefined;
+    let inode: number | undefined;
+    let looking = false;
+    const look = async () => {
+      if (looking) return;
+      looking = true;
+      try {
+        const st = fs.statSync(socket, { throwIfNoEntry: false });
+        if (!st || (inode !== undefined && st.ino !== inode)) {
+          inode = undefined;
+          if (away !== true) {
+            away = true;
+            on.down();
+          }
+          if (!st) return;
+        }
+        if (away === false) return;
+        if (!(await answersWithin(this.opts.docker, 2000))) {
+          if (away === undefined) {
+            away = true;
+            on.down();
+          }
+          return;
+        }
+        inode = st.ino;
+        const was = away;
+        away = false;
+        if (was) on.up();
+      } finally {
+        looking = false;
+      }
+    };
+    void look();
+    const timer = setInterval(() => void look(), 1000);
+    timer.unref();
+    return () => clearInterval(timer);
   }
 
   private async connect(container: Docker.Container, createdAt: number): Promise<DockerSandbox> {
@@ -289,6 +339,18 @@ class DockerSandbox extends ConnectedSandbox implements SandboxHandle {
       pids: s.pids_stats?.current ?? 0,
     };
   }
+}
+
+/** Whether dockerd answers a ping within `ms` (one that is starting accepts connections and answers nothing). */
+function answersWithin(docker: Docker, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    docker.ping().then(
+      () => true,
+      () => false,
+    ),
+    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
+  ]).finally(() => clearTimeout(timer));
 }
 
 function inactiveFile(stats: Record<string, number> | undefined): number {

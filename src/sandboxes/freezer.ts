@@ -8,6 +8,11 @@
  * A frozen container cannot be removed (`docker rm -f` waits for the kill to be delivered,
  * which never happens on cgroup v1), nor can its runner answer: every path that stops,
  * kills or talks to a sandbox thaws it first (the driver does it for stop and attach).
+ * Nor can dockerd stop one (its shutdown waits 15 s, then leaves it) or start while one
+ * exists (it waits forever for the container's state). So every freeze is written down
+ * first, one file per container in FROZEN_RECORDS naming the gateway that froze it, and
+ * removed by the thaw: what a killed gateway left frozen is thawed by the next start,
+ * before dockerd is asked anything (`thawLeftFrozen`, and scripts/setup-runtime.sh).
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -15,6 +20,20 @@ import { cgroupPaths } from './cgroup.js';
 
 /** How long a freeze may take to settle before it is undone (the sandbox was busy in the kernel). */
 const FREEZE_SETTLE_MS = 1_000;
+
+/** One file per frozen container (its id), holding the id of the gateway that froze it. */
+export const FROZEN_RECORDS = '/run/sandgate/frozen';
+
+const ID = /^[0-9a-f]{64}$/;
+
+export interface FreezerOptions {
+  /** The cgroup root (tests); /sys/fs/cgroup by default. */
+  root?: string;
+  /** The gateway freezing it (written in its record, for `thawLeftFrozen`). */
+  owner?: string;
+  /** Where the records go; FROZEN_RECORDS by default. */
+  records?: string;
+}
 
 export type FreezeState = 'frozen' | 'freezing' | 'thawed' | 'unknown';
 
@@ -45,12 +64,18 @@ export function freezeState(containerId: string, root?: string): FreezeState {
 }
 
 /** Freezes the container; true once the kernel says it is frozen. Undone if it does not settle. */
-export async function freeze(containerId: string, root?: string): Promise<boolean> {
+export async function freeze(containerId: string, opts: FreezerOptions = {}): Promise<boolean> {
+  const { root } = opts;
   const f = files(containerId, root);
   if (!f) return false;
+  const records = opts.records ?? FROZEN_RECORDS;
   try {
+    // Written down first: a sandbox nobody could find again to thaw is never frozen.
+    fs.mkdirSync(records, { recursive: true, mode: 0o700 });
+    fs.writeFileSync(path.join(records, containerId), opts.owner ?? '');
     fs.writeFileSync(f.control, f.version === 2 ? '1' : 'FROZEN');
   } catch {
+    thaw(containerId, opts);
     return false;
   }
   const deadline = Date.now() + FREEZE_SETTLE_MS;
@@ -60,18 +85,53 @@ export async function freeze(containerId: string, root?: string): Promise<boolea
     if (s === 'unknown') return false;
     await new Promise((r) => setTimeout(r, wait));
   }
-  thaw(containerId, root);
+  thaw(containerId, opts);
   return false;
 }
 
-/** Thaws the container (nothing happens to one that is not frozen, or gone). */
-export function thaw(containerId: string, root?: string): boolean {
-  const f = files(containerId, root);
-  if (!f) return false;
-  try {
-    fs.writeFileSync(f.control, f.version === 2 ? '0' : 'THAWED');
-    return true;
-  } catch {
-    return false;
+/** Thaws the container (nothing happens to one that is not frozen, or gone) and drops its record. */
+export function thaw(containerId: string, opts: FreezerOptions = {}): boolean {
+  const f = files(containerId, opts.root);
+  let ok = false;
+  if (f) {
+    try {
+      fs.writeFileSync(f.control, f.version === 2 ? '0' : 'THAWED');
+      ok = true;
+    } catch {
+      // gone
+    }
   }
+  if (ID.test(containerId)) fs.rmSync(path.join(opts.records ?? FROZEN_RECORDS, containerId), { force: true });
+  return ok;
+}
+
+/**
+ * Thaws every container the records say `owner` (a gateway id) froze, or every one
+ * recorded when `owner` is undefined, and drops their records; returns how many were
+ * frozen. A gateway killed while sandboxes were frozen leaves them so, and dockerd can
+ * neither stop them nor start while they exist.
+ */
+export function thawLeftFrozen(owner?: string, opts: Omit<FreezerOptions, 'owner'> = {}): number {
+  const records = opts.records ?? FROZEN_RECORDS;
+  let names: string[];
+  try {
+    names = fs.readdirSync(records);
+  } catch {
+    return 0;
+  }
+  let n = 0;
+  for (const id of names) {
+    if (!ID.test(id)) continue;
+    let who: string;
+    try {
+      who = fs.readFileSync(path.join(records, id), 'utf8');
+    } catch {
+      continue;
+    }
+    if (owner !== undefined && who !== owner) continue;
+    const state = freezeState(id, opts.root);
+    if (state === 'frozen' || state === 'freezing') n++;
+    thaw(id, opts);
+  }
+  return n;
 }

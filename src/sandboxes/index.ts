@@ -2,7 +2,6 @@
  * Builds the sandbox stack from configuration: Docker client, driver, workspace
  * volumes and the manager. The one place that knows which driver is in use.
  */
-import crypto from 'node:crypto';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { SKILLS_DIR, TOOLS_DIR } from '../paths.js';
@@ -14,12 +13,9 @@ import { DockerDriver } from './docker-driver.js';
 import { SandboxManager } from './manager.js';
 import type { SandboxDriver, SandboxOwner } from './types.js';
 import { WorkspaceVolumes } from './volumes.js';
+import { gatewayIdFor } from './gateway-id.js';
 
-
-/** A short id for this gateway's containers: one per data directory. */
-export function gatewayIdFor(dataDir: string): string {
-  return crypto.createHash('sha256').update(path.resolve(dataDir)).digest('hex').slice(0, 10);
-}
+export { gatewayIdFor };
 
 export function dockerClient(config: Config): Docker {
   return new Docker({ socketPath: config.dockerSocket });

@@ -25,10 +25,11 @@ import type { Logger } from '../logger.js';
 import { forgetSandboxContainer, recordExecutions, recordSandboxStarted, recordSandboxUse, type ExecutionRow } from '../store/sandboxes.js';
 import type { Db } from '../store/store.js';
 import { claimWorkspace, getUser } from '../store/users.js';
-import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE } from './adoption.js';
+import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { cpuMsNow, forgetCgroup } from './cgroup.js';
-import { freeze, thaw } from './freezer.js';
+import { freeze, thaw, thawLeftFrozen } from './freezer.js';
+import { gatewayIdFor } from './gateway-id.js';
 import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from './runtime-leftovers.js';
 import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { SandboxError } from './errors.js';
@@ -104,6 +105,11 @@ export class SandboxManager {
   /** Users whose sandbox an admin is stopping now. */
   private readonly stopping = new Set<number>();
   private readonly pool: WarmPool;
+  /** Names this gateway in the records of what it froze. */
+  private readonly gatewayId: string;
+  /** dockerd is not answering: nothing freezes until it does (it could neither stop nor restart a frozen container). */
+  private daemonAway = false;
+  private unwatch?: () => void;
   private reaper?: NodeJS.Timeout;
   private bridge?: BridgeHandler;
   private closed = false;
@@ -114,6 +120,7 @@ export class SandboxManager {
 
   constructor(private readonly deps: SandboxManagerDeps) {
     this.log = deps.logger.child({ module: 'sandboxes' });
+    this.gatewayId = gatewayIdFor(deps.config.dataDir);
     this.pool = new WarmPool({
       size: deps.config.warmPoolSize,
       preload: deps.config.warmPoolPreload.split(',').map((m) => m.trim()).filter(Boolean),
@@ -127,6 +134,17 @@ export class SandboxManager {
       taken: (live) => this.wake(live),
       log: this.log,
     });
+  }
+
+  /**
+   * Thaws what an earlier run of this gateway froze and could not thaw (it was killed):
+   * dockerd cannot start while one of its containers is frozen, so this comes before
+   * anything asks dockerd. Returns how many were frozen.
+   */
+  thawLeftFrozen(): number {
+    const n = thawLeftFrozen(this.gatewayId);
+    if (n) this.log.warn({ sandboxes: n }, 'thawed sandboxes an earlier run left frozen');
+    return n;
   }
 
   /** Adopts or removes containers left by an earlier run, then fills the pool and starts the reaper. */
@@ -152,6 +170,46 @@ export class SandboxManager {
     this.reaper.unref();
     this.executionFlush = setInterval(() => this.flushExecutions(), EXECUTION_LOG_INTERVAL_MS);
     this.executionFlush.unref();
+    this.unwatch = this.deps.driver.watch?.({ down: () => this.daemonDown(), up: () => void this.daemonUp() });
+    this.pool.fill();
+  }
+
+  /** Every sandbox this gateway holds: the users' and the pool's. */
+  private lives(): Live[] {
+    return [...this.users.values(), ...this.pool.entries()];
+  }
+
+  /**
+   * dockerd stopped answering (it is shutting down, or restarting): every frozen sandbox
+   * is thawed now, or dockerd's shutdown would wait 15 s for each and its next start
+   * forever. Nothing freezes until it answers again.
+   */
+  private daemonDown(): void {
+    if (this.closed || this.daemonAway) return;
+    this.daemonAway = true;
+    const frozen = this.lives().filter((l) => l.frozen).length;
+    this.log.warn({ thawed: frozen }, 'dockerd is not answering: frozen sandboxes are thawed, none freezes until it is back');
+    for (const live of this.lives()) this.wake(live);
+  }
+
+  /**
+   * dockerd answers again. Sandboxes that died meanwhile (dockerd stops containers when
+   * it stops) could not be removed then: this gateway's stopped containers go now, the
+   * pool refills, and idle sandboxes freeze again.
+   */
+  private async daemonUp(): Promise<void> {
+    if (this.closed || !this.daemonAway) return;
+    this.daemonAway = false;
+    this.log.info('dockerd answers again');
+    for (const live of this.lives()) if (!live.handle.exited) this.rest(live);
+    try {
+      for (const c of await this.deps.driver.list()) {
+        if (c.state !== 'exited' && c.state !== 'dead') continue;
+        await removeLeftover(this.deps, c);
+      }
+    } catch (e) {
+      this.log.warn({ err: e }, 'could not remove sandboxes that stopped while dockerd was away');
+    }
     this.pool.fill();
   }
 
@@ -276,9 +334,9 @@ export class SandboxManager {
   /** Freezes `live` unless it is busy, gone or frozen already; once frozen, its warm-ups are due. */
   private freezeNow(live: Live): void {
     const sb = live as Partial<UserSandbox>;
-    if (this.closed || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
+    if (this.closed || this.daemonAway || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
     live.frozen = true;
-    void freeze(live.handle.id).then((ok) => {
+    void freeze(live.handle.id, { owner: this.gatewayId }).then((ok) => {
       // Not frozen after all (no freezer here, or it did not settle): it stays awake.
       if (!ok) live.frozen = false;
       else if (live.frozen) this.keepWarm(live);
@@ -607,6 +665,7 @@ export class SandboxManager {
    */
   async shutdown(opts: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean } = {}): Promise<void> {
     this.closed = true;
+    this.unwatch?.();
     if (this.reaper) clearInterval(this.reaper);
     if (this.executionFlush) clearInterval(this.executionFlush);
     for (const p of this.starting.values()) await p.catch(() => {});

@@ -46,6 +46,8 @@ export interface SandboxInfo {
   ownerId?: number;
   createdAt: number;
   running: boolean;
+  /** Docker's word for it: created, running, exited, dead… */
+  state?: string;
 }
 
 export interface SandboxStats {
@@ -101,6 +103,11 @@ export interface SandboxDriver {
   knownContainerIds?(): Promise<Set<string>>;
   /** Gives a pooled sandbox to an owner (relabels it where the backend can). */
   claim?(id: string, owner: SandboxOwner): Promise<void>;
+  /**
+   * Tells `down` as soon as the backend goes away (or does not answer) and `up` when it
+   * answers again, once each per change; returns a function that stops watching.
+   */
+  watch?(on: { down(): void; up(): void }): () => void;
 }
 
 export interface ExecuteOptions {

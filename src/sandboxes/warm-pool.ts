@@ -1,7 +1,8 @@
 /**
  * The warm pool: sandboxes started ahead of need (runner up, the data stack imported, an
  * empty workspace) and handed to users who have no workspace yet, so their first run
- * skips the cold start. Filled in the background; a pooled sandbox that dies leaves it.
+ * skips the cold start. Filled in the background; a pooled sandbox that dies leaves it
+ * and is removed.
  */
 import crypto from 'node:crypto';
 import type { Logger } from '../logger.js';
@@ -100,7 +101,10 @@ export class WarmPool {
     }
     live.handle.onExit(() => {
       const i = this.ready.indexOf(live);
-      if (i >= 0) this.ready.splice(i, 1);
+      if (i < 0) return;
+      // Died waiting: its container (thawed first, were it frozen) and fresh workspace go.
+      this.ready.splice(i, 1);
+      void this.opts.discard(live).catch(() => {});
     });
     this.ready.push(live);
     this.opts.rested?.(live);
