@@ -5,9 +5,12 @@
  * sandboxes freeze too.
  */
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stopUserSandbox } from '../src/cli/sandboxes.js';
-import { freezeState } from '../src/sandboxes/freezer.js';
+import { cgroupPaths, forgetCgroup } from '../src/sandboxes/cgroup.js';
+import { freeze, freezeState, thaw, thawLeftFrozen } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { getUser } from '../src/store/users.js';
 import { createHarness, type Harness } from './support/harness.js';
@@ -252,5 +255,80 @@ describe('keeping frozen sandboxes warm', () => {
     // A warm-up that was under way when its sandbox went does not outlive it.
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await w.manager.list()).map((s) => s.user).filter((u) => u.startsWith('mo'))).toEqual([]);
+  });
+});
+
+/**
+ * The cgroup v2 freezer on this kernel. Where Docker keeps its containers on cgroup v2,
+ * every test above runs on it. On a host with cgroup v1 and v2's hierarchy mounted beside
+ * it (/sys/fs/cgroup/unified, with no controllers: freezing is part of v2's core), the
+ * sandbox's processes are put in a v2 cgroup of their own too, and the freezer is pointed
+ * at a cgroup root where that one stands as Docker's would.
+ */
+const UNIFIED = '/sys/fs/cgroup/unified';
+const hybrid = fs.existsSync(path.join(UNIFIED, 'cgroup.procs')) && !fs.existsSync('/sys/fs/cgroup/cgroup.controllers');
+
+describe.skipIf(!hybrid)('the cgroup v2 freezer (cgroup.freeze, cgroup.events)', () => {
+  let v: Harness;
+  beforeAll(async () => {
+    // No v1 freezing here: only the v2 freezer touches these sandboxes.
+    v = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
+  });
+  afterAll(async () => {
+    await v?.close();
+  });
+
+  it('freezes a real sandbox: a run waits until the thaw, then finds its Python state', async () => {
+    const kim = v.user('kim');
+    await v.manager.execute(kim, { language: 'python', code: 'y = 7' });
+    const id = await containerOf(v, 'kim');
+    const group = path.join(UNIFIED, `sandgate-test-${process.pid}`);
+    const leaf = path.join(group, 'docker', id);
+    const root = fs.mkdtempSync(path.join(os.tmpdir(), 'cgroup-root-'));
+    const records = fs.mkdtempSync(path.join(os.tmpdir(), 'frozen-records-'));
+    const pids = fs.readFileSync(path.join(cgroupPaths(id)!.freezer, 'cgroup.procs'), 'utf8').split('\n').filter(Boolean);
+    fs.mkdirSync(leaf, { recursive: true });
+    try {
+      for (const pid of pids) fs.writeFileSync(path.join(leaf, 'cgroup.procs'), pid);
+      fs.writeFileSync(path.join(root, 'cgroup.controllers'), '');
+      fs.symlinkSync(path.join(group, 'docker'), path.join(root, 'docker'));
+      expect(cgroupPaths(id, root)?.version).toBe(2);
+
+      expect(await freeze(id, { root, records, owner: 'v2' })).toBe(true);
+      expect(fs.readFileSync(path.join(leaf, 'cgroup.events'), 'utf8')).toMatch(/^frozen 1$/m);
+      expect(freezeState(id, root)).toBe('frozen');
+      expect(fs.readFileSync(path.join(records, id), 'utf8')).toBe('v2');
+      let answered = false;
+      const run = v.manager.execute(kim, { language: 'python', code: 'print(y * 6)' }).finally(() => (answered = true));
+      await new Promise((r) => setTimeout(r, 1_000));
+      expect(answered).toBe(false);
+
+      expect(thaw(id, { root, records })).toBe(true);
+      expect((await run).stdout.trim()).toBe('42');
+      expect(freezeState(id, root)).toBe('thawed');
+      expect(fs.existsSync(path.join(records, id))).toBe(false);
+      // A record left behind, as a killed gateway leaves it, is thawed by the next start.
+      expect(await freeze(id, { root, records, owner: 'v2' })).toBe(true);
+      expect(thawLeftFrozen('someone else', { root, records })).toBe(0);
+      expect(freezeState(id, root)).toBe('frozen');
+      expect(thawLeftFrozen('v2', { root, records })).toBe(1);
+      expect(freezeState(id, root)).toBe('thawed');
+    } finally {
+      fs.writeFileSync(path.join(leaf, 'cgroup.freeze'), '0');
+      // Back to the root of v2's hierarchy, with whatever they started meanwhile.
+      for (let left = fs.readFileSync(path.join(leaf, 'cgroup.procs'), 'utf8'); left; left = fs.readFileSync(path.join(leaf, 'cgroup.procs'), 'utf8')) {
+        for (const pid of left.split('\n').filter(Boolean)) {
+          try {
+            fs.writeFileSync(path.join(UNIFIED, 'cgroup.procs'), pid);
+          } catch {
+            // exited
+          }
+        }
+      }
+      fs.rmdirSync(leaf);
+      fs.rmdirSync(path.join(group, 'docker'));
+      fs.rmdirSync(group);
+      forgetCgroup(id, root);
+    }
   });
 });

@@ -31,18 +31,20 @@ interface Paths {
 const ROOT = '/sys/fs/cgroup';
 const ID = /^[0-9a-f]{64}$/;
 
-let version: 1 | 2 | undefined;
+const versions = new Map<string, 1 | 2>();
 function cgroupVersion(root: string): 1 | 2 {
-  version ??= fs.existsSync(path.join(root, 'cgroup.controllers')) ? 2 : 1;
-  return version;
+  let v = versions.get(root);
+  if (!v) versions.set(root, (v = fs.existsSync(path.join(root, 'cgroup.controllers')) ? 2 : 1));
+  return v;
 }
 
+/** Found paths, by root and container id. */
 const found = new Map<string, Paths | null>();
 
 /** Where a container's cgroup is, or null when this host does not show it (another runtime, a remote dockerd). */
 export function cgroupPaths(containerId: string, root = ROOT): Paths | null {
   if (!ID.test(containerId)) return null;
-  const known = found.get(containerId);
+  const known = found.get(`${root}\0${containerId}`);
   if (known !== undefined) return known;
   const leaf = [`docker/${containerId}`, `system.slice/docker-${containerId}.scope`];
   let paths: Paths | null = null;
@@ -56,13 +58,13 @@ export function cgroupPaths(containerId: string, root = ROOT): Paths | null {
     if (cpu && memory) paths = { version: 1, cpu, memory, pids: pick('pids') ?? '', freezer: pick('freezer') ?? '' };
   }
   // Only a found cgroup is remembered: one looked for before the container was made is looked for again.
-  if (paths) found.set(containerId, paths);
+  if (paths) found.set(`${root}\0${containerId}`, paths);
   return paths;
 }
 
 /** Forgets a removed container's paths. */
-export function forgetCgroup(containerId: string): void {
-  found.delete(containerId);
+export function forgetCgroup(containerId: string, root = ROOT): void {
+  found.delete(`${root}\0${containerId}`);
 }
 
 const num = (file: string): number | null => {
