@@ -10,11 +10,12 @@
  *    idles, p50/p95.
  * 3. The delay before freezing, from the figures above: CPU an awake idle sandbox burns
  *    while it waits, against what a thaw adds to the next run.
- * 4. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
+ * 4. The floor: BENCH_USERS plain runc containers with a sleep each, host CPU by process.
+ * 5. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
  *    idle, each one's next run, and the memory each one holds.
  *
  *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES,
- *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=users or BENCH_ONLY=long for one part)
+ *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=users, long or floor for one part)
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -107,6 +108,7 @@ async function main(): Promise<void> {
   const baseline = await hostCpu(10);
   console.log(`host with nothing running: ${f2(baseline)} ms of CPU per s`);
   const only = process.env.BENCH_ONLY;
+  if (only === 'floor') return floor(baseline);
   if (only === 'long') {
     const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
     try {
@@ -117,7 +119,34 @@ async function main(): Promise<void> {
     return;
   }
   if (only !== 'users') await fewIdle(baseline);
+  await floor(baseline);
   await manyUsers(baseline);
+}
+
+/** Runs `f` with `n` plain runc containers (a sleep each) started and settled, then removes them. */
+async function withRuncContainers<T>(n: number, f: (ids: string[]) => Promise<T>): Promise<T> {
+  const ids: string[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      ids.push(execFileSync('docker', ['run', '-d', '--runtime=runc', '--network=none', '--read-only', '--cap-drop=ALL', '--label', 'org.sandgate.bench=idle', '--entrypoint', '/bin/sleep', 'sandgate/sandbox:latest', 'infinity']).toString().trim());
+    }
+    await sleep(3000);
+    return await f(ids);
+  } finally {
+    if (ids.length) execFileSync('docker', ['rm', '-f', ...ids], { stdio: 'ignore' });
+  }
+}
+
+/**
+ * What BENCH_USERS containers cost this host whatever runs in them: plain runc ones with
+ * a sleep. Their shims and the host's own work for each process are a floor no sandbox
+ * can go under while it is one container.
+ */
+async function floor(baseline: number): Promise<void> {
+  const { host, groups } = await withRuncContainers(USERS, (ids) => idleCost(WINDOW_S, ids));
+  const share = (k: CpuGroup) => `${k} ${f2(groups[k] / 20)} %`;
+  console.log(`${USERS} plain runc containers (a sleep each), over ${WINDOW_S} s: the whole host ${f2(host / 20)} % of the 2 cores (with nothing running: ${f2(baseline / 20)} %)`);
+  console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
 }
 
 async function fewIdle(baseline: number): Promise<void> {
@@ -141,17 +170,7 @@ async function fewIdle(baseline: number): Promise<void> {
   } finally {
     await frozen.close();
   }
-  const ids: string[] = [];
-  let runcCost: { host: number; own: number };
-  try {
-    for (let i = 0; i < IDLE; i++) {
-      ids.push(execFileSync('docker', ['run', '-d', '--runtime=runc', '--network=none', '--read-only', '--cap-drop=ALL', '--label', 'org.sandgate.bench=idle', '--entrypoint', '/bin/sleep', 'sandgate/sandbox:latest', 'infinity']).toString().trim());
-    }
-    await sleep(3000);
-    runcCost = await idleCost(WINDOW_S, ids);
-  } finally {
-    if (ids.length) execFileSync('docker', ['rm', '-f', ...ids], { stdio: 'ignore' });
-  }
+  const runcCost = await withRuncContainers(IDLE, async (ids) => idleCost(WINDOW_S, ids));
   const per = (c: { host: number; own: number }) => `${f2(c.own / IDLE).padStart(6)}   (whole host, less its idle: ${f2((c.host - baseline) / IDLE)})`;
   console.log(`idle CPU per sandbox, ${IDLE} together over ${WINDOW_S} s, ms of CPU per s: its own processes (cgroup + shim)`);
   console.log(`  gVisor (systrap), awake:   ${per(awakeCost)}`);
