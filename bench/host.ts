@@ -57,3 +57,31 @@ function groupOf(pid: number, ppid: number, comm: string, ids: Set<string>): Cpu
   if (comm === 'dockerd' || comm === 'containerd') return 'docker';
   return 'other';
 }
+
+/** The host's stall totals so far, in ms (pressure stall information: time some task waited for CPU, memory or I/O), and its major page faults. */
+export interface Stalls {
+  cpu: number;
+  memory: number;
+  io: number;
+  majorFaults: number;
+  /** Time the hypervisor ran something else while this VM wanted to run (steal), ms. */
+  steal: number;
+}
+
+export function stalls(): Stalls {
+  const some = (what: string) => {
+    try {
+      return Number(/^some .*total=(\d+)/m.exec(fs.readFileSync(`/proc/pressure/${what}`, 'utf8'))?.[1] ?? NaN) / 1000;
+    } catch {
+      return NaN;
+    }
+  };
+  const majorFaults = Number(/^pgmajfault (\d+)/m.exec(fs.readFileSync('/proc/vmstat', 'utf8'))?.[1] ?? NaN);
+  const steal = Number(fs.readFileSync('/proc/stat', 'utf8').split('\n')[0]!.trim().split(/\s+/)[8]) * 10;
+  return { cpu: some('cpu'), memory: some('memory'), io: some('io'), majorFaults, steal };
+}
+
+/** `b` less `a`, field by field. */
+export function stallsBetween(a: Stalls, b: Stalls): Stalls {
+  return { cpu: b.cpu - a.cpu, memory: b.memory - a.memory, io: b.io - a.io, majorFaults: b.majorFaults - a.majorFaults, steal: b.steal - a.steal };
+}

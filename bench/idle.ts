@@ -23,7 +23,7 @@ import { freezeState } from '../src/sandboxes/freezer.js';
 import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from '../test/support/harness.js';
-import { cpuByGroup, hostBusyMs, type CpuGroup } from './host.js';
+import { cpuByGroup, hostBusyMs, stalls, stallsBetween, type CpuGroup, type Stalls } from './host.js';
 
 const IDLE = Number(process.env.BENCH_IDLE ?? 20);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
@@ -118,8 +118,10 @@ async function main(): Promise<void> {
     }
     return;
   }
-  if (only !== 'users') await fewIdle(baseline);
-  await floor(baseline);
+  if (only !== 'users') {
+    await fewIdle(baseline);
+    await floor(baseline);
+  }
   await manyUsers(baseline);
 }
 
@@ -286,7 +288,20 @@ async function manyUsers(baseline: number): Promise<void> {
     console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
     const next: number[] = [];
-    for (const o of owners.slice(0, Math.min(USERS, 60))) next.push(await runMs(many, o));
+    const during: Stalls[] = [];
+    for (const o of owners.slice(0, Math.min(USERS, 60))) {
+      const s0 = stalls();
+      next.push(await runMs(many, o));
+      during.push(stallsBetween(s0, stalls()));
+    }
+    // What the host went through during the slowest runs, against a typical one.
+    const order = next.map((ms, i) => i).sort((a, b) => next[b]! - next[a]!);
+    const show = (i: number) => {
+      const d = during[i]!;
+      return `${f2(next[i]!)} ms (stalls: cpu ${f2(d.cpu)}, memory ${f2(d.memory)}, io ${f2(d.io)} ms; ${d.majorFaults} major faults; steal ${d.steal} ms)`;
+    };
+    console.log(`  slowest next runs: ${order.slice(0, 4).map(show).join('; ')}`);
+    console.log(`  a median one: ${show(order[Math.floor(order.length / 2)]!)}`);
     // A chat turn thaws the sandbox when it begins (prepare), while the model thinks.
     const prepared: number[] = [];
     for (const o of owners.slice(Math.min(USERS, 60), Math.min(USERS, 120))) {

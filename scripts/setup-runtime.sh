@@ -5,8 +5,8 @@
 #      systrap platform (bookworm's own 2022 build only has ptrace, ~4.7x slower);
 #   3. the runsc runtime registered in /etc/docker/daemon.json, merged with what is there;
 #   4. sandboxes a killed gateway left frozen thawed (dockerd can neither stop nor start
-#      with one), then dockerd started when it is not running (systemd when present,
-#      else in the background);
+#      with one; scripts/thaw-frozen.sh, also run by docker.service under systemd), then
+#      dockerd started when it is not running (systemd when present, else in the background);
 #   5. a preflight: a container under runsc must start and report gVisor's kernel.
 # Idempotent: a second run changes nothing. Must run as root.
 set -euo pipefail
@@ -112,17 +112,19 @@ fi
 # A gateway writes down each sandbox it freezes (src/sandboxes/freezer.ts) and removes
 # the record when it thaws it. One killed in between leaves the sandbox frozen, and
 # dockerd waits forever for a frozen container's state when it starts: thaw them first.
-for rec in /run/sandgate/frozen/*; do
-  id=${rec##*/}
-  [[ $id =~ ^[0-9a-f]{64}$ ]] || continue
-  for f in "/sys/fs/cgroup/freezer/docker/$id/freezer.state" "/sys/fs/cgroup/freezer/system.slice/docker-$id.scope/freezer.state"; do
-    [ -w "$f" ] && echo THAWED >"$f" && log "thawed sandbox ${id:0:12}, left frozen by a gateway that could not thaw it"
-  done
-  for f in "/sys/fs/cgroup/docker/$id/cgroup.freeze" "/sys/fs/cgroup/system.slice/docker-$id.scope/cgroup.freeze"; do
-    [ -w "$f" ] && echo 0 >"$f" && log "thawed sandbox ${id:0:12}, left frozen by a gateway that could not thaw it"
-  done
-  rm -f "$rec"
-done
+# Where systemd runs dockerd, docker.service does the same before each start.
+bash "$here/thaw-frozen.sh" | while read -r line; do log "$line"; done
+if [ -d /run/systemd/system ]; then
+  install -D -m 755 "$here/thaw-frozen.sh" /usr/local/lib/sandgate/thaw-frozen.sh
+  dropin=/etc/systemd/system/docker.service.d/sandgate-thaw-frozen.conf
+  want=$'[Service]\nExecStartPre=-/bin/bash /usr/local/lib/sandgate/thaw-frozen.sh'
+  if [ "$(cat "$dropin" 2>/dev/null)" != "$want" ]; then
+    mkdir -p "${dropin%/*}"
+    printf '%s\n' "$want" >"$dropin"
+    systemctl daemon-reload
+    log "docker.service now thaws sandboxes a killed gateway left frozen before dockerd starts ($dropin)"
+  fi
+fi
 if docker_up; then
   if [ "$changed" = changed ]; then
     # dockerd reloads its runtimes on SIGHUP without stopping containers.

@@ -6,7 +6,8 @@
  * thawed by the next start: scripts/setup-runtime.sh, or the gateway itself.
  *
  * These tests stop and start the host's dockerd: they run only where dockerd runs in the
- * background as scripts/setup-runtime.sh starts it (not under systemd).
+ * background as scripts/setup-runtime.sh starts it (not under systemd), no container but
+ * sandgate's is running, and SANDGATE_TEST_NO_DOCKERD_RESTART is not set.
  */
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -19,7 +20,11 @@ import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { createHarness, type Harness } from './support/harness.js';
 
 const DOCKERD_LOG = '/var/log/sandgate-dockerd.log';
-const canRestart = !fs.existsSync('/run/systemd/system') && process.getuid?.() === 0;
+/** Containers on this host that are not sandgate's: a dockerd restart would stop them. */
+const othersRunning = spawnSync('docker', ['ps', '--format', '{{.Label "org.sandgate.gateway"}}'], { encoding: 'utf8' })
+  .stdout.split('\n')
+  .some((l, i, all) => l === '' && i < all.length - 1);
+const canRestart = !fs.existsSync('/run/systemd/system') && process.getuid?.() === 0 && !othersRunning && !process.env.SANDGATE_TEST_NO_DOCKERD_RESTART;
 const docker = dockerClient(configFor({}));
 
 function dockerdPid(): number | undefined {
@@ -120,7 +125,7 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
       [frozenId] = await mine();
       gateway.kill('SIGKILL');
       await exited;
-      expect(fs.readFileSync(path.join(FROZEN_RECORDS, frozenId!), 'utf8')).toBe(gatewayIdFor(dataDir));
+      expect(fs.readFileSync(path.join(FROZEN_RECORDS, frozenId!), 'utf8')).toMatch(new RegExp(`^${gatewayIdFor(dataDir)} ${gateway.pid} \\d+\n$`));
 
       // With nobody to thaw it, dockerd gives up on the frozen container after 15 s.
       expect(await stopDockerd()).toMatch(/Force shutdown daemon/);
@@ -171,25 +176,51 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
     }
   });
 
-  it('setup-runtime.sh thaws only what the records name, and drops the records', async () => {
-    const c1 = await docker.createContainer({ Image: 'sandgate/sandbox', Entrypoint: ['/bin/sleep'], Cmd: ['600'], HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
-    const c2 = await docker.createContainer({ Image: 'sandgate/sandbox', Entrypoint: ['/bin/sleep'], Cmd: ['600'], HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
+  it("setup-runtime.sh thaws what the records name of gateways no longer running, and drops those records; a running gateway's and other containers are left", async () => {
+    const start = () => docker.createContainer({ Image: 'sandgate/sandbox', Entrypoint: ['/bin/sleep'], Cmd: ['600'], HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
+    const [killed, running, other] = [await start(), await start(), await start()];
     try {
-      await c1.start();
-      await c2.start();
-      expect(await freeze(c1.id, { owner: 'test' })).toBe(true);
+      for (const c of [killed, running, other]) await c.start();
+      expect(await freeze(killed.id, { owner: 'test' })).toBe(true);
+      // As a gateway that is gone left it: a pid that no process has any more.
+      const gonePid = spawnSync('true').pid;
+      fs.writeFileSync(path.join(FROZEN_RECORDS, killed.id), `test ${gonePid} 12345\n`);
+      // This process is a gateway still running: its record is its own to thaw.
+      expect(await freeze(running.id, { owner: 'test' })).toBe(true);
       // Frozen by someone else (docker pause does this to runc containers): not ours to thaw.
-      expect(await freeze(c2.id, { records: fs.mkdtempSync(path.join(os.tmpdir(), 'other-records-')) })).toBe(true);
+      expect(await freeze(other.id, { records: fs.mkdtempSync(path.join(os.tmpdir(), 'other-records-')) })).toBe(true);
       const r = setupRuntime();
       expect(r.status, r.output).toBe(0);
-      expect(freezeState(c1.id)).toBe('thawed');
-      expect(freezeState(c2.id)).toBe('frozen');
-      expect(fs.existsSync(path.join(FROZEN_RECORDS, c1.id))).toBe(false);
+      expect(r.output).toContain(`thawed sandbox ${killed.id.slice(0, 12)}`);
+      expect(freezeState(killed.id)).toBe('thawed');
+      expect(fs.existsSync(path.join(FROZEN_RECORDS, killed.id))).toBe(false);
+      expect(freezeState(running.id)).toBe('frozen');
+      expect(fs.existsSync(path.join(FROZEN_RECORDS, running.id))).toBe(true);
+      expect(freezeState(other.id)).toBe('frozen');
     } finally {
-      for (const c of [c1, c2]) {
+      for (const c of [killed, running, other]) {
         thaw(c.id);
         await c.remove({ force: true }).catch(() => {});
       }
+    }
+  });
+
+  it('a records directory others could write to is refused: nothing freezes', async () => {
+    const c = await docker.createContainer({ Image: 'sandgate/sandbox', Entrypoint: ['/bin/sleep'], Cmd: ['600'], HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
+    const open = fs.mkdtempSync(path.join(os.tmpdir(), 'open-records-'));
+    fs.chmodSync(open, 0o777);
+    const target = fs.mkdtempSync(path.join(os.tmpdir(), 'link-target-'));
+    const link = path.join(os.tmpdir(), `records-link-${process.pid}`);
+    fs.symlinkSync(target, link);
+    try {
+      await c.start();
+      expect(await freeze(c.id, { records: open })).toBe(false);
+      expect(await freeze(c.id, { records: link })).toBe(false);
+      expect(freezeState(c.id)).toBe('thawed');
+    } finally {
+      fs.rmSync(link);
+      thaw(c.id);
+      await c.remove({ force: true }).catch(() => {});
     }
   });
 });

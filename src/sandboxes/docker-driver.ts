@@ -238,18 +238,27 @@ export class DockerDriver implements SandboxDriver {
   }
 
   /**
-   * Watches dockerd's socket once a second. When dockerd shuts down it first closes its
-   * API (the socket file goes away) and then stops its containers: that is the moment to
-   * hear of it. Connections already open, an event stream's too, stay open until dockerd
-   * exits, so they tell nothing in time. A socket that is back (or new: dockerd restarted
-   * between two looks) counts once dockerd answers on it.
+   * Watches dockerd once a second. When dockerd shuts down it first closes its API and
+   * then stops its containers: that is the moment to hear of it. Where dockerd made its
+   * socket, the file goes away at once (or is new: dockerd restarted between two looks);
+   * where systemd holds the socket for it, connections are taken and never answered, so
+   * two pings in a row without an answer within 2 s count too. Connections already open,
+   * an event stream's, stay open until dockerd exits: they tell nothing in time.
    */
   watch(on: { down(): void; up(): void }): () => void {
     const socket = (this.opts.docker.modem as { socketPath?: string }).socketPath;
     if (!socket) return () => {};
     let away: boolean | undefined;
     let inode: number | undefined;
+    let unanswered = 0;
     let looking = false;
+    const change = (down: boolean) => {
+      if (away === down) return;
+      const first = away === undefined;
+      away = down;
+      if (down) on.down();
+      else if (!first) on.up();
+    };
     const look = async () => {
       if (looking) return;
       looking = true;
@@ -257,24 +266,17 @@ export class DockerDriver implements SandboxDriver {
         const st = fs.statSync(socket, { throwIfNoEntry: false });
         if (!st || (inode !== undefined && st.ino !== inode)) {
           inode = undefined;
-          if (away !== true) {
-            away = true;
-            on.down();
-          }
+          unanswered = 0;
+          change(true);
           if (!st) return;
         }
-        if (away === false) return;
-        if (!(await answersWithin(this.opts.docker, 2000))) {
-          if (away === undefined) {
-            away = true;
-            on.down();
-          }
-          return;
+        if (await answersWithin(this.opts.docker, 2000)) {
+          inode = st.ino;
+          unanswered = 0;
+          change(false);
+        } else if (++unanswered >= 2 || away === undefined) {
+          change(true);
         }
-        inode = st.ino;
-        const was = away;
-        away = false;
-        if (was) on.up();
       } finally {
         looking = false;
       }
@@ -343,14 +345,12 @@ class DockerSandbox extends ConnectedSandbox implements SandboxHandle {
 
 /** Whether dockerd answers a ping within `ms` (one that is starting accepts connections and answers nothing). */
 function answersWithin(docker: Docker, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  return Promise.race([
-    docker.ping().then(
-      () => true,
-      () => false,
-    ),
-    new Promise<boolean>((r) => (timer = setTimeout(() => r(false), ms))),
-  ]).finally(() => clearTimeout(timer));
+  // Aborted when late: a dockerd that takes connections and answers nothing keeps none.
+  const ping = docker.ping.bind(docker) as unknown as (opts: { abortSignal: AbortSignal }) => Promise<unknown>;
+  return ping({ abortSignal: AbortSignal.timeout(ms) }).then(
+    () => true,
+    () => false,
+  );
 }
 
 function inactiveFile(stats: Record<string, number> | undefined): number {

@@ -21,7 +21,10 @@ import { cgroupPaths } from './cgroup.js';
 /** How long a freeze may take to settle before it is undone (the sandbox was busy in the kernel). */
 const FREEZE_SETTLE_MS = 1_000;
 
-/** One file per frozen container (its id), holding the id of the gateway that froze it. */
+/**
+ * One file per frozen container (its id): "<gateway id> <pid> <start time>" of the gateway
+ * process that froze it (scripts/thaw-frozen.sh leaves the records of one still running).
+ */
 export const FROZEN_RECORDS = '/run/sandgate/frozen';
 
 const ID = /^[0-9a-f]{64}$/;
@@ -29,7 +32,7 @@ const ID = /^[0-9a-f]{64}$/;
 export interface FreezerOptions {
   /** The cgroup root (tests); /sys/fs/cgroup by default. */
   root?: string;
-  /** The gateway freezing it (written in its record, for `thawLeftFrozen`). */
+  /** The gateway freezing it (written in its record with this process's pid, for `thawLeftFrozen`). */
   owner?: string;
   /** Where the records go; FROZEN_RECORDS by default. */
   records?: string;
@@ -71,8 +74,8 @@ export async function freeze(containerId: string, opts: FreezerOptions = {}): Pr
   const records = opts.records ?? FROZEN_RECORDS;
   try {
     // Written down first: a sandbox nobody could find again to thaw is never frozen.
-    fs.mkdirSync(records, { recursive: true, mode: 0o700 });
-    fs.writeFileSync(path.join(records, containerId), opts.owner ?? '');
+    ownRecordsDir(records);
+    fs.writeFileSync(path.join(records, containerId), `${opts.owner ?? ''} ${process.pid} ${startTime()}\n`, { flag: 'w', mode: 0o600 });
     fs.writeFileSync(f.control, f.version === 2 ? '1' : 'FROZEN');
   } catch {
     thaw(containerId, opts);
@@ -82,26 +85,54 @@ export async function freeze(containerId: string, opts: FreezerOptions = {}): Pr
   for (let wait = 1; Date.now() < deadline; wait = Math.min(wait * 2, 50)) {
     const s = freezeState(containerId, root);
     if (s === 'frozen') return true;
-    if (s === 'unknown') return false;
+    if (s === 'unknown') break;
     await new Promise((r) => setTimeout(r, wait));
   }
   thaw(containerId, opts);
   return false;
 }
 
-/** Thaws the container (nothing happens to one that is not frozen, or gone) and drops its record. */
+let started: string | undefined;
+/** When this process started (field 22 of /proc/self/stat): with the pid, it names this process and no later one. */
+function startTime(): string {
+  if (started === undefined) {
+    const stat = fs.readFileSync('/proc/self/stat', 'utf8');
+    started = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? '';
+  }
+  return started;
+}
+
+/**
+ * The records' directory, made if missing; refused (thrown) unless it is a real
+ * directory of this process's user that no one else may write to: a record planted
+ * there would have a gateway thaw a container that is not its own.
+ */
+function ownRecordsDir(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const st = fs.lstatSync(dir);
+  if (!st.isDirectory() || st.uid !== process.getuid?.() || (st.mode & 0o022) !== 0) {
+    throw new Error(`${dir} is not a directory only this user can write to`);
+  }
+}
+
+/**
+ * Thaws the container (nothing happens to one that is not frozen) and drops its record,
+ * unless the thaw failed while the cgroup is still there: the record stays for the next
+ * start to try again.
+ */
 export function thaw(containerId: string, opts: FreezerOptions = {}): boolean {
   const f = files(containerId, opts.root);
   let ok = false;
+  let gone = !f;
   if (f) {
     try {
       fs.writeFileSync(f.control, f.version === 2 ? '0' : 'THAWED');
       ok = true;
-    } catch {
-      // gone
+    } catch (e) {
+      gone = (e as NodeJS.ErrnoException).code === 'ENOENT';
     }
   }
-  if (ID.test(containerId)) fs.rmSync(path.join(opts.records ?? FROZEN_RECORDS, containerId), { force: true });
+  if ((ok || gone) && ID.test(containerId)) fs.rmSync(path.join(opts.records ?? FROZEN_RECORDS, containerId), { force: true });
   return ok;
 }
 
@@ -124,7 +155,7 @@ export function thawLeftFrozen(owner?: string, opts: Omit<FreezerOptions, 'owner
     if (!ID.test(id)) continue;
     let who: string;
     try {
-      who = fs.readFileSync(path.join(records, id), 'utf8');
+      who = fs.readFileSync(path.join(records, id), 'utf8').split(' ')[0]!;
     } catch {
       continue;
     }

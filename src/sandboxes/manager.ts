@@ -128,6 +128,7 @@ export class SandboxManager {
       discard: async (live) => {
         this.wake(live);
         await deps.driver.stop(live.handle.id);
+        forgetCgroup(live.handle.id);
         await deps.volumes.destroy(live.workspaceId);
       },
       rested: (live) => this.rest(live),
@@ -190,6 +191,8 @@ export class SandboxManager {
     const frozen = this.lives().filter((l) => l.frozen).length;
     this.log.warn({ thawed: frozen }, 'dockerd is not answering: frozen sandboxes are thawed, none freezes until it is back');
     for (const live of this.lives()) this.wake(live);
+    // And whatever the records name that memory does not (a freeze whose outcome was lost).
+    thawLeftFrozen(this.gatewayId);
   }
 
   /**
@@ -202,13 +205,12 @@ export class SandboxManager {
     this.daemonAway = false;
     this.log.info('dockerd answers again');
     for (const live of this.lives()) if (!live.handle.exited) this.rest(live);
-    try {
-      for (const c of await this.deps.driver.list()) {
-        if (c.state !== 'exited' && c.state !== 'dead') continue;
-        await removeLeftover(this.deps, c);
-      }
-    } catch (e) {
-      this.log.warn({ err: e }, 'could not remove sandboxes that stopped while dockerd was away');
+    const stopped = await this.deps.driver.list().then(
+      (all) => all.filter((c) => (c.state === 'exited' || c.state === 'dead') && (c.labels[LABEL_ROLE] === 'user' || c.labels[LABEL_ROLE] === 'pool')),
+      (e: unknown) => (this.log.warn({ err: e }, 'could not list sandboxes after dockerd came back'), []),
+    );
+    for (const c of stopped) {
+      await removeLeftover(this.deps, c).catch((e: unknown) => this.log.warn({ err: e, container: c.id.slice(0, 12) }, 'could not remove a sandbox that stopped while dockerd was away'));
     }
     this.pool.fill();
   }

@@ -30,6 +30,8 @@ export class WarmPool {
   private readonly ready: Live[] = [];
   private starting = 0;
   private closed = false;
+  /** Discards of sandboxes that died waiting, awaited by `close`. */
+  private readonly discarding = new Set<Promise<void>>();
 
   constructor(private readonly opts: WarmPoolOptions) {}
 
@@ -90,6 +92,7 @@ export class WarmPool {
       if (opts.detachOnly) live.handle.detach();
       else await this.opts.discard(live).catch(() => {});
     }
+    await Promise.all(this.discarding);
   }
 
   private async startOne(): Promise<void> {
@@ -104,7 +107,9 @@ export class WarmPool {
       if (i < 0) return;
       // Died waiting: its container (thawed first, were it frozen) and fresh workspace go.
       this.ready.splice(i, 1);
-      void this.opts.discard(live).catch(() => {});
+      const p = this.opts.discard(live).catch(() => {});
+      this.discarding.add(p);
+      void p.finally(() => this.discarding.delete(p));
     });
     this.ready.push(live);
     this.opts.rested?.(live);
