@@ -23,7 +23,7 @@ import { freezeState } from '../src/sandboxes/freezer.js';
 import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from '../test/support/harness.js';
-import { cpuByGroup, hostBusyMs, stalls, stallsBetween, type CpuGroup, type Stalls } from './host.js';
+import { cpuByGroup, hostBusyMs, processCpuMs, stalls, stallsBetween, type CpuGroup, type Stalls } from './host.js';
 
 const IDLE = Number(process.env.BENCH_IDLE ?? 20);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
@@ -280,7 +280,17 @@ async function manyUsers(baseline: number): Promise<void> {
     await allFrozen(many, 300_000);
     await sleep(2000);
     const boxes = await many.manager.list();
-    const { host: cpu, own, groups } = await idleCost(WINDOW_S, boxes.map((b) => b.containerId));
+    // How pid 1 spends its CPU over the window: evenly, or in bursts that hold a core.
+    const slices: number[] = [];
+    let last = processCpuMs(1);
+    const sampler = setInterval(() => {
+      const now = processCpuMs(1);
+      slices.push(now - last);
+      last = now;
+    }, 100);
+    const { host: cpu, own, groups } = await idleCost(WINDOW_S, boxes.map((b) => b.containerId)).finally(() => clearInterval(sampler));
+    const bursts = slices.filter((ms) => ms >= 50).length;
+    console.log(`  pid 1 over the window, per 100 ms: p50 ${f2(pct(slices, 50))} ms, p95 ${f2(pct(slices, 95))} ms, max ${f2(Math.max(...slices))} ms; ${bursts} slices of 50 ms or more in ${WINDOW_S} s`);
     const mem = boxes.map((s) => sampleCgroup(s.containerId)?.memoryBytes ?? NaN).filter(Number.isFinite);
     const heldBytes = before - memAvailable();
     console.log(`  all idle and frozen: the sandboxes' own processes ${f2(own)} ms/s = ${f2(own / 20)} % of the 2 cores; the whole host ${f2(cpu / 20)} % (with nothing running: ${f2(baseline / 20)} %)`);
@@ -298,7 +308,7 @@ async function manyUsers(baseline: number): Promise<void> {
     const order = next.map((ms, i) => i).sort((a, b) => next[b]! - next[a]!);
     const show = (i: number) => {
       const d = during[i]!;
-      return `${f2(next[i]!)} ms (stalls: cpu ${f2(d.cpu)}, memory ${f2(d.memory)}, io ${f2(d.io)} ms; ${d.majorFaults} major faults; steal ${d.steal} ms)`;
+      return `${f2(next[i]!)} ms (stalls: cpu ${f2(d.cpu)}, memory ${f2(d.memory)}, io ${f2(d.io)} ms; ${d.majorFaults} major faults; steal ${d.steal} ms; pid 1 ran ${f2(d.init)} ms)`;
     };
     console.log(`  slowest next runs: ${order.slice(0, 4).map(show).join('; ')}`);
     console.log(`  a median one: ${show(order[Math.floor(order.length / 2)]!)}`);
