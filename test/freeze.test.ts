@@ -240,6 +240,19 @@ describe('keeping frozen sandboxes warm', () => {
     await frozenSoon(id);
   });
 
+  it('a Python kernel that ends while its sandbox idles is reported by the next run, though warm-ups started another meanwhile', async () => {
+    const ned = w.user('ned');
+    await w.manager.execute(ned, { language: 'python', code: 'z = 1\nimport os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(5))).start()' });
+    // Frozen, then warmed up once or twice: the first warm-up finds the kernel gone.
+    await new Promise((r) => setTimeout(r, 2_500));
+    const r = await w.manager.execute(ned, { language: 'python', code: '"z" in globals()' });
+    expect(r.result).toBe('False');
+    expect(r.restarted).toBe(true);
+    expect(r.notice).toMatch(/The Python kernel had ended since the last execution \(exit code 5\).*variables and imports from earlier executions are gone/);
+    const again = await w.manager.execute(ned, { language: 'python', code: 'z = 2\nz' });
+    expect([again.result, again.restarted, again.notice]).toEqual(['2', false, undefined]);
+  });
+
   it('stops and kills a sandbox at any point of its freeze and warm-up cycle within seconds, and nothing is left frozen', async () => {
     const docker = dockerClient(w.config);
     for (let i = 0; i < 6; i++) {

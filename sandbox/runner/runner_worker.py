@@ -86,6 +86,10 @@ class Worker:
         self.current = None
         self.stopping = False
         self.kernel = Kernel()
+        # How the persistent kernel ended after it had run code, when nothing has said so
+        # yet (it died between executions and a preload started it again): the next
+        # Python execution says its variables are gone.
+        self.kernel_lost = None
         self.deno = DenoHost(ceiling_from_env())
         self.bash = BashShell(STATE_DIR)
         self.running_pgid = None  # the exec process group, for shutdown
@@ -558,11 +562,34 @@ class Worker:
             return self._exec_python_narrowed(job, output)
         if job.req['reset'] and self.kernel.alive:
             self._lose_kernel(Discard())
+            self.kernel_lost = None
+        lost = self._kernel_lost_between()
         outcome = self._kernel_ready(job)
-        if outcome is not None:
-            return outcome
-        return self._kernel_exec(job, output, self.kernel,
-                                 ' The Python kernel was restarted: variables and imports from earlier executions are gone.')
+        if outcome is None:
+            self.kernel.used = True
+            outcome = self._kernel_exec(job, output, self.kernel,
+                                        ' The Python kernel was restarted: variables and imports from earlier executions are gone.')
+        if lost:
+            outcome['restarted'] = True
+            outcome['notice'] = ' '.join(n for n in (lost, outcome.get('notice')) if n)
+        return outcome
+
+    def _kernel_lost_between(self):
+        """When the persistent kernel, after running code, ended since the last execution
+        (a thread of user code called os._exit, the kernel was killed while idle): a notice
+        saying its state is gone, and a dead one is cleared away so that this execution
+        runs in a new one. None when nothing was lost."""
+        lost, self.kernel_lost = self.kernel_lost, None
+        kernel = self.kernel
+        if kernel.alive and kernel.proc.poll() is not None:
+            used = kernel.used
+            status = self._lose_kernel(Discard())
+            if used:
+                lost = describe_status(status)
+        if lost is None:
+            return None
+        return ('The Python kernel had ended since the last execution (%s) and was started again:'
+                ' variables and imports from earlier executions are gone.' % lost)
 
     def _exec_python_narrowed(self, job, output):
         """Narrowed Python runs in a one-shot kernel started through the lockdown: the
@@ -649,7 +676,11 @@ class Worker:
                     if name in modules and name not in kernel.preloaded:
                         kernel.preloaded.append(name)
             else:
+                used = kernel.used
                 status = self._lose_kernel(DiagSink())
+                if used:
+                    self.kernel_lost = describe_status(status) if reason == 'died' else 'its preload ' + (
+                        'was cancelled' if reason == 'cancel' else 'timed out')
                 error = {'cancel': 'cancelled', 'timeout': 'timed out after %d s' % PRELOAD_SECONDS}.get(
                     reason, 'the Python kernel died (%s)' % describe_status(status))
                 error += '; the kernel was restarted'

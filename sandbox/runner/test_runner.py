@@ -367,6 +367,36 @@ class RunnerTest(unittest.TestCase):
         with open(self.r.stderr.name, 'rb') as f:
             self.assertNotIn(b'between-runs-marker', f.read())
 
+    def test_a_kernel_that_ended_between_executions_is_reported_by_the_next_one_which_still_runs(self):
+        # A thread of user code ends the kernel after its execution returned.
+        self.r.run('x = 41\nimport os, threading, time\n'
+                   'threading.Thread(target=lambda: (time.sleep(0.2), os._exit(7))).start()')
+        time.sleep(0.6)
+        _, _, done = self.r.run('"x" in globals()')
+        self.assertEqual(done['result'], 'False')  # the code ran, in a new kernel
+        self.assertTrue(done['restarted'])
+        self.assertIn('The Python kernel had ended since the last execution (exit code 7)', done['notice'])
+        _, _, done = self.r.run('x = 1\nx + 1')
+        self.assertEqual((done['result'], done['restarted'], done.get('notice')), ('2', False, None))
+
+    def test_a_kernel_that_ended_before_a_warm_up_is_still_reported_by_the_next_execution(self):
+        # The gateway's warm-up of a frozen sandbox (an empty preload) finds it dead and
+        # starts another: the next execution must still say the variables are gone.
+        self.r.run('y = 1\nimport os, threading, time\n'
+                   'threading.Thread(target=lambda: (time.sleep(0.2), os._exit(3))).start()')
+        time.sleep(0.6)
+        self.r.send({'op': 'preload', 'id': 'warm1', 'modules': []})
+        self.assertIn('died', self.r.next(lambda e: e.get('id') == 'warm1').get('error', ''))
+        _, _, done = self.r.run('"y" in globals()')
+        self.assertEqual(done['result'], 'False')
+        self.assertTrue(done['restarted'])
+        self.assertIn('had ended since the last execution (exit code 3)', done['notice'])
+        # A kernel that never ran code loses nothing: no notice when it ends.
+        self.r.send({'op': 'preload', 'id': 'warm2', 'modules': []})
+        self.r.next(lambda e: e.get('id') == 'warm2')
+        _, _, done = self.r.run('1')
+        self.assertFalse(done['restarted'])
+
     @unittest.skipUnless(has_module('numpy'), 'numpy missing on this host')
     def test_numpy(self):
         _, _, done = self.r.run('import numpy as np\nint(np.arange(6).reshape(2, 3).sum())')
