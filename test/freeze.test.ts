@@ -248,7 +248,7 @@ describe('keeping frozen sandboxes warm', () => {
     const r = await w.manager.execute(ned, { language: 'python', code: '"z" in globals()' });
     expect(r.result).toBe('False');
     expect(r.restarted).toBe(true);
-    expect(r.notice).toMatch(/The Python kernel had ended since the last execution \(exit code 5\).*variables and imports from earlier executions are gone/);
+    expect(r.notice).toMatch(/^The Python kernel had ended since the last execution \(exit code 5\) and was started again\. Variables and imports from earlier executions are gone\./);
     const again = await w.manager.execute(ned, { language: 'python', code: 'z = 2\nz' });
     expect([again.result, again.restarted, again.notice]).toEqual(['2', false, undefined]);
   });

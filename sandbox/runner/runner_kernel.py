@@ -21,7 +21,7 @@ class Kernel:
     def __init__(self, fs=None):
         self.proc = None
         self.ready = False
-        self.used = False    # an execution ran in this process: its death loses user state
+        self.ran = False     # an execution ran in this process: its death loses user state
         self.preloaded = []  # modules imported again after a restart
         self.fs = fs         # narrowed (a one-shot kernel for one execution)
 
@@ -45,7 +45,6 @@ class Kernel:
         self.rep_buf = bytearray()
         self.rep_skip = False
         self.ready = False
-        self.used = False
         set_nonblocking(rep_r, self.proc.stdout, self.proc.stderr)
 
     def argv(self, req_r, rep_w):

@@ -404,16 +404,18 @@ class Worker:
             self._lose_kernel(Discard(), host)
         if host.ceiling is None:
             host.ceiling = req['denoFlags']  # outside a container: the first execution's serve
+        lost = self._ended_between(host)
         problem = self._start_deno()
         if problem:
-            return {'notice': problem}
+            return with_lost({'notice': problem}, lost)
         host.used = True
         outcome = self._kernel_ready(job, host)
         if outcome is not None:
-            return outcome
+            return with_lost(outcome, lost)
         request = {'op': 'exec', 'id': job.id, 'language': req['language'], 'code': req['code'],
                    'env': self._exec_env(job), 'flags': req['denoFlags'], 'cwd': WORKSPACE}
-        outcome = self._kernel_exec(job, output, host, ' ' + DENO_LOST, request)
+        host.ran = True
+        outcome = with_lost(self._kernel_exec(job, output, host, ' ' + DENO_LOST, request), lost)
         refused = outcome.pop('refused', None)
         if refused is None:
             return outcome
@@ -427,17 +429,19 @@ class Worker:
         shell = self.bash
         if req['reset'] and shell.alive:
             self._lose_kernel(Discard(), shell)
+        lost = self._ended_between(shell)
         problem = self._start_host(shell)
         if problem:
-            return {'notice': problem}
+            return with_lost({'notice': problem}, lost)
         outcome = self._kernel_ready(job, shell)
         if outcome is not None:
-            return outcome
+            return with_lost(outcome, lost)
         try:
             script = shell.write_script(req['code'])
         except OSError as exc:
-            return {'notice': 'The script could not be written to /tmp: %s.' % exc.strerror}
+            return with_lost({'notice': 'The script could not be written to /tmp: %s.' % exc.strerror}, lost)
         request = {'id': job.id, 'env': self._exec_env(job), 'cwd': WORKSPACE, 'script': script}
+        shell.ran = True
         outcome = self._kernel_exec(job, output, shell, ' ' + BASH_LOST, request)
         if outcome.get('restarted') and not outcome.get('timedOut') and isinstance(outcome.get('exitCode'), int):
             # The script ended the shell itself (`exit`, `set -e`): that is its exit code.
@@ -448,7 +452,7 @@ class Worker:
             self._lose_kernel(output, shell)
             outcome['restarted'] = True
             outcome['notice'] = ' '.join(n for n in (outcome.get('notice'), BASH_BACKGROUND) if n)
-        return outcome
+        return with_lost(outcome, lost)
 
     def _runs_in_session(self, session):
         """Whether a process of the sandbox user other than the runner's children is in `session`."""
@@ -555,6 +559,7 @@ class Worker:
         status = kernel.kill()
         self._drain(output, kernel.streams(), DRAIN_GRACE)
         kernel.close()
+        kernel.ran = False
         return status
 
     def _exec_python(self, job, output):
@@ -563,33 +568,29 @@ class Worker:
         if job.req['reset'] and self.kernel.alive:
             self._lose_kernel(Discard())
             self.kernel_lost = None
-        lost = self._kernel_lost_between()
+        lost = self._ended_between(self.kernel, self.kernel_lost)
+        self.kernel_lost = None
         outcome = self._kernel_ready(job)
         if outcome is None:
-            self.kernel.used = True
-            outcome = self._kernel_exec(job, output, self.kernel,
-                                        ' The Python kernel was restarted: variables and imports from earlier executions are gone.')
-        if lost:
-            outcome['restarted'] = True
-            outcome['notice'] = ' '.join(n for n in (lost, outcome.get('notice')) if n)
-        return outcome
+            self.kernel.ran = True
+            outcome = self._kernel_exec(job, output, self.kernel, ' ' + PYTHON_LOST)
+        return with_lost(outcome, lost)
 
-    def _kernel_lost_between(self):
-        """When the persistent kernel, after running code, ended since the last execution
-        (a thread of user code called os._exit, the kernel was killed while idle): a notice
-        saying its state is gone, and a dead one is cleared away so that this execution
-        runs in a new one. None when nothing was lost."""
-        lost, self.kernel_lost = self.kernel_lost, None
-        kernel = self.kernel
+    def _ended_between(self, kernel, known=None):
+        """When `kernel` (the Python kernel, the Deno host, the bash shell), after running
+        code, ended since the last execution (user code left running called exit, it was
+        killed while idle), or `known` says how it ended: a notice that its state is gone.
+        A dead one is cleared away, so that this execution runs in a new one."""
+        lost = known
         if kernel.alive and kernel.proc.poll() is not None:
-            used = kernel.used
-            status = self._lose_kernel(Discard())
-            if used:
+            ran = kernel.ran
+            status = self._lose_kernel(Discard(), kernel)
+            if ran:
                 lost = describe_status(status)
         if lost is None:
             return None
-        return ('The Python kernel had ended since the last execution (%s) and was started again:'
-                ' variables and imports from earlier executions are gone.' % lost)
+        return 'The %s had ended since the last execution (%s) and was started again. %s' % (
+            kernel.label, lost, LOST_STATE[kernel.label])
 
     def _exec_python_narrowed(self, job, output):
         """Narrowed Python runs in a one-shot kernel started through the lockdown: the
@@ -676,9 +677,9 @@ class Worker:
                     if name in modules and name not in kernel.preloaded:
                         kernel.preloaded.append(name)
             else:
-                used = kernel.used
+                ran = kernel.ran
                 status = self._lose_kernel(DiagSink())
-                if used:
+                if ran:
                     self.kernel_lost = describe_status(status) if reason == 'died' else 'its preload ' + (
                         'was cancelled' if reason == 'cancel' else 'timed out')
                 error = {'cancel': 'cancelled', 'timeout': 'timed out after %d s' % PRELOAD_SECONDS}.get(
@@ -725,9 +726,24 @@ def exec_outcome_of(reply):
     return outcome
 
 
+# What each long-lived process loses when it ends.
+LOST_STATE = {
+    'Python kernel': 'Variables and imports from earlier executions are gone.',
+    'Deno host': 'Top-level names and imports of earlier TypeScript and JavaScript executions are gone.',
+    'bash shell': 'Shell variables and functions of earlier executions are gone.',
+}
+PYTHON_LOST = 'The Python kernel was restarted: variables and imports from earlier executions are gone.'
 DENO_LOST = ('The Deno host was restarted: top-level names and imports of earlier TypeScript and JavaScript'
              ' executions are gone.')
 BASH_LOST = 'The bash shell was restarted: shell variables and functions of earlier executions are gone.'
+
+
+def with_lost(outcome, lost):
+    """The outcome, said to have restarted (and why first in its notice) when `lost`."""
+    if lost:
+        outcome['restarted'] = True
+        outcome['notice'] = ' '.join(n for n in (lost, outcome.get('notice')) if n)
+    return outcome
 BASH_BACKGROUND = ('Processes the script left running were ended, and the bash shell with them: shell variables and'
                    ' functions of earlier executions are gone.')
 BASH_EXITED = ('The script ended the bash shell (exit, or an error under set -e), so shell variables and functions'

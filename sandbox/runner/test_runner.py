@@ -379,6 +379,17 @@ class RunnerTest(unittest.TestCase):
         _, _, done = self.r.run('x = 1\nx + 1')
         self.assertEqual((done['result'], done['restarted'], done.get('notice')), ('2', False, None))
 
+    def test_a_bash_shell_that_ended_between_executions_is_reported_by_the_next_one_which_still_runs(self):
+        _, _, done = self.r.run('kept=yes; (sleep 0.2; kill -KILL $$) >/dev/null 2>&1 &', language='bash')
+        if done['restarted']:
+            self.skipTest('the shell ends what a script leaves running here (separated runner)')
+        time.sleep(0.6)
+        out, _, done = self.r.run('echo "kept=${kept:-gone}"', language='bash')
+        self.assertEqual(out.strip(), 'kept=gone')  # the script ran, in a new shell
+        self.assertTrue(done['restarted'])
+        self.assertIn('The bash shell had ended since the last execution (killed by SIGKILL', done['notice'])
+        self.assertIn('Shell variables and functions of earlier executions are gone.', done['notice'])
+
     def test_a_kernel_that_ended_before_a_warm_up_is_still_reported_by_the_next_execution(self):
         # The gateway's warm-up of a frozen sandbox (an empty preload) finds it dead and
         # starts another: the next execution must still say the variables are gone.
