@@ -415,13 +415,13 @@ class Worker:
         request = {'op': 'exec', 'id': job.id, 'language': req['language'], 'code': req['code'],
                    'env': self._exec_env(job), 'flags': req['denoFlags'], 'cwd': WORKSPACE}
         host.ran = True
-        outcome = with_lost(self._kernel_exec(job, output, host, ' ' + DENO_LOST, request), lost)
+        outcome = self._kernel_exec(job, output, host, ' ' + DENO_LOST, request)
         refused = outcome.pop('refused', None)
         if refused is None:
-            return outcome
+            return with_lost(outcome, lost)
         outcome = self._exec_process(job, output)
         outcome['notice'] = ' '.join(n for n in (BEYOND_HOST % refused, outcome.get('notice')) if n)
-        return outcome
+        return with_lost(outcome, lost)
 
     def _exec_bash(self, job, output):
         """bash in the long-lived shell."""
@@ -726,6 +726,14 @@ def exec_outcome_of(reply):
     return outcome
 
 
+def with_lost(outcome, lost):
+    """The outcome, said to have restarted (and why first in its notice) when `lost`."""
+    if lost:
+        outcome['restarted'] = True
+        outcome['notice'] = ' '.join(n for n in (lost, outcome.get('notice')) if n)
+    return outcome
+
+
 # What each long-lived process loses when it ends.
 LOST_STATE = {
     'Python kernel': 'Variables and imports from earlier executions are gone.',
@@ -736,14 +744,6 @@ PYTHON_LOST = 'The Python kernel was restarted: variables and imports from earli
 DENO_LOST = ('The Deno host was restarted: top-level names and imports of earlier TypeScript and JavaScript'
              ' executions are gone.')
 BASH_LOST = 'The bash shell was restarted: shell variables and functions of earlier executions are gone.'
-
-
-def with_lost(outcome, lost):
-    """The outcome, said to have restarted (and why first in its notice) when `lost`."""
-    if lost:
-        outcome['restarted'] = True
-        outcome['notice'] = ' '.join(n for n in (lost, outcome.get('notice')) if n)
-    return outcome
 BASH_BACKGROUND = ('Processes the script left running were ended, and the bash shell with them: shell variables and'
                    ' functions of earlier executions are gone.')
 BASH_EXITED = ('The script ended the bash shell (exit, or an error under set -e), so shell variables and functions'
