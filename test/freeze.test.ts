@@ -12,6 +12,7 @@ import { stopUserSandbox } from '../src/cli/sandboxes.js';
 import { cgroupPaths, forgetCgroup } from '../src/sandboxes/cgroup.js';
 import { freeze, freezeState, thaw, thawLeftFrozen } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { getUser } from '../src/store/users.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { until } from './support/until.js';
@@ -32,6 +33,13 @@ async function containerOf(harness: Harness, name: string): Promise<string> {
   return s.containerId;
 }
 
+/** A user whose sandbox has run `code`, and that sandbox's container id. */
+async function userWithSandbox(harness: Harness, name: string, code: string): Promise<[SandboxOwner, string]> {
+  const owner = harness.user(name);
+  await harness.manager.execute(owner, { language: 'python', code });
+  return [owner, await containerOf(harness, name)];
+}
+
 async function frozenSoon(id: string): Promise<void> {
   const t0 = Date.now();
   while (freezeState(id) !== 'frozen') {
@@ -48,9 +56,7 @@ async function timed<T>(f: () => Promise<T>): Promise<[T, number]> {
 
 describe('freezing idle sandboxes', () => {
   it('freezes an idle sandbox, and its next run thaws it with Python state intact', async () => {
-    const ann = h.user('ann');
-    await h.manager.execute(ann, { language: 'python', code: 'x = 41\nimport numpy' });
-    const id = await containerOf(h, 'ann');
+    const [ann, id] = await userWithSandbox(h, 'ann', 'x = 41\nimport numpy');
     await frozenSoon(id);
     expect((await h.manager.list()).find((s) => s.user === 'ann')?.frozen).toBe(true);
     const r = await h.manager.execute(ann, { language: 'python', code: 'print(x + 1, numpy.__name__)' });
@@ -60,9 +66,7 @@ describe('freezing idle sandboxes', () => {
   });
 
   it('thaws a sandbox when a chat turn begins (prepare), and freezes it again if no run comes', async () => {
-    const jo = h.user('jo');
-    await h.manager.execute(jo, { language: 'python', code: 'kept = "yes"' });
-    const id = await containerOf(h, 'jo');
+    const [jo, id] = await userWithSandbox(h, 'jo', 'kept = "yes"');
     await frozenSoon(id);
     h.manager.prepare(jo);
     expect(freezeState(id)).toBe('thawed');
@@ -71,9 +75,7 @@ describe('freezing idle sandboxes', () => {
   });
 
   it('never freezes a sandbox while a run is in progress, nor with runs queued', async () => {
-    const bo = h.user('bo');
-    await h.manager.execute(bo, { language: 'python', code: 'pass' });
-    const id = await containerOf(h, 'bo');
+    const [bo, id] = await userWithSandbox(h, 'bo', 'pass');
     const states = new Set<string>();
     const watch = setInterval(() => states.add(freezeState(id)), 20);
     const runs = [
@@ -199,9 +201,7 @@ describe('keeping frozen sandboxes warm', () => {
   const liveOf = (userId: number) => w.manager['users'].get(userId)!;
 
   it('thaws a frozen sandbox for a round trip through its Python kernel every SANDGATE_FREEZE_REWARM_SEC, and freezes it again', async () => {
-    const kim = w.user('kim');
-    await w.manager.execute(kim, { language: 'python', code: 'x = 5' });
-    const id = await containerOf(w, 'kim');
+    const [kim, id] = await userWithSandbox(w, 'kim', 'x = 5');
     await frozenSoon(id);
     const warmUps: string[] = [];
     const lastActivity = liveOf(kim.userId).lastActivity;
@@ -219,9 +219,7 @@ describe('keeping frozen sandboxes warm', () => {
   });
 
   it('never freezes a run that arrives during a warm-up, and keeps the order of runs', async () => {
-    const lee = w.user('lee');
-    await w.manager.execute(lee, { language: 'python', code: 'n = 0' });
-    const id = await containerOf(w, 'lee');
+    const [lee, id] = await userWithSandbox(w, 'lee', 'n = 0');
     const seen = new Set<string>();
     const watch = setInterval(() => {
       if (liveOf(lee.userId).run) seen.add(freezeState(id));
@@ -256,9 +254,7 @@ describe('keeping frozen sandboxes warm', () => {
   it('stops and kills a sandbox at any point of its freeze and warm-up cycle within seconds, and nothing is left frozen', async () => {
     const docker = dockerClient(w.config);
     for (let i = 0; i < 6; i++) {
-      const mo = w.user(`mo${i}`);
-      await w.manager.execute(mo, { language: 'python', code: 'pass' });
-      const id = await containerOf(w, mo.name);
+      const [mo, id] = await userWithSandbox(w, `mo${i}`, 'pass');
       await new Promise((r) => setTimeout(r, 300 + Math.random() * 1_500));
       const [stopped, ms] = await timed(() => w.manager.stopUser(mo.userId, { kill: i % 2 === 1, by: 'root' }));
       expect(stopped).toBe(true);
@@ -292,9 +288,7 @@ describe.skipIf(!hybrid)('the cgroup v2 freezer (cgroup.freeze, cgroup.events)',
   });
 
   it('freezes a real sandbox: a run waits until the thaw, then finds its Python state', async () => {
-    const kim = v.user('kim');
-    await v.manager.execute(kim, { language: 'python', code: 'y = 7' });
-    const id = await containerOf(v, 'kim');
+    const [kim, id] = await userWithSandbox(v, 'kim', 'y = 7');
     const group = path.join(UNIFIED, `sandgate-test-${process.pid}`);
     const leaf = path.join(group, 'docker', id);
     const root = fs.mkdtempSync(path.join(os.tmpdir(), 'cgroup-root-'));
