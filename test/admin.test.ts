@@ -14,12 +14,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { queryAudit } from '../src/audit/audit.js';
 import { adminRouteTable } from '../src/http/web/admin.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
+import { freezeState } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { runscProcesses, runtimeLeftovers } from '../src/sandboxes/runtime-leftovers.js';
 import { ensureUser, findUser, type User } from '../src/store/users.js';
 import { createLoginLink } from '../src/web/login-links.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
+import { until } from './support/until.js';
 import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
 
 const SHOTS = path.resolve('test-artifacts/screenshots');
@@ -266,6 +268,29 @@ describe('orphans', () => {
 });
 
 describe('a non-admin', () => {
+  it('shows frozen sandboxes as frozen, and stops and kills them from the page within seconds', async () => {
+    const db = gw.gateway.store.db;
+    const [cal, dee] = [ensureUser(db, 'cal'), ensureUser(db, 'dee')];
+    for (const u of [cal, dee]) await gw.gateway.manager.execute(owner(u), { language: 'python', code: 'kept = 1' });
+    const ids = (await gw.gateway.manager.list()).filter((s) => s.user === 'cal' || s.user === 'dee').map((s) => s.containerId);
+    await until(() => ids.length === 2 && ids.every((id) => freezeState(id) === 'frozen'), 30_000);
+    const admin = await signIn(root);
+    await admin.page.goto(`${gw.url}/admin`);
+    await admin.page.waitForSelector('body[data-live-state=watching]');
+    expect(await row(admin.page, 'cal').locator('td').nth(1).innerText()).toMatch(/^idle, frozen/);
+
+    // Within seconds: a frozen container that is not thawed first is never removed.
+    await row(admin.page, 'cal').locator('button', { hasText: 'Stop' }).click();
+    await admin.page.waitForSelector('#admin-status >> text=Stopped cal’s sandbox', { timeout: 5_000 });
+    await row(admin.page, 'dee').locator('button', { hasText: 'Kill' }).click();
+    await admin.page.waitForSelector('#admin-status >> text=Killed dee’s sandbox', { timeout: 5_000 });
+    const left = new Set((await dockerClient(gw.gateway.config).listContainers({ all: true })).map((c) => c.Id));
+    expect(ids.filter((id) => left.has(id))).toEqual([]);
+    // Their next runs start fresh sandboxes.
+    expect((await gw.gateway.manager.execute(owner(cal), { language: 'python', code: 'print(2)' })).stdout.trim()).toBe('2');
+    await admin.context.close();
+  });
+
   it('gets 403 on every admin route (walked from the route table), JSON endpoint and socket event', async () => {
     const routes = adminRouteTable(gw.gateway.web.admin.router);
     expect(routes.length).toBeGreaterThanOrEqual(15);
