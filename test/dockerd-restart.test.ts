@@ -205,7 +205,7 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
     }
   });
 
-  it('a records directory others could write to is refused: nothing freezes', async () => {
+  it('a records directory others could write to is refused: nothing freezes, and the script thaws nothing it names', async () => {
     const c = await docker.createContainer({ Image: 'sandgate/sandbox', Entrypoint: ['/bin/sleep'], Cmd: ['600'], HostConfig: { Runtime: 'runsc', NetworkMode: 'none' } });
     const open = fs.mkdtempSync(path.join(os.tmpdir(), 'open-records-'));
     fs.chmodSync(open, 0o777);
@@ -217,6 +217,14 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
       expect(await freeze(c.id, { records: open })).toBe(false);
       expect(await freeze(c.id, { records: link })).toBe(false);
       expect(freezeState(c.id)).toBe('thawed');
+      // Nor does the script thaw what such a directory names: a record planted there by
+      // anyone who can write to it, for a container frozen by someone else.
+      expect(await freeze(c.id, { records: fs.mkdtempSync(path.join(os.tmpdir(), 'other-records-')) })).toBe(true);
+      fs.writeFileSync(path.join(open, c.id), 'planted 0 0\n');
+      const r = spawnSync('bash', ['scripts/thaw-frozen.sh'], { encoding: 'utf8', env: { ...process.env, SANDGATE_FROZEN_RECORDS: open } });
+      expect(r.stderr).toContain('not a directory only root can write to');
+      expect(freezeState(c.id)).toBe('frozen');
+      expect(fs.existsSync(path.join(open, c.id))).toBe(true);
     } finally {
       fs.rmSync(link);
       thaw(c.id);
