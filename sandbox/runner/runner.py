@@ -9,7 +9,7 @@ Threads:
   main    reads stdin and dispatches; ping, cancel and call_result are answered at once
   worker  runs executions and preloads one at a time, in arrival order
   bridge  serves the Unix socket through which sandboxed code calls the gateway
-  probe   finds Deno's version once, after start (so `ready` is not delayed by it)
+  probe   finds Deno's version once, after start, where the image recorded none
 
 Python runs in a kernel child process (kernel.py) that keeps its state between
 executions; bash, TypeScript and JavaScript run as a fresh process each time. Every
@@ -64,7 +64,7 @@ import threading  # noqa: E402
 import time  # noqa: E402
 
 import sandgate_wire as wire  # noqa: E402
-from runner_base import BRIDGE_PATH, DENO, SEPARATED, STATE_DIR, STATE_DIR_MODE, WORKSPACE, Emitter, diag  # noqa: E402
+from runner_base import BRIDGE_PATH, DENO, DENO_VERSION_FILE, SEPARATED, STATE_DIR, STATE_DIR_MODE, WORKSPACE, Emitter, diag  # noqa: E402
 from runner_bridge import Bridge  # noqa: E402
 from runner_procs import Proc, end_group, read_line  # noqa: E402
 from runner_worker import Worker  # noqa: E402
@@ -88,8 +88,19 @@ def prepare():
     os.chmod(STATE_DIR, STATE_DIR_MODE)
 
 
+def deno_version():
+    """Deno's version as the image recorded it, or None."""
+    try:
+        with open(DENO_VERSION_FILE, 'rb') as f:
+            version = f.read(64).strip().decode('ascii')
+    except (OSError, UnicodeDecodeError):
+        return None
+    return version if version[:1].isdigit() else None
+
+
 def probe_deno(versions):
-    """Deno's version, found after `ready` (running deno costs ~100 ms under gVisor)."""
+    """Deno's version, found after `ready` by running it (~100 ms under gVisor), where
+    the image recorded none (the runner outside a container)."""
     time.sleep(0.3)  # let the kernel boot first
     try:
         proc = Proc([DENO, '--version'])
@@ -141,13 +152,17 @@ def main():
         diag('bridge disabled: cannot listen on %s: %s' % (BRIDGE_PATH, exc))
         bridge.server = None
     versions = {'python': sys.version.split()[0]}
+    recorded = deno_version()
+    if recorded:
+        versions['deno'] = recorded
     emitter.emit({'type': 'ready', 'pid': os.getpid(), 'versions': versions, 'separated': SEPARATED})
 
     worker = Worker(emitter, bridge)
     if bridge.server is not None:
         threading.Thread(target=bridge.serve_forever, name='bridge', daemon=True).start()
     threading.Thread(target=worker.run, name='worker', daemon=True).start()
-    threading.Thread(target=probe_deno, args=(versions,), name='probe', daemon=True).start()
+    if not recorded:
+        threading.Thread(target=probe_deno, args=(versions,), name='probe', daemon=True).start()
 
     def stop(*_):
         worker.shutdown()

@@ -21,6 +21,10 @@ OWN_MODULES = ('runner', 'runner_base', 'runner_output', 'runner_files', 'runner
 WORKSPACE = os.path.abspath(os.environ.get('SANDGATE_WORKSPACE') or '/workspace')
 BRIDGE_PATH = os.environ.get('SANDGATE_BRIDGE') or os.path.join(STATE_DIR, 'bridge.sock')
 DENO = os.environ.get('SANDGATE_DENO') or '/usr/local/bin/deno'
+# Deno's version, written when the image is built (sandbox/Dockerfile): reading it costs
+# nothing, while running `deno --version` in every new sandbox costs ~100 ms of CPU and
+# leaves gVisor one more stub address space (host processes) for the sandbox's life.
+DENO_VERSION_FILE = os.environ.get('SANDGATE_DENO_VERSION_FILE') or '/opt/sandgate/deno-version'
 BASH = '/bin/bash'
 # The kernel's address-space limit (RLIMIT_AS), so that a huge allocation raises
 # MemoryError instead of exhausting the container: under gVisor the container is

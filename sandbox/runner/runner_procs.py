@@ -17,6 +17,11 @@ from runner_output import read_available
 
 
 _spawn_lock = threading.Lock()  # fds made inheritable for one child reach that child only
+# The pids of the children the runner started and has not reaped yet (added under
+# _spawn_lock, as each is spawned). In the image the runner is the container's init
+# (pid 1), so a process whose parent died becomes its child too: one not in this set is
+# such an orphan, which the Sweeper ends and reaps.
+_children = set()
 
 
 class Proc:
@@ -48,6 +53,7 @@ class Proc:
                     # SIGPIPE and SIGXFSZ back to their defaults (Python ignores SIGPIPE).
                     self.pid = spawn_fn(argv[0], argv, os.environ if env is None else env, file_actions=actions,
                                         setsid=True, setsigdef=(_signal.SIGPIPE, _signal.SIGXFSZ))
+                    _children.add(self.pid)
                 finally:
                     for fd in pass_fds:
                         os.set_inheritable(fd, False)
@@ -69,8 +75,10 @@ class Proc:
             try:
                 pid, status = os.waitpid(self.pid, os.WNOHANG)
             except ChildProcessError:
+                _children.discard(self.pid)
                 return self.returncode
             if pid:
+                _children.discard(self.pid)
                 self.returncode = os.waitstatus_to_exitcode(status)
         return self.returncode
 
@@ -81,6 +89,7 @@ class Proc:
                 self.returncode = os.waitstatus_to_exitcode(status)
             except ChildProcessError:
                 pass
+            _children.discard(self.pid)
         return self.returncode
 
     def write_stdin(self, data):
@@ -177,13 +186,19 @@ class NarrowingError(Exception):
         self.refused = refused  # by lockdown.py itself (not: its helper died)
 
 
-def process_table():
+def process_table(orphans=None):
     """(pid, session) of every live process of the sandbox user, but the runner's own
-    children (each of which it started, waits for and ends itself)."""
+    children (each of which it started, waits for and ends itself). The pids of dead
+    orphans the runner inherited as init, waiting to be reaped, go to `orphans`."""
+    with _spawn_lock:  # so that a child just started is already known
+        return _process_table(orphans)
+
+
+def _process_table(orphans):
     own = os.getpid()
     table = []
     for name in os.listdir('/proc'):
-        if not name.isdigit() or name == '1' or int(name) == own:
+        if not name.isdigit() or int(name) == own:
             continue
         try:
             # The real uid from status, not the owner of /proc/<pid>: gVisor shows a leader
@@ -195,13 +210,16 @@ def process_table():
             with open('/proc/%s/stat' % name, 'rb') as f:
                 stat = f.read()
             fields = stat[stat.rfind(b')') + 2:].split()
-            if int(fields[1]) == own:
+            ours = int(fields[1]) == own
+            if ours and int(name) in _children:
                 continue  # the runner's own child
             # Dead, waiting to be reaped; unless its threads live on after the leader
             # exited alone (a zombie leader whose process still runs: under gVisor it has
             # no task folder then, but status counts its threads).
             threads = int(status.split(b'\nThreads:', 1)[1].split()[0]) if b'\nThreads:' in status else 1
             if fields[0] in (b'Z', b'X') and threads <= 1:
+                if ours and orphans is not None:
+                    orphans.append(int(name))
                 continue
             table.append((int(name), int(fields[3])))
         except (OSError, ValueError, IndexError):
@@ -222,7 +240,8 @@ class Sweeper:
     execution. Narrowed executions are covered too: their processes, in a pid namespace
     of their own, are in their helper's session.
 
-    The runner's own children are never strays (it waits for each of them).
+    The runner's own children are never strays (it waits for each of them). Orphans it
+    inherited as the container's init are, and once dead they are reaped here.
     When /proc lists exactly the processes of the last clean sweep, nothing is read."""
 
     def __init__(self):
@@ -237,19 +256,26 @@ class Sweeper:
             pids = frozenset(name for name in os.listdir('/proc') if name.isdigit())
             if pids == self.clean:
                 return len(killed)
-            strays = [pid for pid, session in process_table() if session not in keep and pid not in keep]
-            if not strays:
-                self.clean = pids
-                return len(killed)
-            if time.monotonic() > deadline:
-                diag('%d processes of finished executions are still alive' % len(strays))
-                return len(killed)
+            orphans = []
+            strays = [pid for pid, session in process_table(orphans) if session not in keep and pid not in keep]
             for pid in strays:
                 try:
                     os.kill(pid, _signal.SIGKILL)
                     killed.add(pid)
                 except OSError:
                     pass
+            for pid in orphans:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+            if not strays:
+                if not orphans:
+                    self.clean = pids
+                return len(killed)
+            if time.monotonic() > deadline:
+                diag('%d processes of finished executions are still alive' % len(strays))
+                return len(killed)
             time.sleep(0.002)
 
 

@@ -181,6 +181,36 @@ class RunnerTest(unittest.TestCase):
             time.sleep(0.1)
         self.fail('deno version never reported')
 
+    def test_recorded_deno_version_is_reported_without_running_deno(self):
+        # As in the image: the version recorded at build time, and no Deno run for it.
+        d = tempfile.mkdtemp(prefix='sandgate-test-')
+        self.addCleanup(shutil.rmtree, d, True)
+        marker = os.path.join(d, 'deno-ran')
+        fake = os.path.join(d, 'deno')
+        with open(fake, 'w') as f:
+            f.write('#!/bin/sh\ntouch %s\necho "deno 0.0.1 (fake)"\n' % marker)
+        os.chmod(fake, 0o755)
+        recorded = os.path.join(d, 'deno-version')
+        with open(recorded, 'w') as f:
+            f.write('9.8.7\n')
+        r = Runner(SANDGATE_DENO=fake, SANDGATE_DENO_VERSION_FILE=recorded)
+        self.addCleanup(r.close)
+        self.assertEqual(r.ready['versions']['deno'], '9.8.7')
+        time.sleep(1.0)  # the probe would have run 0.3 s after start
+        r.send({'op': 'ping', 'id': 'p'})
+        self.assertEqual(r.next(lambda e: e['type'] == 'pong')['versions']['deno'], '9.8.7')
+        self.assertFalse(os.path.exists(marker))
+        # Without a usable record, the probe runs that Deno.
+        with open(recorded, 'w') as f:
+            f.write('garbage\n')
+        r2 = Runner(SANDGATE_DENO=fake, SANDGATE_DENO_VERSION_FILE=recorded)
+        self.addCleanup(r2.close)
+        self.assertNotIn('deno', r2.ready['versions'])
+        end = time.monotonic() + 10
+        while time.monotonic() < end and not os.path.exists(marker):
+            time.sleep(0.05)
+        self.assertTrue(os.path.exists(marker))
+
     def test_malformed_input_is_logged_and_ignored(self):
         for bad in ['garbage', '[1, 2]', '{"op": "nope"}', '{"op": "exec"}']:
             self.r.send(bad)
