@@ -67,7 +67,8 @@ describe('DockerDriver specifics', () => {
       { Type: 'bind', Source: '/w', Target: '/workspace', ReadOnly: true },
       { Type: 'bind', Source: '/s', Target: '/skills', ReadOnly: true },
     ]);
-    expect(spec.Env).toEqual([]);
+    // No host value: only thread pools sized to the CPU limit.
+    expect(spec.Env).toEqual(['OPENBLAS_NUM_THREADS=1', 'OMP_NUM_THREADS=1']);
     expect(spec.User).toBe('0:0'); // the runner; code runs as 1000 (see the hostile tests)
     expect(spec.Labels).toMatchObject({ 'org.sandgate.owner': 'alice', 'org.sandgate.owner-id': '1', 'org.sandgate.gateway': 'conformance' });
   });

@@ -27,6 +27,7 @@ import { thaw } from './freezer.js';
 import { fromDockerError, SandboxError } from './errors.js';
 import type { RunnerEvent } from './protocol.js';
 import { ConnectedSandbox, RunnerConnection } from './runner-connection.js';
+import { threadEnv } from './run.js';
 import { dockerReachable, imagePresent, runtimeIsolates } from './preflight.js';
 import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from './types.js';
 
@@ -85,8 +86,11 @@ export class DockerDriver implements SandboxDriver {
       // The runner; it starts every user process as uid 1000 (runner.py, SANDBOX_UID).
       User: '0:0',
       WorkingDir: '/workspace',
-      // Only what the runner needs to know of the ceiling: its Deno flags (no secret, no host value).
+      // Only what the runner needs to know of the ceiling: its Deno flags (no secret, no host
+      // value); and thread pools sized to the CPU limit for what the kernel imports before
+      // its first execution (the warm pool's preloads), as for executions (run.ts).
       Env: [
+        ...Object.entries(threadEnv(o.cpus)).map(([k, v]) => `${k}=${v}`),
         ...(spec.denoCeiling ? [`SANDGATE_DENO_CEILING=${JSON.stringify(spec.denoCeiling)}`] : []),
         ...(spec.denoHostOnFirstUse ? ['SANDGATE_DENO_HOST=first-use'] : []),
       ],

@@ -27,6 +27,14 @@ describe('SandboxManager: executions', () => {
     expect(b.durationMs).toBeGreaterThan(0);
   });
 
+  it("sizes numpy's thread pool to the sandbox's CPU limit, in every language", async () => {
+    const py = await h.manager.execute(alice, { language: 'python', code: 'import os, numpy\nnumpy.ones((300, 300)) @ numpy.ones((300, 300))\n(len(os.listdir("/proc/self/task")), os.environ["OPENBLAS_NUM_THREADS"])' });
+    // gVisor shows the host's CPUs (2 here, so OpenBLAS would start a second thread); the sandbox may use 1.
+    expect(py.result).toBe("(1, '1')");
+    const sh = await h.manager.execute(alice, { language: 'bash', code: 'echo $OPENBLAS_NUM_THREADS $OMP_NUM_THREADS' });
+    expect(sh.stdout).toBe('1 1\n');
+  });
+
   it('reports a Python exception with its traceback', async () => {
     const r = await h.manager.execute(alice, { language: 'python', code: 'def f():\n    return 1/0\nf()' });
     expect(r.exitCode).toBe(1);
@@ -181,6 +189,9 @@ describe('SandboxManager: lifecycle', () => {
     expect(h.manager.poolSize).toBe(1);
     const r = await h.manager.execute(bob, { language: 'python', code: 'import sys\n"pandas" in sys.modules and "numpy" in sys.modules' });
     expect(r.result).toBe('True');
+    // numpy's BLAS was sized to the sandbox's 1 CPU at the preload (2 threads on this 2-core host otherwise).
+    const threads = await h.manager.execute(bob, { language: 'python', code: 'import os\nlen(os.listdir("/proc/self/task"))' });
+    expect(threads.result).toBe('1');
     // The pool refills in the background.
     await h.manager.poolReady();
     expect(h.manager.poolSize).toBe(1);

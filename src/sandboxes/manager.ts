@@ -287,7 +287,7 @@ export class SandboxManager {
       const ts = Date.now();
       sb.run = { language: opts.language, startedAt: ts };
       try {
-        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log: this.log, outputLimitKb: cfg.outputLimitKb });
+        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log: this.log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus });
         sb.run = undefined;
         const cpuAfter = cpuMsNow(sb.handle.id);
         this.executionLog.push({
