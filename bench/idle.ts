@@ -12,7 +12,8 @@
  *    while it waits, against what a thaw adds to the next run.
  * 4. The floor: BENCH_USERS plain runc containers with a sleep each, host CPU by process.
  * 5. BENCH_USERS idle users with numpy and pandas loaded, all frozen: host CPU while all
- *    idle, each one's next run, and the memory each one holds.
+ *    idle, each one's next run while all others are idle (and in a burst of users one
+ *    right after another), and the memory each one holds.
  *
  *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES,
  *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=users, long or floor for one part)
@@ -297,13 +298,24 @@ async function manyUsers(baseline: number): Promise<void> {
     const share = (k: CpuGroup) => `${k} ${f2(groups[k] / 20)} %`;
     console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
+    // Each user's next run while every other user is idle: after each run the bench waits
+    // for that sandbox to freeze again, so that the next user's run finds all others frozen.
+    const boxOf = new Map((await many.manager.list()).map((s) => [s.userId, s.containerId]));
     const next: number[] = [];
     const during: Stalls[] = [];
     for (const o of owners.slice(0, Math.min(USERS, 60))) {
       const s0 = stalls();
       next.push(await runMs(many, o));
       during.push(stallsBetween(s0, stalls()));
+      const t0 = Date.now();
+      while (freezeState(boxOf.get(o.userId)!) !== 'frozen' && Date.now() - t0 < 10_000) await sleep(50);
+      await sleep(100);
     }
+    // A burst: users one right after another, each sandbox still awake (its freeze delay)
+    // while the next ones thaw and run.
+    const burst: number[] = [];
+    for (const o of owners.slice(Math.min(USERS, 120), Math.min(USERS, 180))) burst.push(await runMs(many, o));
+    await sleep(3 * FREEZE_AFTER_MS);
     // What the host went through during the slowest runs, against a typical one.
     const order = next.map((ms, i) => i).sort((a, b) => next[b]! - next[a]!);
     const show = (i: number) => {
@@ -322,7 +334,8 @@ async function manyUsers(baseline: number): Promise<void> {
     const warm: number[] = [];
     for (let i = 0; i < 100; i++) warm.push(await runMs(many, owners[0]!));
     if (prepared.length) console.log(`  next run of a frozen user whose chat turn began 1 s earlier: p50 ${f2(pct(prepared, 50))} ms, p95 ${f2(pct(prepared, 95))} ms (n=${prepared.length})`);
-    console.log(`  next run of a frozen user: p50 ${f2(pct(next, 50))} ms, p95 ${f2(pct(next, 95))} ms (n=${next.length}); the same user never idle: p50 ${f2(pct(warm, 50))} ms; added ${f2(pct(next, 50) - pct(warm, 50))} ms`);
+    console.log(`  next run of a frozen user, all others idle: p50 ${f2(pct(next, 50))} ms, p95 ${f2(pct(next, 95))} ms (n=${next.length}); the same user never idle: p50 ${f2(pct(warm, 50))} ms; added ${f2(pct(next, 50) - pct(warm, 50))} ms`);
+    if (burst.length) console.log(`  a burst of ${burst.length} users' next runs one after another (each awake for its freeze delay while the next ones run): p50 ${f2(pct(burst, 50))} ms, p95 ${f2(pct(burst, 95))} ms`);
   } finally {
     await many.close();
   }
