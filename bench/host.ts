@@ -43,6 +43,34 @@ export function cpuByGroup(containerIds: readonly string[]): Record<CpuGroup, nu
   return out;
 }
 
+/**
+ * What the given containers show anything that walks the host's /proc: their host
+ * processes (each thread group once; under gVisor's systrap every stub thread is one) and
+ * the entries of /proc/<pid>/fd over all of them (stubs share the sentry's table, and each
+ * lists it whole). Per container, p50.
+ */
+export function procFootprint(containerIds: readonly string[]): { processes: number; fdEntries: number } {
+  const ids = new Set(containerIds);
+  const per = new Map<string, { processes: number; fdEntries: number }>();
+  for (const pid of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(pid)) continue;
+    try {
+      const id = /\/docker[/-]([0-9a-f]{64})/.exec(fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+      if (id === undefined || !ids.has(id)) continue;
+      const fds = fs.readdirSync(`/proc/${pid}/fd`).length;
+      const c = per.get(id) ?? { processes: 0, fdEntries: 0 };
+      c.processes++;
+      c.fdEntries += fds;
+      per.set(id, c);
+    } catch {
+      /* ended meanwhile */
+    }
+  }
+  const mid = <T>(xs: T[], key: (x: T) => number) => xs.map(key).sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN;
+  const all = [...per.values()];
+  return { processes: mid(all, (c) => c.processes), fdEntries: mid(all, (c) => c.fdEntries) };
+}
+
 function groupOf(pid: number, ppid: number, comm: string, ids: Set<string>): CpuGroup {
   if (pid === process.pid) return 'gateway';
   if (pid === 1) return 'init';

@@ -24,7 +24,7 @@ import { freezeState } from '../src/sandboxes/freezer.js';
 import { sampleCgroup } from '../src/sandboxes/cgroup.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { createHarness, type Harness } from '../test/support/harness.js';
-import { cpuByGroup, hostBusyMs, processCpuMs, stalls, stallsBetween, type CpuGroup, type Stalls } from './host.js';
+import { cpuByGroup, hostBusyMs, procFootprint, processCpuMs, stalls, stallsBetween, type CpuGroup, type Stalls } from './host.js';
 
 const IDLE = Number(process.env.BENCH_IDLE ?? 20);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
@@ -297,6 +297,8 @@ async function manyUsers(baseline: number): Promise<void> {
     console.log(`  all idle and frozen: the sandboxes' own processes ${f2(own)} ms/s = ${f2(own / 20)} % of the 2 cores; the whole host ${f2(cpu / 20)} % (with nothing running: ${f2(baseline / 20)} %)`);
     const share = (k: CpuGroup) => `${k} ${f2(groups[k] / 20)} %`;
     console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
+    const footprint = procFootprint(boxes.map((b) => b.containerId));
+    console.log(`  each sandbox shows the host ${footprint.processes} processes listing ${footprint.fdEntries} open-file entries in all (p50; what the VM's agent walks)`);
     console.log(`  memory per idle user: ${(pct(mem, 50) / 1048576).toFixed(0)} MiB in its cgroup (p50; p95 ${(pct(mem, 95) / 1048576).toFixed(0)}), ${(heldBytes / USERS / 1048576).toFixed(0)} MiB of host memory each (MemAvailable fell ${(heldBytes / 1073741824).toFixed(1)} GiB)`);
     // Each user's next run while every other user is idle: after each run the bench waits
     // for that sandbox to freeze again, so that the next user's run finds all others frozen.
