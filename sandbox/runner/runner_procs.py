@@ -147,10 +147,26 @@ def end_group(proc, limit=GROUP_KILL_SECONDS):
             os.killpg(proc.pid, _signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             return status
+        # Members whose parent died are the runner's children now (it is the container's
+        # init), and a dead member stays in the group until reaped.
+        reap_group(proc.pid)
         if time.monotonic() > deadline:
             diag('process group %d still has members after %g s' % (proc.pid, limit))
             return status
-        time.sleep(0.002)  # killed members are reaped by init
+        time.sleep(0.002)
+
+
+def reap_group(pgid):
+    """Reaps the dead members of group `pgid` that are the runner's children: orphans it
+    inherited, never one it started (each of those leads a group of its own)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if not pid:
+            return
+        _children.discard(pid)
 
 
 def set_nonblocking(*fds):
@@ -188,8 +204,8 @@ class NarrowingError(Exception):
 
 def process_table(orphans=None):
     """(pid, session) of every live process of the sandbox user, but the runner's own
-    children (each of which it started, waits for and ends itself). The pids of dead
-    orphans the runner inherited as init, waiting to be reaped, go to `orphans`."""
+    children (each of which it started, waits for and ends itself). The orphans the
+    runner inherited as init go to `orphans`, as (pid, dead)."""
     with _spawn_lock:  # so that a child just started is already known
         return _process_table(orphans)
 
@@ -217,9 +233,10 @@ def _process_table(orphans):
             # exited alone (a zombie leader whose process still runs: under gVisor it has
             # no task folder then, but status counts its threads).
             threads = int(status.split(b'\nThreads:', 1)[1].split()[0]) if b'\nThreads:' in status else 1
-            if fields[0] in (b'Z', b'X') and threads <= 1:
-                if ours and orphans is not None:
-                    orphans.append(int(name))
+            dead = fields[0] in (b'Z', b'X') and threads <= 1
+            if ours and orphans is not None:
+                orphans.append((int(name), dead))
+            if dead:
                 continue
             table.append((int(name), int(fields[3])))
         except (OSError, ValueError, IndexError):
@@ -264,12 +281,14 @@ class Sweeper:
                     killed.add(pid)
                 except OSError:
                     pass
-            for pid in orphans:
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+            for pid, dead in orphans:
+                if dead:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
             if not strays:
+                # One that lives on (in a kept session) will die unseen by the fast path.
                 if not orphans:
                     self.clean = pids
                 return len(killed)

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -159,6 +160,30 @@ describe('SandboxManager: executions', () => {
     expect(after.stdout.trim()).toBe('ok');
     const back = await h.manager.execute(alice, { language: 'python', code: 'import os\nos.path.exists("/workspace/nope.txt")' });
     expect(back.result).toBe('False');
+  });
+
+  it("ends a killed group's members that the runner inherited at once, without waiting out the kill loop", async () => {
+    // The runner is the container's init: when a group's leader dies first, its members
+    // become the runner's children, and each stays in the group until it reaps them.
+    const narrowed = await h.manager.execute(alice, { language: 'python', code: 'print("narrowed")', permissions: { write: false } });
+    expect(narrowed.stdout).toBe('narrowed\n');
+    const background = await h.manager.execute(alice, { language: 'bash', code: 'sleep 30 & echo started' });
+    expect(background.stdout).toBe('started\n');
+    const [sb] = (await h.manager.list()).filter((s) => s.userId === alice.userId);
+    // The runner's diagnostics: its stderr, in the container's log.
+    const logs = spawnSync('docker', ['logs', sb!.containerId], { encoding: 'utf8' });
+    expect(logs.status).toBe(0);
+    expect(logs.stderr).not.toMatch(/still has members/);
+  });
+
+  it('reaps an inherited process that outlived its parent in the kernel and died later', async () => {
+    // sh exits at once and its sleep lives on in the kernel's session, which is kept: the
+    // runner (init) inherits it, and it dies after the sweep that saw it alive.
+    await h.manager.execute(alice, { language: 'python', code: 'import os\nos.system("sleep 1 &")' });
+    await new Promise((r) => setTimeout(r, 1500));
+    await h.manager.execute(alice, { language: 'python', code: 'pass' });
+    const zombies = await h.manager.execute(alice, { language: 'bash', code: "ps -eo stat=,ppid= | awk '$1 ~ /^Z/ && $2 == 1' | wc -l" });
+    expect(zombies.stdout.trim()).toBe('0');
   });
 
   it('rejects a bad request before it reaches the sandbox', async () => {
