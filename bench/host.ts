@@ -55,7 +55,7 @@ export function procFootprint(containerIds: readonly string[]): { processes: num
   for (const pid of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(pid)) continue;
     try {
-      const id = /\/docker[/-]([0-9a-f]{64})/.exec(fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+      const id = containerOf(Number(pid));
       if (id === undefined || !ids.has(id)) continue;
       const fds = fs.readdirSync(`/proc/${pid}/fd`).length;
       const c = per.get(id) ?? { processes: 0, fdEntries: 0 };
@@ -71,12 +71,16 @@ export function procFootprint(containerIds: readonly string[]): { processes: num
   return { processes: mid(all, (c) => c.processes), fdEntries: mid(all, (c) => c.fdEntries) };
 }
 
+/** The Docker container whose cgroup a host process is in, if any. */
+function containerOf(pid: number): string | undefined {
+  return /\/docker[/-]([0-9a-f]{64})/.exec(fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+}
+
 function groupOf(pid: number, ppid: number, comm: string, ids: Set<string>): CpuGroup {
   if (pid === process.pid) return 'gateway';
   if (pid === 1) return 'init';
   if (pid === 2 || ppid === 2) return 'kernel';
-  const cgroup = fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8');
-  const inContainer = /\/docker[/-]([0-9a-f]{64})/.exec(cgroup)?.[1];
+  const inContainer = containerOf(pid);
   if (inContainer !== undefined && ids.has(inContainer)) return 'sandboxes';
   if (comm.startsWith('containerd-shim')) {
     const args = fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');

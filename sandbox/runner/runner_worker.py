@@ -740,10 +740,17 @@ LOST_STATE = {
     'Deno host': 'Top-level names and imports of earlier TypeScript and JavaScript executions are gone.',
     'bash shell': 'Shell variables and functions of earlier executions are gone.',
 }
-PYTHON_LOST = 'The Python kernel was restarted: variables and imports from earlier executions are gone.'
-DENO_LOST = ('The Deno host was restarted: top-level names and imports of earlier TypeScript and JavaScript'
-             ' executions are gone.')
-BASH_LOST = 'The bash shell was restarted: shell variables and functions of earlier executions are gone.'
+
+
+def restarted_notice(label):
+    """'The Python kernel was restarted: variables and imports ... are gone.'"""
+    state = LOST_STATE[label]
+    return 'The %s was restarted: %s%s' % (label, state[0].lower(), state[1:])
+
+
+PYTHON_LOST = restarted_notice('Python kernel')
+DENO_LOST = restarted_notice('Deno host')
+BASH_LOST = restarted_notice('bash shell')
 BASH_BACKGROUND = ('Processes the script left running were ended, and the bash shell with them: shell variables and'
                    ' functions of earlier executions are gone.')
 BASH_EXITED = ('The script ended the bash shell (exit, or an error under set -e), so shell variables and functions'
