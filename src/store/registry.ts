@@ -12,7 +12,7 @@ import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import type { Migration } from './migrations.js';
 import { usersMigration } from './schema.js';
-import { webMigration } from '../web/schema.js';
+import { anonymousSessionsMigration, webMigration } from '../web/schema.js';
 import { adminMigration } from '../admin/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
@@ -27,6 +27,7 @@ export const MIGRATIONS: readonly Migration[] = [
   agentMigration,
   webMigration,
   adminMigration,
+  anonymousSessionsMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -31,3 +31,11 @@ export const webMigration: Migration = {
     `);
   },
 };
+
+/** Sessions nobody has signed in to (a sign-in under way) are bounded, oldest dropped first: this finds them in order. */
+export const anonymousSessionsMigration: Migration = {
+  description: 'sessions of sign-ins under way, by age',
+  up(db) {
+    db.exec('CREATE INDEX sessions_anonymous ON sessions(created_at) WHERE user_id IS NULL');
+  },
+};

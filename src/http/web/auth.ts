@@ -27,7 +27,7 @@ import type { Db } from '../../store/store.js';
 import { ensureUser, getUser, recordSignIn, setGithubTeams, type User } from '../../store/users.js';
 import { AllowList, githubEndpoints } from '../../web/github.js';
 import { consumeLoginLink } from '../../web/login-links.js';
-import { deleteSession, deleteUserSessions, loadSession, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
+import { deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
 import { renderPage } from './render.js';
 
 declare module 'express-session' {
@@ -46,7 +46,12 @@ const ANONYMOUS_SESSION_MS = 60 * 60 * 1000;
 
 /** The session store over the sessions table. */
 export class StoreSessions extends session.Store {
-  constructor(private readonly db: Db) {
+  constructor(
+    private readonly db: Db,
+    /** Sessions of sign-ins under way were dropped, the oldest, to keep within their bound (sessions.ts). */
+    private readonly onDropped?: (count: number) => void,
+    private readonly maxAnonymous = MAX_ANONYMOUS_SESSIONS,
+  ) {
     super();
   }
 
@@ -63,7 +68,8 @@ export class StoreSessions extends session.Store {
     try {
       const userId = typeof s.passport?.user === 'number' ? s.passport.user : null;
       const expires = s.cookie.expires ? new Date(s.cookie.expires).getTime() : Date.now() + ANONYMOUS_SESSION_MS;
-      saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires);
+      const dropped = saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires, this.maxAnonymous);
+      if (dropped) this.onDropped?.(dropped);
       cb?.();
     } catch (e) {
       cb?.(e);
@@ -118,7 +124,15 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
   const log = deps.logger.child({ module: 'web-auth' });
   const secrets = webSecrets(config.dataDir);
   const secure = config.publicUrl.startsWith('https://');
-  const store = new StoreSessions(db);
+  let droppedSince = 0;
+  let lastDropWarning = 0;
+  const store = new StoreSessions(db, (count) => {
+    droppedSince += count;
+    if (Date.now() - lastDropWarning < 60_000) return;
+    log.warn({ dropped: droppedSince, bound: MAX_ANONYMOUS_SESSIONS }, 'more sign-ins under way than the bound: the oldest were dropped (a flood of visits to the sign-in pages?)');
+    lastDropWarning = Date.now();
+    droppedSince = 0;
+  });
   const sessionMiddleware = session({
     name: SESSION_COOKIE,
     secret: secrets.cookie,
