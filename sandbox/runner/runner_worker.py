@@ -196,7 +196,11 @@ class Worker:
             finally:
                 with self.cond:
                     self.current = None
-                self.trim_at = time.monotonic() + TRIM_IDLE_SECONDS
+                # A warm-up (an empty preload: the gateway's round trip through a frozen
+                # sandbox) leaves no garbage; arming the trim for it would trim at every
+                # thaw and fault the trimmed pages back in at the next one.
+                if job.kind == 'exec' or job.req.get('modules'):
+                    self.trim_at = time.monotonic() + TRIM_IDLE_SECONDS
 
     def _idle_duties(self, now):
         """While idle: hands freed heap back once idle for a while after a job, drops a

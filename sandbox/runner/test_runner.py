@@ -34,7 +34,7 @@ def has_module(name):
 class Runner:
     """A runner subprocess and the gateway side of the protocol."""
 
-    def __init__(self, before_start=None, **extra_env):
+    def __init__(self, before_start=None, argv=None, **extra_env):
         self.dir = tempfile.mkdtemp(prefix='sandgate-test-')
         self.ws = os.path.join(self.dir, 'ws')
         self.tmp = os.path.join(self.dir, 'tmp')
@@ -54,7 +54,7 @@ class Runner:
                          'MPLBACKEND': 'Agg', 'MPLCONFIGDIR': os.path.join(self.tmp, '.matplotlib')}
         self.stderr = open(os.path.join(self.dir, 'runner.stderr'), 'wb')
         self.started = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.proc = subprocess.Popen(argv or [sys.executable, RUNNER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.stderr, env=env, cwd=self.ws)
         self.events = queue.Queue()
         self.reader = threading.Thread(target=self._read, daemon=True)
@@ -890,6 +890,65 @@ console.log(JSON.parse(text).result.length);
         p50 = samples[len(samples) // 2] * 1000
         sys.stderr.write('\n  python 1+1 round trip: p50 %.2f ms, p90 %.2f ms\n' % (p50, samples[180] * 1000))
         self.assertLess(p50, 20)
+
+
+# The runner, with each malloc_trim written down (one line in $TRIM_LOG) before it runs.
+COUNTED_TRIMS = """
+import os, sys
+sys.path.insert(0, %r)
+sys.argv = [%r]
+import runner_base
+trim = runner_base.malloc_trim
+def counted():
+    with open(os.environ['TRIM_LOG'], 'a') as f:
+        f.write('trim\\n')
+    trim()
+runner_base.malloc_trim = counted
+import runner
+runner.main()
+""" % (HERE, RUNNER)
+
+
+class TrimTest(unittest.TestCase):
+    """The runner hands freed heap back once, 1 s after a job (TRIM_IDLE_SECONDS)."""
+
+    def trims(self):
+        try:
+            with open(self.log) as f:
+                return len(f.readlines())
+        except FileNotFoundError:
+            return 0
+
+    def wait_trims(self, n):
+        end = time.monotonic() + 10
+        while self.trims() < n and time.monotonic() < end:
+            time.sleep(0.05)
+        return self.trims()
+
+    def test_a_warm_up_does_not_arm_a_trim(self):
+        # A warm-up (an empty preload) thaws a frozen sandbox for one round trip. Were it
+        # to arm the trim, the trim would run at the next thaw, every 30 s, and the pages
+        # it hands back be faulted in again by the warm-up after it.
+        self.log = os.path.join(tempfile.mkdtemp(prefix='sandgate-trims-'), 'trims')
+        self.addCleanup(shutil.rmtree, os.path.dirname(self.log), True)
+        r = Runner(argv=[sys.executable, '-c', COUNTED_TRIMS], TRIM_LOG=self.log)
+        self.addCleanup(r.close)
+        self.assertEqual(self.wait_trims(1), 1)  # after start-up
+        r.run('x = list(range(100000))')
+        self.assertEqual(self.wait_trims(2), 2)
+        for i in range(3):
+            r.send({'op': 'preload', 'id': 'warm%d' % i, 'modules': []})
+            self.assertEqual(r.next(lambda e: e.get('id') == 'warm%d' % i)['type'], 'preloaded')
+        time.sleep(2.5)
+        # The next job's trim is the only one more: none came from the warm-ups.
+        r.run('y = 1')
+        self.assertEqual(self.wait_trims(3), 3)
+        time.sleep(1.5)
+        self.assertEqual(self.trims(), 3)
+        # A preload that imports something may leave garbage: it arms one.
+        r.send({'op': 'preload', 'id': 'p1', 'modules': ['json']})
+        r.next(lambda e: e.get('id') == 'p1')
+        self.assertEqual(self.wait_trims(4), 4)
 
 
 class LeanTest(unittest.TestCase):
