@@ -3,8 +3,10 @@
  * real runtime through the sandbox manager:
  *
  * 1. Host CPU per idle sandbox, BENCH_IDLE sandboxes together over BENCH_WINDOW_S
- *    seconds: awake (freezing off), frozen, and the same number of plain runc containers
- *    as the floor. The host's own idle (nothing running) is measured first and taken off.
+ *    seconds: awake (freezing off), frozen with and without warm-ups, and the same number
+ *    of plain runc containers as the floor, with the gateway's and dockerd's share. The
+ *    host's own idle (nothing running) is measured first and taken off. Then what one
+ *    warm-up of a frozen sandbox costs, by group.
  * 2. Freezing and thawing: the first run after a short freeze, and after a long idle
  *    (BENCH_LONG_IDLE_S) frozen and not frozen, against runs of a sandbox that never
  *    idles, p50/p95.
@@ -16,7 +18,8 @@
  *    right after another), and the memory each one holds.
  *
  *   node --import tsx bench/idle.ts   (BENCH_IDLE, BENCH_WINDOW_S, BENCH_USERS, BENCH_SAMPLES,
- *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=users, long or floor for one part)
+ *   BENCH_LONG_IDLE_S, BENCH_LONG_N, BENCH_LONG_ROUNDS; BENCH_ONLY=idle, warmup, users, long or floor for one part;
+ *   BENCH_REWARM_SEC sets SANDGATE_FREEZE_REWARM_SEC for the users part)
  */
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -110,6 +113,12 @@ async function main(): Promise<void> {
   console.log(`host with nothing running: ${f2(baseline)} ms of CPU per s`);
   const only = process.env.BENCH_ONLY;
   if (only === 'floor') return floor(baseline);
+  if (only === 'warmup') return warmUpCost();
+  if (only === 'idle') {
+    await idlePerSandbox(baseline);
+    await warmUpCost();
+    return;
+  }
   if (only === 'long') {
     const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
     try {
@@ -152,34 +161,74 @@ async function floor(baseline: number): Promise<void> {
   console.log(`    by process, % of the 2 cores: ${(['sandboxes', 'init', 'docker', 'gateway', 'kernel', 'other'] as const).map(share).join(', ')}`);
 }
 
-async function fewIdle(baseline: number): Promise<void> {
-  // 1. Idle CPU per sandbox: awake, frozen, runc.
-  const awake = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
-  let awakeCost: { host: number; own: number };
+type Cost = { host: number; own: number; groups: Record<CpuGroup, number> };
+
+/** IDLE sandboxes of one harness, started with a `pass` each and left idle (frozen once `settled` says so), over WINDOW_S. */
+async function idleSandboxes(env: Record<string, string>, prefix: string, settled: (h: Harness) => Promise<void>): Promise<Cost> {
+  const h = await createHarness({ env });
   try {
-    await start(awake, IDLE, 'pass', 'awake');
-    await sleep(3000);
-    awakeCost = await idleCost(WINDOW_S, await idsOf(awake));
+    await start(h, IDLE, 'pass', prefix);
+    await settled(h);
+    return await idleCost(WINDOW_S, await idsOf(h));
   } finally {
-    await awake.close();
+    await h.close();
   }
-  const frozen = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
-  let frozenCost: { host: number; own: number };
-  try {
-    await start(frozen, IDLE, 'pass', 'frozen');
-    await allFrozen(frozen);
+}
+
+/** 1. Idle CPU per sandbox: awake, frozen (with and without warm-ups), runc. Returns the awake one's, ms/s. */
+async function idlePerSandbox(baseline: number): Promise<number> {
+  const frozenEnv = { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) };
+  const settleFrozen = async (h: Harness) => {
+    await allFrozen(h);
     await sleep(1000);
-    frozenCost = await idleCost(WINDOW_S, await idsOf(frozen));
-  } finally {
-    await frozen.close();
-  }
+  };
+  const awakeCost = await idleSandboxes({ SANDGATE_FREEZE_AFTER_MS: '0' }, 'awake', async () => void (await sleep(3000)));
+  const frozenCost = await idleSandboxes(frozenEnv, 'frozen', settleFrozen);
+  const coldCost = await idleSandboxes({ ...frozenEnv, SANDGATE_FREEZE_REWARM_SEC: '0' }, 'cold', settleFrozen);
   const runcCost = await withRuncContainers(IDLE, async (ids) => idleCost(WINDOW_S, ids));
-  const per = (c: { host: number; own: number }) => `${f2(c.own / IDLE).padStart(6)}   (whole host, less its idle: ${f2((c.host - baseline) / IDLE)})`;
+  // The gateway's and dockerd's share: a warm-up's thaw and freeze are kernel work done in
+  // the gateway's writes to the cgroup, and its round trip goes through dockerd and the shim.
+  const per = (c: Cost) => `${f2(c.own / IDLE).padStart(6)}   gateway and docker ${f2((c.groups.gateway + c.groups.docker) / IDLE).padStart(5)}   (whole host, less its idle: ${f2((c.host - baseline) / IDLE)})`;
   console.log(`idle CPU per sandbox, ${IDLE} together over ${WINDOW_S} s, ms of CPU per s: its own processes (cgroup + shim)`);
-  console.log(`  gVisor (systrap), awake:   ${per(awakeCost)}`);
-  console.log(`  gVisor (systrap), frozen:  ${per(frozenCost)}`);
-  console.log(`  runc container (floor):    ${per(runcCost)}`);
-  const awakePer = awakeCost.own / IDLE;
+  console.log(`  gVisor (systrap), awake:                 ${per(awakeCost)}`);
+  console.log(`  gVisor (systrap), frozen, with warm-ups: ${per(frozenCost)}`);
+  console.log(`  gVisor (systrap), frozen, no warm-ups:   ${per(coldCost)}`);
+  console.log(`  runc container (floor):                  ${per(runcCost)}`);
+  return awakeCost.own / IDLE;
+}
+
+/**
+ * What one warm-up costs the host: a frozen data-stack sandbox warmed every second
+ * (SANDGATE_FREEZE_REWARM_SEC=1) over WINDOW_S, against the same left frozen, by group:
+ * its cgroup, its shim, dockerd with containerd (the round trip goes through the attach
+ * stream) and the gateway (which thaws and freezes the cgroup).
+ */
+async function warmUpCost(): Promise<void> {
+  const measure = async (rewarm: string) => {
+    const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_FREEZE_REWARM_SEC: rewarm } });
+    try {
+      await start(h, 1, 'import numpy, pandas\ndf = pandas.DataFrame({"a": numpy.arange(1000)})', `w${rewarm}-`);
+      await allFrozen(h);
+      await sleep(1000);
+      const [box] = await h.manager.list();
+      const cg0 = sampleCgroup(box!.containerId)!.cpuNs;
+      const c = await idleCost(WINDOW_S, [box!.containerId]);
+      const cgroupMs = (sampleCgroup(box!.containerId)!.cpuNs - cg0) / 1e6 / WINDOW_S;
+      return { cgroup: cgroupMs, shim: c.groups.sandboxes - cgroupMs, docker: c.groups.docker, gateway: c.groups.gateway };
+    } finally {
+      await h.close();
+    }
+  };
+  const warmed = await measure('1');
+  const left = await measure('0');
+  const parts = (['cgroup', 'shim', 'docker', 'gateway'] as const).map((k) => `${k} ${f2(warmed[k] - left[k])}`);
+  const total = (['cgroup', 'shim', 'docker', 'gateway'] as const).reduce((sum, k) => sum + warmed[k] - left[k], 0);
+  console.log(`one warm-up (a frozen data-stack sandbox warmed every second for ${WINDOW_S} s, less the same left frozen), ms of host CPU: ${f2(total)} (${parts.join(', ')}); every 30 s: ${f2(total / 30)} ms/s per frozen sandbox`);
+}
+
+async function fewIdle(baseline: number): Promise<void> {
+  const awakePer = await idlePerSandbox(baseline);
+  await warmUpCost();
 
   // 2. Freeze and thaw on the run's path: a short freeze, then a long idle.
   const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
@@ -273,11 +322,14 @@ async function longIdle(h: Harness, busy: SandboxOwner): Promise<void> {
 async function manyUsers(baseline: number): Promise<void> {
   const before = memAvailable();
   const denoHost = process.env.SANDGATE_DENO_HOST ?? 'start';
-  const many = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400', SANDGATE_DENO_HOST: denoHost } });
+  const rewarm = process.env.BENCH_REWARM_SEC;
+  const many = await createHarness({
+    env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_IDLE_TIMEOUT_SEC: '86400', SANDGATE_DENO_HOST: denoHost, ...(rewarm ? { SANDGATE_FREEZE_REWARM_SEC: rewarm } : {}) },
+  });
   try {
     const t0 = performance.now();
     const owners = await start(many, USERS, 'import numpy, pandas\ndf = pandas.DataFrame({"a": numpy.arange(1000)})', 'u');
-    console.log(`${USERS} users (SANDGATE_DENO_HOST=${denoHost}) started with numpy and pandas loaded in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+    console.log(`${USERS} users (SANDGATE_DENO_HOST=${denoHost}${rewarm ? `, SANDGATE_FREEZE_REWARM_SEC=${rewarm}` : ''}) started with numpy and pandas loaded in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
     await allFrozen(many, 300_000);
     await sleep(2000);
     const boxes = await many.manager.list();
