@@ -266,7 +266,13 @@ describe('chat', () => {
       const { context, page } = await signedInAs('alice', viewport);
       const seen = watchPage(page);
       const id = await newConversation(page);
+      expect(await page.locator('#conversation-title').textContent()).toBe('New conversation');
       await send(page, `plot the trend (${viewport})`);
+      // The first message names the conversation at once: its header, its entry in the list, the window's title.
+      const name = `plot the trend (${viewport})`;
+      await page.waitForFunction((n) => document.getElementById('conversation-title')?.textContent === n, name);
+      expect(await page.title()).toBe(`${name} · sandgate`);
+      expect(await page.locator(`#conv-link-${id}`).textContent()).toBe(name);
       // Live: the tool call with its code appears, then the plot, then the answer.
       await page.waitForSelector('.turn .tool pre.code', { timeout: 60_000 });
       expect(await page.locator('.turn .tool pre.code').first().innerText()).toContain('plt.savefig');

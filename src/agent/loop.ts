@@ -150,9 +150,10 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
   };
   const modelText = await boundary.toModel(caller, input.text);
   const turn = startTurn(db, conversation.id, choice.id);
+  // The first message names the conversation, before the turn is announced: the page shows the name at once.
+  if (!conversation.title) updateConversation(db, conversation.id, { title: modelText });
   emit({ type: 'turn', conversationId: conversation.id, turnId: turn.id, model: choice.id });
   addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'user', content: modelText } });
-  if (!conversation.title) updateConversation(db, conversation.id, { title: modelText });
 
   const history = repairToolPairs(messagesOf(db, conversation.id).map((m) => m.message));
   const system = systemPrompt(input.instructions, input.clientInstructions && (await boundary.toModel(caller, input.clientInstructions)));

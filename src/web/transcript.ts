@@ -68,6 +68,11 @@ function resultText(output: unknown): { text: string; isError: boolean } {
   return { text, isError: o?.type === 'error-text' || o?.type === 'error-json' };
 }
 
+/** A conversation's title as its user reads it (the store keeps the model's side); '' before its first message. */
+export async function titleFor(boundary: ModelBoundary, user: User, conversation: Pick<Conversation, 'id' | 'title'>): Promise<string> {
+  return conversation.title ? forUser(boundary, { user, via: { kind: 'agent', conversationId: conversation.id } } satisfies Caller, conversation.title) : '';
+}
+
 export async function transcript(db: Db, boundary: ModelBoundary, user: User, conversation: Conversation, only?: number): Promise<TurnView[]> {
   const caller: Caller = { user, via: { kind: 'agent', conversationId: conversation.id } };
   const show = (t: string) => forUser(boundary, caller, t);

@@ -7,15 +7,13 @@
 import express, { type Router } from 'express';
 import type { Agent } from '../../agent/agent.js';
 import { deleteConversation, getConversation, listConversations, turnsOf } from '../../agent/conversations.js';
-import { forUser } from '../../agent/display.js';
 import { GatewayError } from '../../errors.js';
-import type { Caller } from '../../identity/caller.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import { conversationScopeRef, dropPiiScope } from '../../pii/scopes.js';
 import type { Db } from '../../store/store.js';
 import type { User } from '../../store/users.js';
-import { transcript } from '../../web/transcript.js';
+import { titleFor, transcript } from '../../web/transcript.js';
 import { userOf, type WebAuth } from './auth.js';
 import type { LiveHub } from './live.js';
 import { renderPage, renderPartial } from './render.js';
@@ -39,10 +37,7 @@ export function chatRoutes(deps: ChatDeps): Router {
   /** Conversation titles as their user reads them (the store keeps the model's side). */
   const listFor = async (user: User) =>
     Promise.all(
-      listConversations(db, user.id, { source: 'web' }).map(async (c) => ({
-        ...c,
-        title: c.title ? await forUser(boundary, { user, via: { kind: 'agent', conversationId: c.id } } satisfies Caller, c.title) : '',
-      })),
+      listConversations(db, user.id, { source: 'web' }).map(async (c) => ({ ...c, title: await titleFor(boundary, user, c) })),
     );
 
   router.get('/chat', auth.requireUser, async (req, res) => {

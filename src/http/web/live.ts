@@ -22,7 +22,7 @@ import type { ModelBoundary } from '../../pii/boundary.js';
 import type { Db } from '../../store/store.js';
 import { getUser, type User } from '../../store/users.js';
 import { sessionKey } from '../../web/sessions.js';
-import { isImage, toolKey, transcript } from '../../web/transcript.js';
+import { isImage, titleFor, toolKey, transcript } from '../../web/transcript.js';
 import { allowedHostnames } from '../host-origin.js';
 import type { WebAuth } from './auth.js';
 import { escapeHtml, renderPartial } from './render.js';
@@ -157,12 +157,20 @@ export class LiveHub {
     const blockId = () => `t${turnId}-b${block}`;
     const handle = async (e: AgentEvent): Promise<void> => {
       switch (e.type) {
-        case 'turn':
+        case 'turn': {
           turnId = e.turnId;
           send({ target: '#transcript-empty', swap: 'delete', html: '' });
           send({ target: '#transcript', swap: 'beforeend', html: renderPartial('live/turn-start', { turnId, userText }) });
           send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: true, conversationId }) });
+          // Its name (the first message's words): the header, its entry in the list and the window's title.
+          const title = await titleFor(this.deps.boundary, user, getConversation(this.deps.db, user.id, conversationId));
+          if (title) {
+            send({ target: '#conversation-title', swap: 'innerHTML', html: escapeHtml(title) });
+            send({ target: `#conv-link-${conversationId}`, swap: 'innerHTML', html: escapeHtml(title) });
+            send({ target: 'title', swap: 'innerHTML', html: escapeHtml(`${title} · sandgate`) });
+          }
           return;
+        }
         case 'text': {
           if (!inText) {
             inText = true;
