@@ -71,6 +71,15 @@ describe('authentication', () => {
     expect((r.messages[0]!.error as { message: string }).message).toMatch(/The token "old" expired at .*sandgate tokens create/);
     const carol = findUser(gw.harness.store.db, 'carol')!;
     expect(listAudit(gw.harness.store.db, carol.id)[0]).toMatchObject({ method: 'authenticate', outcome: 'denied', errorClass: 'expired', tokenName: 'old' });
+    // The same old token sent in a loop: each request refused, but one audit row a second at most.
+    const rows = () => listAudit(gw.harness.store.db, carol.id).filter((a) => a.method === 'authenticate').length;
+    const before = rows();
+    const t0 = Date.now();
+    for (let i = 0; i < 50; i++) {
+      const again = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${token}` }, body: initializeBody(LATEST_PROTOCOL_VERSION) });
+      expect(again.status).toBe(401);
+    }
+    expect(rows() - before).toBeLessThanOrEqual(Math.ceil((Date.now() - t0) / 1000));
   });
 
   it('the SDK client shows the message when its token is refused', async () => {

@@ -234,8 +234,16 @@ describe('the one-time sign-in link of a single-user install', () => {
       const link = `${local.url}/login/link/${createLoginLink(local.gateway.store.db, user.id).secret}`;
       const context = await newContext();
       const page = await context.newPage();
+      const sessions = () => (local.gateway.store.db.prepare('SELECT COUNT(*) AS n FROM sessions').get() as { n: number }).n;
+      const stored = sessions();
       await page.goto(`${local.url}/login`);
       expect(await page.locator('main').innerText()).toContain('sandgate users login-link admin');
+      // Neither the sign-in page nor a made-up link stores a session (nor sets a cookie).
+      await page.goto(`${local.url}/login/link/made-up`);
+      await page.waitForURL(/\/login\?why=link$/);
+      expect(await page.locator('[role=alert]').innerText()).toMatch(/not valid/);
+      expect(await cookieOf(context)).toBeUndefined();
+      expect(sessions()).toBe(stored);
       await page.goto(link);
       const before = await cookieOf(context);
       await page.click('button[type=submit]');
@@ -248,9 +256,9 @@ describe('the one-time sign-in link of a single-user install', () => {
 
       const second = await newContext();
       const p2 = await second.newPage();
+      // A used link gets no form: straight to the sign-in page, which says why.
       await p2.goto(link);
-      await p2.click('button[type=submit]');
-      await p2.waitForURL(/\/login/);
+      await p2.waitForURL(/\/login\?why=link$/);
       expect(await p2.locator('[role=alert]').innerText()).toMatch(/used already|expired/);
       await second.close();
       await context.close();

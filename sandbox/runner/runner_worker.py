@@ -27,7 +27,7 @@ from runner_procs import (
 
 
 class Job:
-    __slots__ = ('kind', 'id', 'req', 'cancelled', 'finished')
+    __slots__ = ('kind', 'id', 'req', 'cancelled', 'finished', 'quiet')
 
     def __init__(self, kind, req):
         self.kind = kind  # 'exec' | 'preload'
@@ -35,6 +35,7 @@ class Job:
         self.req = req
         self.cancelled = False
         self.finished = False
+        self.quiet = False  # a round trip that left no garbage behind (a warm-up that found all well)
 
 
 def parse_exec(req):
@@ -197,9 +198,9 @@ class Worker:
                 with self.cond:
                     self.current = None
                 # A warm-up (an empty preload: the gateway's round trip through a frozen
-                # sandbox) leaves no garbage; arming the trim for it would trim at every
-                # thaw and fault the trimmed pages back in at the next one.
-                if job.kind == 'exec' or job.req.get('modules'):
+                # sandbox) that found all well leaves no garbage; arming the trim for it
+                # would trim at every thaw and fault the trimmed pages back in at the next.
+                if not job.quiet:
                     self.trim_at = time.monotonic() + TRIM_IDLE_SECONDS
 
     def _idle_duties(self, now):
@@ -658,6 +659,8 @@ class Worker:
         started = time.monotonic()
         event = {'type': 'preloaded', 'id': job.id, 'modules': modules}
         error = None
+        sink = None
+        was_ready = self.kernel.alive and self.kernel.ready
         outcome = self._kernel_ready(job)
         if outcome is not None:
             error = outcome['notice']
@@ -693,6 +696,8 @@ class Worker:
         event['ms'] = ms(time.monotonic() - started)
         if error:
             event['error'] = error
+        # Nothing imported, no kernel started, nothing read and dropped: nothing to trim.
+        job.quiet = not modules and was_ready and not error and isinstance(sink, Discard) and not sink.bytes
         self.emitter.emit(event)
 
 

@@ -949,6 +949,21 @@ class TrimTest(unittest.TestCase):
         r.send({'op': 'preload', 'id': 'p1', 'modules': ['json']})
         r.next(lambda e: e.get('id') == 'p1')
         self.assertEqual(self.wait_trims(4), 4)
+        # So does a warm-up that reads and drops what a background thread printed ...
+        r.run('import threading, time\n'
+              'threading.Thread(target=lambda: (time.sleep(0.3), print("x" * 100000)), daemon=True).start()')
+        self.assertEqual(self.wait_trims(5), 5)
+        time.sleep(0.6)
+        r.send({'op': 'preload', 'id': 'warm-out', 'modules': []})
+        r.next(lambda e: e.get('id') == 'warm-out')
+        self.assertEqual(self.wait_trims(6), 6)
+        # ... and one that finds the kernel ended and starts another.
+        r.run('import os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(3))).start()')
+        self.assertEqual(self.wait_trims(7), 7)
+        time.sleep(0.6)
+        r.send({'op': 'preload', 'id': 'warm-dead', 'modules': []})
+        r.next(lambda e: e.get('id') == 'warm-dead')
+        self.assertEqual(self.wait_trims(8), 8)
 
 
 class LeanTest(unittest.TestCase):

@@ -41,6 +41,10 @@ const jsonRpcRefusal: Refusal = (res, message) => void res.json({ jsonrpc: '2.0'
 
 export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
   const refuse = opts.refuse ?? jsonRpcRefusal;
+  // When each known token's last refusal was audited: a refused request costs its sender
+  // nothing (an old token that leaked, sent in a loop), so it must not cost the store a row
+  // each. At most one a second per token, as for rate-limited requests.
+  const lastRefusalAudit = new Map<number, number>();
   return function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
@@ -56,7 +60,10 @@ export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Re
         : header
           ? `Bearer realm="${REALM}", error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
           : `Bearer realm="${REALM}"`;
-    if (result.token) {
+    const now = Date.now();
+    if (result.token && now - (lastRefusalAudit.get(result.token.id) ?? 0) >= 1000) {
+      lastRefusalAudit.set(result.token.id, now);
+      if (lastRefusalAudit.size > 10_000) lastRefusalAudit.clear();
       try {
         recordAudit(deps.db, {
           userId: result.token.userId,

@@ -18,6 +18,12 @@ export function createLoginLink(db: Db, userId: number, now = Date.now()): { sec
   return { secret, expiresAt };
 }
 
+/** Whether a link would sign in now (unused, unexpired), without using it. */
+export function loginLinkUsable(db: Db, secret: string, now = Date.now()): boolean {
+  if (typeof secret !== 'string' || secret.length > 100) return false;
+  return statement(db, 'SELECT 1 FROM login_links WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?').get(hash(secret), now) !== undefined;
+}
+
 export type LinkOutcome = { ok: true; userId: number } | { ok: false; reason: 'unknown' | 'used' | 'expired' };
 
 /** Uses a link: the user it signs in, once; a second use, or a late one, is refused. */

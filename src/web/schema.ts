@@ -36,6 +36,7 @@ export const webMigration: Migration = {
 export const anonymousSessionsMigration: Migration = {
   description: 'sessions of sign-ins under way, by age',
   up(db) {
-    db.exec('CREATE INDEX sessions_anonymous ON sessions(created_at) WHERE user_id IS NULL');
+    // user_id in it too: counting them reads the index alone.
+    db.exec('CREATE INDEX sessions_anonymous ON sessions(user_id, created_at) WHERE user_id IS NULL');
   },
 };

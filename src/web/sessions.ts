@@ -4,11 +4,12 @@
  * user once they signed in (`user_id`), which is what signing out everywhere and the
  * admin's views use. Every statement on the table is here.
  *
- * Anyone can make a session without signing in (the sign-in page keeps its form's token
- * in one, the GitHub sign-in its state), so those are bounded: past
- * MAX_ANONYMOUS_SESSIONS the oldest are dropped. A flood of visits can then at worst
- * make a sign-in under way start over; it never fills the disk or touches the sessions
- * of signed-in users.
+ * Anyone can start a sign-in (the GitHub sign-in keeps its state in a session, a
+ * sign-in link's page its form's token), so sessions nobody has signed in to are
+ * bounded: past MAX_ANONYMOUS_SESSIONS (about 40 MB) the oldest are dropped, looked at
+ * every ANONYMOUS_CHECK_EVERY of them. A flood of them can then at worst make a sign-in
+ * under way start over (at 2,000 a second, one that takes longer than 50 s); it never
+ * fills the disk or touches the sessions of signed-in users.
  */
 import crypto from 'node:crypto';
 import { statement, type Db } from '../store/store.js';
@@ -31,28 +32,44 @@ export function loadSession(db: Db, sid: string, now = Date.now()): SessionRow |
   return { data: r.data, userId: r.user_id, expiresAt: r.expires_at };
 }
 
-export const MAX_ANONYMOUS_SESSIONS = 10_000;
+export const MAX_ANONYMOUS_SESSIONS = 100_000;
+export const ANONYMOUS_CHECK_EVERY = 100;
+/** Anonymous saves since the count was last looked at, per store (the first save looks). */
+const sinceCheck = new WeakMap<Db, number>();
 
 /**
  * Stores a session. Returns how many sessions of sign-ins under way were dropped to stay
- * within `maxAnonymous` (0 almost always).
+ * within `bound.max` (0 almost always).
  */
-export function saveSession(db: Db, sid: string, data: string, userId: number | null, expiresAt: number, maxAnonymous = MAX_ANONYMOUS_SESSIONS): number {
+export function saveSession(
+  db: Db,
+  sid: string,
+  data: string,
+  userId: number | null,
+  expiresAt: number,
+  bound: { max: number; checkEvery: number } = { max: MAX_ANONYMOUS_SESSIONS, checkEvery: ANONYMOUS_CHECK_EVERY },
+): number {
   statement(
     db,
     `INSERT INTO sessions (sid_hash, user_id, data, expires_at, created_at) VALUES (?, ?, ?, ?, ?)
      ON CONFLICT(sid_hash) DO UPDATE SET user_id = excluded.user_id, data = excluded.data, expires_at = excluded.expires_at`,
   ).run(hash(sid), userId, data, expiresAt, Date.now());
   if (userId !== null) return 0;
+  const since = sinceCheck.get(db);
+  if (since !== undefined && since + 1 < bound.checkEvery) {
+    sinceCheck.set(db, since + 1);
+    return 0;
+  }
+  sinceCheck.set(db, 0);
   // INDEXED BY: SQLite refuses the statement rather than read every session.
   const { n } = statement(db, 'SELECT COUNT(*) AS n FROM sessions INDEXED BY sessions_anonymous WHERE user_id IS NULL').get() as { n: number };
-  if (n <= maxAnonymous) return 0;
+  if (n <= bound.max) return 0;
   // The newest (this one among them) stay; rowid breaks ties within a millisecond.
   return statement(
     db,
     `DELETE FROM sessions WHERE rowid IN (
        SELECT rowid FROM sessions INDEXED BY sessions_anonymous WHERE user_id IS NULL ORDER BY created_at, rowid LIMIT ?)`,
-  ).run(n - maxAnonymous).changes;
+  ).run(n - bound.max).changes;
 }
 
 export function touchSession(db: Db, sid: string, expiresAt: number): void {

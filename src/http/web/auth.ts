@@ -26,8 +26,8 @@ import { loadOrCreateKey } from '../../secrets/key-file.js';
 import type { Db } from '../../store/store.js';
 import { ensureUser, getUser, recordSignIn, setGithubTeams, type User } from '../../store/users.js';
 import { AllowList, githubEndpoints } from '../../web/github.js';
-import { consumeLoginLink } from '../../web/login-links.js';
-import { deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
+import { consumeLoginLink, loginLinkUsable } from '../../web/login-links.js';
+import { ANONYMOUS_CHECK_EVERY, deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
 import { renderPage } from './render.js';
 
 declare module 'express-session' {
@@ -50,7 +50,7 @@ export class StoreSessions extends session.Store {
     private readonly db: Db,
     /** Sessions of sign-ins under way were dropped, the oldest, to keep within their bound (sessions.ts). */
     private readonly onDropped?: (count: number) => void,
-    private readonly maxAnonymous = MAX_ANONYMOUS_SESSIONS,
+    private readonly bound = { max: MAX_ANONYMOUS_SESSIONS, checkEvery: ANONYMOUS_CHECK_EVERY },
   ) {
     super();
   }
@@ -68,7 +68,7 @@ export class StoreSessions extends session.Store {
     try {
       const userId = typeof s.passport?.user === 'number' ? s.passport.user : null;
       const expires = s.cookie.expires ? new Date(s.cookie.expires).getTime() : Date.now() + ANONYMOUS_SESSION_MS;
-      const dropped = saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires, this.maxAnonymous);
+      const dropped = saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires, this.bound);
       if (dropped) this.onDropped?.(dropped);
       cb?.();
     } catch (e) {
@@ -143,6 +143,8 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     proxy: false,
     cookie: { httpOnly: true, sameSite: 'lax', secure, maxAge: config.sessionDays * 86_400_000, path: '/' },
   });
+  // At start too: a store that grew while the gateway was down is trimmed now, not by a visitor's request.
+  purgeExpiredSessions(db);
   const purge = setInterval(() => purgeExpiredSessions(db), 10 * 60 * 1000);
   purge.unref();
 
@@ -266,7 +268,9 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     };
     const flash = (req.session as { flash?: string }).flash;
     if (flash) delete (req.session as { flash?: string }).flash;
-    renderPage(res, 'login', { csrf: generateToken(req) }, { title: 'Sign in', github, localUser: config.localUser, message: flash ?? (why ? messages[why] : undefined) });
+    // No form on this page, so no CSRF token: a visit stores no session (every visitor
+    // who is not signed in lands here).
+    renderPage(res, 'login', { csrf: '' }, { title: 'Sign in', github, localUser: config.localUser, message: flash ?? (why ? messages[why] : undefined) });
   });
 
   if (github) {
@@ -296,6 +300,8 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
   }
 
   routes.get('/login/link/:secret', (req, res) => {
+    // Only a link that can still sign in gets the form (and a session to hold its token).
+    if (!loginLinkUsable(db, req.params.secret as string)) return res.redirect(303, '/login?why=link');
     renderPage(res, 'link', { csrf: generateToken(req) }, { title: 'Sign in', secret: req.params.secret });
   });
   routes.post('/login/link', body, csrfSynchronisedProtection, (req, res, next) => {
