@@ -8,6 +8,7 @@ import type { Request, RequestHandler, Response } from 'express';
 import type { Caller } from '../identity/caller.js';
 import { recordAudit } from '../audit/audit.js';
 import type { Logger } from '../logger.js';
+import { OncePer } from '../limits/rate-limit.js';
 import type { Db } from '../store/store.js';
 import { verifyToken, type Principal, type TokenFailure } from '../tokens/tokens.js';
 
@@ -41,10 +42,9 @@ const jsonRpcRefusal: Refusal = (res, message) => void res.json({ jsonrpc: '2.0'
 
 export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
   const refuse = opts.refuse ?? jsonRpcRefusal;
-  // When each known token's last refusal was audited: a refused request costs its sender
-  // nothing (an old token that leaked, sent in a loop), so it must not cost the store a row
-  // each. At most one a second per token, as for rate-limited requests.
-  const lastRefusalAudit = new Map<number, number>();
+  // A known token refused (an old one that leaked, sent in a loop) is audited at most once
+  // a second, as rate-limited requests are.
+  const refusalAudit = new OncePer(1000);
   return function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
@@ -60,10 +60,7 @@ export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Re
         : header
           ? `Bearer realm="${REALM}", error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
           : `Bearer realm="${REALM}"`;
-    const now = Date.now();
-    if (result.token && now - (lastRefusalAudit.get(result.token.id) ?? 0) >= 1000) {
-      lastRefusalAudit.set(result.token.id, now);
-      if (lastRefusalAudit.size > 10_000) lastRefusalAudit.clear();
+    if (result.token && refusalAudit.due(result.token.id, Date.now())) {
       try {
         recordAudit(deps.db, {
           userId: result.token.userId,

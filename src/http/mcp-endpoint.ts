@@ -15,7 +15,7 @@ import express, { type ErrorRequestHandler, type Request, type RequestHandler, t
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { Caller } from '../identity/caller.js';
-import { RateLimiter } from '../limits/rate-limit.js';
+import { OncePer, RateLimiter } from '../limits/rate-limit.js';
 import { describeRequest } from '../mcp/audited-transport.js';
 import type { McpDeps } from '../mcp/context.js';
 import { auditFor, serverForCaller } from '../mcp/serve.js';
@@ -87,11 +87,11 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
 
 
   /**
-   * When each token's last refusal was audited: a refused request costs its sender
-   * nothing, so its audit row must not cost the gateway much either. One row per refused
-   * POST (the batch as one), at most one a second per token.
+   * A refused request costs its sender nothing, so its audit row must not cost the
+   * gateway much either. One row per refused POST (the batch as one), at most one a
+   * second per token.
    */
-  const lastRefusalAudit = new Map<number, number>();
+  const refusalAudit = new OncePer(1000);
   const rateLimit: RequestHandler = function rateLimitPerToken(req, res, next) {
     const caller = callerOf(req);
     const tokenId = caller.via.tokenId;
@@ -101,9 +101,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     const decision = limiter.take(String(tokenId), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
-    if (at - (lastRefusalAudit.get(tokenId) ?? 0) >= 1000) {
-      lastRefusalAudit.set(tokenId, at);
-      if (lastRefusalAudit.size > 10_000) lastRefusalAudit.clear();
+    if (refusalAudit.due(tokenId, at)) {
       const first = requests[0];
       auditFor(
         deps,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { RateLimiter } from './rate-limit.js';
+import { OncePer, RateLimiter } from './rate-limit.js';
 
 describe('RateLimiter', () => {
   it('allows a burst, then paces at the rate, per key', () => {
@@ -28,5 +28,20 @@ describe('RateLimiter', () => {
     expect(rl.take('b', 50, 0)).toMatchObject({ ok: false, tooLarge: true });
     // The refused batch cost nothing: b's bucket is still full.
     expect(rl.take('b', 5, 0).ok).toBe(true);
+  });
+});
+
+describe('OncePer', () => {
+  it('lets one event a period through per key, and forgets keys past its bound', () => {
+    const once = new OncePer(1000, 3);
+    expect(once.due(1, 0)).toBe(true);
+    expect(once.due(1, 999)).toBe(false);
+    expect(once.due(2, 999)).toBe(true);
+    expect(once.due(1, 1000)).toBe(true);
+    expect(once.due(3, 1000)).toBe(true);
+    // A fourth key: all are forgotten, so the next event of each passes again.
+    expect(once.due(4, 1001)).toBe(true);
+    expect(once.due(1, 1002)).toBe(true);
+    expect(once.due(4, 1002)).toBe(false);
   });
 });

@@ -48,3 +48,25 @@ export class RateLimiter {
     for (const [k, b] of this.buckets) if (now - b.at > fullAfterMs) this.buckets.delete(k);
   }
 }
+
+/**
+ * At most one event a `everyMs` per key: what a refused request leaves behind (an audit
+ * row) must not cost the gateway a row per request, since refusing costs the sender
+ * nothing. Forgets every key past `maxKeys` (a few extra events then, never unbounded).
+ */
+export class OncePer {
+  private readonly last = new Map<number | string, number>();
+
+  constructor(
+    private readonly everyMs: number,
+    private readonly maxKeys = 10_000,
+  ) {}
+
+  /** True (and noted) when `key`'s last event was `everyMs` or more before `now`. */
+  due(key: number | string, now: number): boolean {
+    if (now - (this.last.get(key) ?? -Infinity) < this.everyMs) return false;
+    if (this.last.size >= this.maxKeys) this.last.clear();
+    this.last.set(key, now);
+    return true;
+  }
+}
