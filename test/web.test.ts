@@ -314,6 +314,23 @@ describe('chat', () => {
     }
   });
 
+  it("shows a first message full of markup as the conversation's name, as text", async () => {
+    const { context, page } = await signedInAs('alice');
+    const seen = watchPage(page);
+    const id = await newConversation(page);
+    // Under the 80 characters a title keeps.
+    const hostile = `<img src=x onerror=window.__p=1></title><script>window.__p=2</script> & "q"`;
+    await send(page, hostile);
+    await page.waitForFunction((n) => document.getElementById('conversation-title')?.textContent === n, hostile);
+    expect(await page.title()).toBe(`${hostile} · sandgate`);
+    expect(await page.locator(`#conv-link-${id}`).textContent()).toBe(hostile);
+    expect(await page.locator('#conversation-title *, .conversation-list a *, head img').count()).toBe(0);
+    await page.waitForFunction(() => document.querySelector('.turn .md')?.textContent?.includes('You said'));
+    expect(await page.evaluate(() => (window as { __p?: number }).__p)).toBeUndefined();
+    expect(seen).toEqual({ dialogs: [], errors: [] });
+    await context.close();
+  });
+
   it('Shift+Enter starts a new line, Enter sends', async () => {
     const { context, page } = await signedInAs('alice');
     await newConversation(page);
