@@ -8,6 +8,7 @@ import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
 import { healthRoutes, type ReadinessCheck } from './http/health.js';
 import { errorHandler, notFound } from './http/errors.js';
+import { requestContext } from './http/request-context.js';
 import { staticRoutes } from './http/static.js';
 
 export interface AppDeps {
@@ -27,6 +28,8 @@ export function createApp(deps: AppDeps): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
+  // First, so that everything a request starts can be traced back to it.
+  app.use(requestContext());
   deps.mount?.(app);
   app.use(healthRoutes(deps.store, deps.readiness ?? {}));
   app.use(staticRoutes());

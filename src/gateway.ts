@@ -9,6 +9,7 @@
 import type http from 'node:http';
 import type express from 'express';
 import { Agent } from './agent/agent.js';
+import { sweepApiConversations } from './agent/api-history.js';
 import { ModelCatalog } from './agent/models.js';
 import { ProviderKeys } from './agent/provider-keys.js';
 import { createApp } from './app.js';
@@ -18,6 +19,7 @@ import { mcpRouter } from './http/mcp-endpoint.js';
 import { openAiApi } from './http/openai-api.js';
 import { webApp, type WebApp } from './http/web/index.js';
 import type { Caller } from './identity/caller.js';
+import { RateLimiter } from './limits/rate-limit.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
 import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
@@ -92,7 +94,7 @@ export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: M
   return { vault, boundary: createPiiBoundary(vault) };
 }
 
-/** How often expired vault entries are purged. */
+/** How often expired vault entries, and API conversations past SANDGATE_API_CONVERSATION_DAYS, are purged. */
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 /** How soon a failed full health check may run again (readiness asks often; a check starts a container). */
 export const PREFLIGHT_RETRY_MS = 10_000;
@@ -145,20 +147,31 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     return (await quick)[name] ?? { ok: false, detail: 'not reported by the driver' };
   };
 
-  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, preflight: () => preflight });
+  // One budget per user, whichever token or page a request comes through.
+  const rateLimiter = new RateLimiter({ perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst });
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight });
   const app = createApp({
     config,
     store,
     logger,
     readiness: { docker: quickCheck('docker'), image: quickCheck('image'), runtime: runtimeReadiness },
     mount: (a) => {
-      a.use(mcpRouter(tools));
-      a.use(openAiApi({ config, db: store.db, logger, agent }));
+      a.use(mcpRouter({ ...tools, rateLimiter }));
+      a.use(openAiApi({ config, db: store.db, logger, agent, rateLimiter }));
       a.use(web.router);
     },
   });
 
   let purge: NodeJS.Timeout | undefined;
+  let expireApi: NodeJS.Timeout | undefined;
+  const sweepApi = () => {
+    try {
+      const n = sweepApiConversations(store.db, { days: config.apiConversationDays });
+      if (n) logger.info({ conversations: n, days: config.apiConversationDays }, 'deleted API conversations past SANDGATE_API_CONVERSATION_DAYS');
+    } catch (err) {
+      logger.error({ err }, 'could not delete old API conversations');
+    }
+  };
   return {
     config,
     store,
@@ -187,6 +200,10 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
         purge.unref();
       }
       agent.init();
+      // After init: a turn a restart left 'running' is marked interrupted, so its conversation can go.
+      sweepApi();
+      expireApi = setInterval(sweepApi, PURGE_INTERVAL_MS);
+      expireApi.unref();
       // Before anything asks dockerd: it cannot start while a container of ours is frozen.
       manager.thawLeftFrozen();
       return runPreflight();
@@ -196,6 +213,7 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
       await agent.close();
       await web.close();
       if (purge) clearInterval(purge);
+      if (expireApi) clearInterval(expireApi);
       await running?.catch(() => undefined);
       await manager.shutdown(opts);
       await upstream.close();

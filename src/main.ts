@@ -1,7 +1,8 @@
 /**
  * The only file that listens. Loads configuration (a bad setting stops the start with
  * a message naming it), opens the store, checks the sandbox runtime, composes the app
- * and serves it; SIGTERM/SIGINT shut down gracefully.
+ * and serves it; SIGTERM/SIGINT shut down gracefully. A promise rejected with nobody to
+ * handle it is logged with the request it came from, and the gateway keeps serving.
  */
 import http from 'node:http';
 import { loadConfig } from './config.js';
@@ -10,6 +11,7 @@ import { createGateway } from './gateway.js';
 import { ensureUser } from './store/users.js';
 import { createLoginLink } from './web/login-links.js';
 import { createLogger } from './logger.js';
+import { guardStrayRejections } from './http/request-context.js';
 import { loopBackendProblem } from './sandboxes/volumes.js';
 
 async function main(): Promise<void> {
@@ -25,6 +27,8 @@ async function main(): Promise<void> {
   }
   const { config, warnings } = loaded;
   const logger = createLogger(config.logLevel);
+  // One user's request must never end everyone's sessions, turns and streams.
+  guardStrayRejections(logger);
   for (const w of warnings) {
     logger.warn({ unsafe: true }, w);
     process.stderr.write(`\n  !!! ${w}\n\n`);
@@ -111,4 +115,8 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
-void main();
+main().catch((e: unknown) => {
+  // A start that fails still ends the process: the guard above is for a gateway that serves.
+  process.stderr.write(`sandgate: the gateway could not start: ${e instanceof Error ? (e.stack ?? e.message) : String(e)}\n`);
+  process.exit(1);
+});

@@ -25,9 +25,14 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
 }
 
 async function cliWithInput(stdin: string, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+  return cliIn({}, stdin, ...argv);
+}
+
+async function cliIn(extra: Partial<CliContext>, stdin: string, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
+    ...extra,
     openStore: () => openStore(h.dataDir),
     dataDir: h.dataDir,
     publicUrl: 'https://gate.example.com',
@@ -53,6 +58,9 @@ describe('sandgate users', () => {
     expect((await cli('users', 'add', 'root', '--admin')).out).toMatch(/admin/);
     expect((await cli('users', 'list')).out).toMatch(/^ID\s+NAME\s+ADMIN\s+CREATED\n\d+\s+alice\s+\S+\n\d+\s+root\s+yes/);
     expect(await cli('users', 'add', 'no spaces')).toMatchObject({ code: 1, err: expect.stringMatching(/not a valid user name/) });
+    // With GitHub sign-in, admins come from SANDGATE_ADMINS alone: the flag is refused, not silently lost.
+    expect(await cliIn({ githubInstall: true }, '', 'users', 'add', 'carol', '--admin')).toMatchObject({ code: 1, err: expect.stringMatching(/SANDGATE_ADMINS/) });
+    expect((await cli('users', 'list')).out).not.toMatch(/carol/);
   });
 });
 

@@ -210,7 +210,7 @@ describe('protocol', () => {
 });
 
 describe('rate limits', () => {
-  it('answers 429 with Retry-After once a token has used its burst, per token', async () => {
+  it('answers 429 with Retry-After once a user has used their burst, whichever of their tokens sent it', async () => {
     const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '6', SANDGATE_RATE_LIMIT_BURST: '3' } });
     try {
       const t1 = limited.tokenFor('erin', 'a');
@@ -221,8 +221,10 @@ describe('rate limits', () => {
       expect(r.status).toBe(429);
       expect(Number(r.headers['retry-after'])).toBeGreaterThanOrEqual(1);
       expect(Number(r.headers['retry-after'])).toBeLessThanOrEqual(10);
-      expect((r.messages[0]!.error as { message: string }).message).toMatch(/Rate limit exceeded for token "a": retry after \d+ s\. The limit is 6 messages per minute \(bursts of 3\)/);
-      expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t2}` }, body: list })).status).toBe(200);
+      expect((r.messages[0]!.error as { message: string }).message).toMatch(/Rate limit exceeded for erin: retry after \d+ s\. Each user has one budget across all their tokens and pages: 6 a minute, in bursts of up to 3/);
+      // The user's other token shares the budget; another user has their own.
+      expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t2}` }, body: list })).status).toBe(429);
+      expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${limited.tokenFor('gus')}` }, body: list })).status).toBe(200);
       const erin = findUser(limited.harness.store.db, 'erin')!;
       expect(listAudit(limited.harness.store.db, erin.id).find((e) => e.outcome === 'rate_limited')).toMatchObject({ method: 'tools/list', tokenName: 'a' });
     } finally {
@@ -237,7 +239,7 @@ describe('rate limits', () => {
       const batch = (n: number) => Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'ping' }));
       const big = await rawRequest(limited.mcpUrl, { headers: auth, body: batch(100) });
       expect(big.status).toBe(429);
-      expect((big.messages[0]!.error as { message: string }).message).toMatch(/This batch has 100 messages, more than the 10 a token may send at once/);
+      expect((big.messages[0]!.error as { message: string }).message).toMatch(/This batch has 100 messages, more than the 10 a user may send at once/);
       // Six, then five: the second would take the bucket past its burst of ten.
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(6) })).status).toBe(200);
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(5) })).status).toBe(429);

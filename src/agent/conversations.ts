@@ -40,6 +40,8 @@ export interface StoredMessage {
   message: ModelMessage;
   /** Tool messages: the files each call created or changed, by tool call id. */
   files?: Record<string, FileChange[]>;
+  /** Assistant messages: their text rendered for the page once it was first shown (JSON kept by src/web/transcript.ts). */
+  html?: string;
   model: string | null;
   usage: Usage;
   createdAt: number;
@@ -208,16 +210,23 @@ export function messagesOf(db: Db, conversationId: string): StoredMessage[] {
     cached_input_tokens: number;
     created_at: number;
     files: string | null;
+    html: string | null;
   }[];
   return rows.map((r) => ({
     id: r.id,
     turnId: r.turn_id,
     message: JSON.parse(r.content) as ModelMessage,
     ...(r.files ? { files: JSON.parse(r.files) as Record<string, FileChange[]> } : {}),
+    ...(r.html ? { html: r.html } : {}),
     model: r.model,
     usage: { inputTokens: r.input_tokens, outputTokens: r.output_tokens, cachedInputTokens: r.cached_input_tokens },
     createdAt: r.created_at,
   }));
+}
+
+/** Keeps a message's rendered HTML (model side: tokens, never values), so it is rendered once. */
+export function setMessageHtml(db: Db, messageId: number, html: string): void {
+  statement(db, 'UPDATE messages SET html = ? WHERE id = ?').run(html, messageId);
 }
 
 export interface UsageRow extends Usage {
@@ -243,4 +252,52 @@ export function usageByUserAndModel(db: Db, since = 0): UsageRow[] {
        GROUP BY c.user_id, m.model ORDER BY u.name, m.model`,
     ).all(since) as UsageRow[]
   ).map((r) => ({ ...r, ownKeyRounds: r.ownKeyRounds ?? 0 }));
+}
+
+/**
+ * The /v1 conversation of `userId` whose client was last answered with the history of
+ * digest `digest` (api-history.ts), taken: its digest is cleared, so a second request
+ * with the same history, or one while this one runs, starts a conversation of its own.
+ */
+export function takeApiConversation(db: Db, userId: number, digest: string): Conversation | undefined {
+  const r = statement(
+    db,
+    `UPDATE conversations SET client_digest = NULL WHERE id = (
+       SELECT id FROM conversations WHERE user_id = ? AND source = 'api' AND client_digest = ? ORDER BY updated_at DESC LIMIT 1
+     ) RETURNING *`,
+  ).get(userId, digest) as ConversationRow | undefined;
+  return r && toConversation(r);
+}
+
+/** Records the digest of the history a /v1 conversation's client was just answered with. */
+export function setClientDigest(db: Db, conversationId: string, digest: string): void {
+  statement(db, 'UPDATE conversations SET client_digest = ? WHERE id = ?').run(digest, conversationId);
+}
+
+/**
+ * Deletes up to `limit` /v1 conversations, of one user or of all, whose last message is
+ * older than `before` (epoch ms), never one with a turn running.
+ * Returns what was deleted, so that their PII scopes can go too.
+ */
+export function deleteApiConversations(db: Db, o: { before: number; userId?: number; limit?: number }): { id: string; userId: number }[] {
+  return statement(
+    db,
+    `DELETE FROM conversations WHERE id IN (
+       SELECT c.id FROM conversations c
+       WHERE c.source = 'api' AND c.updated_at < ? AND (? IS NULL OR c.user_id = ?)
+         AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'running')
+       LIMIT ?
+     ) RETURNING id, user_id AS userId`,
+  ).all(o.before, o.userId ?? null, o.userId ?? null, o.limit ?? 500) as { id: string; userId: number }[];
+}
+
+/** Bytes a user's conversations take in the store: their messages (with the files each lists and their rendered HTML) and titles. */
+export function conversationBytes(db: Db, userId: number): { web: number; api: number } {
+  const rows = statement(
+    db,
+    `SELECT c.source AS source,
+            COALESCE(SUM((SELECT COALESCE(SUM(octet_length(m.content) + COALESCE(octet_length(m.files), 0) + COALESCE(octet_length(m.html), 0)), 0) FROM messages m WHERE m.conversation_id = c.id) + octet_length(c.title)), 0) AS bytes
+     FROM conversations c WHERE c.user_id = ? GROUP BY c.source`,
+  ).all(userId) as { source: ConversationSource; bytes: number }[];
+  return { web: rows.find((r) => r.source === 'web')?.bytes ?? 0, api: rows.find((r) => r.source === 'api')?.bytes ?? 0 };
 }

@@ -7,9 +7,14 @@
  * What bounds a turn, each ending it with a message that says so: SANDGATE_AGENT_MAX_ROUNDS
  * model round trips, SANDGATE_AGENT_TURN_TOKENS tokens, and SANDGATE_AGENT_CONTEXT_TOKENS
  * of prompt (old tool output is trimmed first; the user's messages are never dropped).
+ * What one round may keep is bounded too, whatever the model sends: MAX_ROUND_TEXT_CHARS
+ * of answer (the rest is cut, with a note the user and the model read; model-bounds.ts
+ * cuts it before the AI SDK holds it, and this loop again), and tool calls checked by
+ * tool-input.ts (size, depth, the tool's schema with no extra keys; a call that fails is
+ * answered with a tool error and never shown or run).
  * A cancel stops the model stream and the running execution. Provider errors come back
  * retried by the AI SDK (429, 5xx, network; honouring Retry-After) and are then shown in
- * words; malformed or unknown tool calls go back to the model as tool errors it can fix.
+ * words; malformed, unknown or oversized tool calls go back to the model as tool errors it can fix.
  *
  * Personal data: the user's text passes the PII boundary before it is stored or sent, so
  * the model sees tokens; tool results are tokenized by the tools themselves. What the
@@ -21,6 +26,7 @@ import type { Config } from '../config.js';
 import type { Caller } from '../identity/caller.js';
 import type { Logger } from '../logger.js';
 import type { InProcessConnection } from '../mcp/serve.js';
+import { decodePathSegment } from '../mcp/uri-path.js';
 import type { ModelBoundary } from '../pii/boundary.js';
 import type { Db } from '../store/store.js';
 import { addMessage, endTurn, messagesOf, startTurn, updateConversation, type Conversation, type TurnStatus, type Usage } from './conversations.js';
@@ -30,9 +36,17 @@ import type { AgentEvent, DoneReason, EventSink, FileChange } from './events.js'
 import type { ModelCatalog, ModelChoice } from './models.js';
 import { systemPrompt } from './prompt.js';
 import { describeProviderError } from './provider-errors.js';
+import { cutTextChars, MAX_ROUND_TEXT_CHARS, withinRoom } from './model-bounds.js';
+import { MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_ID_CHARS, MAX_TOOL_INPUT_CHARS, vetToolCall, type JsonSchema } from './tool-input.js';
 
 /** A tool result shown to the user is cut here (the model gets what the tool returned). */
 const MAX_RESULT_SHOWN = 20_000;
+/**
+ * Longest stretch spent on a model's stream without letting other requests in: parts
+ * that arrive together are handed over in one chain of promises, which never returns to
+ * the event loop by itself.
+ */
+const STREAM_YIELD_MS = 10;
 
 export interface TurnDeps {
   config: Config;
@@ -123,9 +137,10 @@ async function forUserDeep(boundary: ModelBoundary, caller: Caller, value: unkno
   return value;
 }
 
-/** The tools as the model is offered them, and the characters their definitions take in a prompt. */
+/** The tools as the model is offered them, their input schemas, and the characters their definitions take in a prompt. */
 export interface ModelTools {
   set: ToolSet;
+  schemas: ReadonlyMap<string, JsonSchema>;
   chars: number;
 }
 
@@ -133,8 +148,12 @@ export interface ModelTools {
 export async function modelTools(connection: InProcessConnection): Promise<ModelTools> {
   const { tools } = await connection.client.listTools();
   const set: ToolSet = {};
-  for (const t of tools) set[t.name] = { description: t.description ?? t.title ?? t.name, inputSchema: jsonSchema(t.inputSchema as Parameters<typeof jsonSchema>[0]) };
-  return { set, chars: JSON.stringify(tools.map((t) => [t.name, t.description, t.inputSchema])).length };
+  const schemas = new Map<string, JsonSchema>();
+  for (const t of tools) {
+    set[t.name] = { description: t.description ?? t.title ?? t.name, inputSchema: jsonSchema(t.inputSchema as Parameters<typeof jsonSchema>[0]) };
+    schemas.set(t.name, t.inputSchema as JsonSchema);
+  }
+  return { set, schemas, chars: JSON.stringify(tools.map((t) => [t.name, t.description, t.inputSchema])).length };
 }
 
 export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: ModelTools): Promise<TurnOutcome> {
@@ -186,6 +205,8 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     rounds++;
     const display = new DisplayStream(boundary, caller);
     let text = '';
+    /** Characters of answer past MAX_ROUND_TEXT_CHARS, neither kept nor shown. */
+    let cutChars = 0;
     const calls: ToolCallPart[] = [];
     const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
     try {
@@ -201,18 +222,27 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
         // Errors arrive as stream parts and are handled below; the default would print them.
         onError: () => {},
       });
+      let yielded = performance.now();
       for await (const part of result.fullStream) {
+        if (performance.now() - yielded > STREAM_YIELD_MS) {
+          await new Promise((resolve) => setImmediate(resolve));
+          yielded = performance.now();
+        }
         if (part.type === 'text-delta') {
-          text += part.text;
-          const shown = await display.push(part.text);
+          const piece = withinRoom(part.text, MAX_ROUND_TEXT_CHARS - text.length);
+          cutChars += part.text.length - piece.length;
+          if (!piece) continue;
+          text += piece;
+          const shown = await display.push(piece);
           if (shown) emit({ type: 'text', delta: shown });
         } else if (part.type === 'tool-call') {
           const p = part as ToolCallPart & { type: 'tool-call' };
-          calls.push({ toolCallId: p.toolCallId, toolName: p.toolName, input: p.input, invalid: p.invalid, error: p.error });
+          calls.push({ toolCallId: p.toolCallId.slice(0, MAX_TOOL_ID_CHARS), toolName: p.toolName.slice(0, MAX_TOOL_ID_CHARS), input: p.input, invalid: p.invalid, error: p.error });
         } else if (part.type === 'finish-step') {
           roundUsage.inputTokens += part.usage.inputTokens ?? 0;
           roundUsage.outputTokens += part.usage.outputTokens ?? 0;
           roundUsage.cachedInputTokens += part.usage.inputTokenDetails?.cacheReadTokens ?? 0;
+          cutChars += cutTextChars(part.providerMetadata);
         } else if (part.type === 'error') {
           throw part.error;
         } else if (part.type === 'abort') {
@@ -222,6 +252,10 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     } catch (err) {
       const tail = await display.end();
       if (tail) emit({ type: 'text', delta: tail });
+      if (cutChars) {
+        text += cutNote(cutChars);
+        emit({ type: 'text', delta: cutNote(cutChars) });
+      }
       if (text) save({ role: 'assistant', content: [{ type: 'text', text }] }, roundUsage);
       if (signal.aborted) return cancelled();
       const d = describeProviderError(err, choice, deps.catalog, { timeoutSec: config.agentTimeoutSec, retries: config.agentRetries });
@@ -231,17 +265,28 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     }
     const tail = await display.end();
     if (tail) emit({ type: 'text', delta: tail });
+    if (cutChars) {
+      text += cutNote(cutChars);
+      emit({ type: 'text', delta: cutNote(cutChars) });
+    }
     usage.inputTokens += roundUsage.inputTokens;
     usage.outputTokens += roundUsage.outputTokens;
     usage.cachedInputTokens += roundUsage.cachedInputTokens;
     emit({ type: 'usage', round: rounds, ...roundUsage });
 
+    // Each call is checked before it is kept, shown or run; the round's calls share one allowance of argument characters.
+    let allowance = MAX_TOOL_INPUT_CHARS;
+    const vetted = calls.map((c, i) => {
+      if (i >= MAX_TOOL_CALLS_PER_ROUND) {
+        return { stored: {}, chars: 0, refusal: `Not run: one round may make at most ${MAX_TOOL_CALLS_PER_ROUND} tool calls; make the others in the next round.` };
+      }
+      const v = vetToolCall(c, modelToolset.schemas, allowance);
+      allowance -= v.chars;
+      return v;
+    });
     const content: Exclude<ModelMessage & { role: 'assistant' }, { content: string }>['content'] = [];
     if (text) content.push({ type: 'text', text });
-    for (const c of calls) {
-      const callInput = c.input !== null && typeof c.input === 'object' && !Array.isArray(c.input) ? c.input : {};
-      content.push({ type: 'tool-call', toolCallId: c.toolCallId, toolName: c.toolName, input: callInput });
-    }
+    calls.forEach((c, i) => content.push({ type: 'tool-call', toolCallId: c.toolCallId, toolName: c.toolName, input: vetted[i]!.stored }));
     // An empty answer is not stored (providers refuse empty text blocks); its usage still counts.
     if (content.length) save({ role: 'assistant', content }, roundUsage);
     else addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'assistant', content: [] }, model: choice.id, keyOwner: input.keyOwner, usage: roundUsage });
@@ -265,8 +310,13 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
 
     const results: { type: 'tool-result'; toolCallId: string; toolName: string; output: ToolOutput }[] = [];
     const changed: Record<string, FileChange[]> = {};
-    for (const c of calls) {
-      const r = signal.aborted ? { output: { type: 'error-text' as const, value: 'Not run: the turn was stopped.' } } : await callTool(deps, input, tools, c, emit);
+    for (const [i, c] of calls.entries()) {
+      const refusal = vetted[i]!.refusal;
+      const r = signal.aborted
+        ? { output: { type: 'error-text' as const, value: 'Not run: the turn was stopped.' } }
+        : refusal !== undefined
+          ? { output: { type: 'error-text' as const, value: refusal } }
+          : await callTool(deps, input, c, emit);
       results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output: r.output });
       if (r.files) changed[c.toolCallId] = r.files;
     }
@@ -275,17 +325,15 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
   }
 }
 
-/** One tool call through the in-process MCP client, with its events; never throws. */
-async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: ToolCallPart, emit: EventSink): Promise<{ output: ToolOutput; files?: FileChange[] }> {
+/** What the user and the model read where an answer was cut. */
+function cutNote(chars: number): string {
+  return `\n\n(This answer was cut here: ${chars} more characters were not kept or shown, as one answer keeps at most ${MAX_ROUND_TEXT_CHARS}.)`;
+}
+
+/** One tool call, vetted already (tool-input.ts), through the in-process MCP client, with its events; never throws. */
+async function callTool(deps: TurnDeps, input: TurnInput, c: ToolCallPart, emit: EventSink): Promise<{ output: ToolOutput; files?: FileChange[] }> {
   const { boundary, config } = deps;
   const { caller, signal } = input;
-  if (!(c.toolName in tools)) {
-    return { output: { type: 'error-text', value: `There is no tool named "${c.toolName}". The tools are: ${Object.keys(tools).join(', ')}.` } };
-  }
-  if (c.invalid) {
-    const why = String((c.error as Error | undefined)?.message ?? 'they are not a JSON object').slice(0, 500);
-    return { output: { type: 'error-text', value: `The arguments of this ${c.toolName} call could not be used (${why}). Call it again with a JSON object that matches its input schema.` } };
-  }
   emit({ type: 'tool_call', id: c.toolCallId, name: c.toolName, input: await forUserDeep(boundary, caller, c.input) });
   // Progress messages are tokenized like everything the tools send; shown in order, with values.
   let shown = Promise.resolve();
@@ -309,7 +357,7 @@ async function callTool(deps: TurnDeps, input: TurnInput, tools: ToolSet, c: Too
       .filter((b) => b.type === 'resource_link')
       .map((b) => b as { uri: string; size?: number })
       .filter((b) => b.uri.startsWith('file:///workspace/'))
-      .map((b) => ({ path: decodeURIComponent(b.uri.slice('file:///workspace/'.length)), ...(b.size !== undefined ? { size: b.size } : {}) }));
+      .map((b) => ({ path: decodePathSegment(b.uri.slice('file:///workspace/'.length)), ...(b.size !== undefined ? { size: b.size } : {}) }));
     const userText = await forUser(boundary, caller, text);
     emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: userText.length > MAX_RESULT_SHOWN ? `${userText.slice(0, MAX_RESULT_SHOWN)}…` : userText, isError: result.isError === true });
     if (files.length) emit({ type: 'files', id: c.toolCallId, files });

@@ -14,9 +14,10 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { createGoogleGenerativeAI } from '@ai-sdk/google';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import type { LanguageModel } from 'ai';
+import { wrapLanguageModel, type LanguageModel } from 'ai';
 import type { Config } from '../config.js';
 import { ConfigError } from '../errors.js';
+import { boundedModel, yieldingFetch } from './model-bounds.js';
 
 export const PROVIDERS = ['anthropic', 'openai', 'gemini', 'compatible'] as const;
 export type ProviderId = (typeof PROVIDERS)[number];
@@ -171,18 +172,23 @@ export class ModelCatalog {
     return { model, keyOwner: own ? 'user' : 'team' };
   }
 
+  /** The provider's model, what it hands the AI SDK bounded first (model-bounds.ts). */
   private build(choice: ModelChoice, apiKey: string): LanguageModel {
+    return wrapLanguageModel({ model: this.providerModel(choice, apiKey), middleware: boundedModel });
+  }
+
+  private providerModel(choice: ModelChoice, apiKey: string) {
     const c = this.config;
     switch (choice.provider) {
       case 'anthropic':
-        return createAnthropic({ apiKey, baseURL: c.anthropicBaseUrl || undefined })(choice.model);
+        return createAnthropic({ apiKey, baseURL: c.anthropicBaseUrl || undefined, fetch: yieldingFetch })(choice.model);
       case 'openai':
         // Chat completions: the API every OpenAI-compatible proxy speaks too.
-        return createOpenAI({ apiKey, baseURL: c.openaiBaseUrl || undefined }).chat(choice.model);
+        return createOpenAI({ apiKey, baseURL: c.openaiBaseUrl || undefined, fetch: yieldingFetch }).chat(choice.model);
       case 'gemini':
-        return createGoogleGenerativeAI({ apiKey, baseURL: c.geminiBaseUrl || undefined })(choice.model);
+        return createGoogleGenerativeAI({ apiKey, baseURL: c.geminiBaseUrl || undefined, fetch: yieldingFetch })(choice.model);
       case 'compatible':
-        return createOpenAICompatible({ name: c.compatibleName, baseURL: c.compatibleBaseUrl, apiKey: apiKey || undefined, includeUsage: true })(choice.model);
+        return createOpenAICompatible({ name: c.compatibleName, baseURL: c.compatibleBaseUrl, apiKey: apiKey || undefined, includeUsage: true, fetch: yieldingFetch })(choice.model);
     }
   }
 }

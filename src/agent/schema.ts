@@ -1,7 +1,8 @@
 /**
  * The built-in agent's tables (a step of the store's schema, registry.ts):
  *
- * - conversations: one per chat (the web app) or per request of the /v1 API;
+ * - conversations: one per chat (the web app) or per conversation of a /v1 client
+ *   (continued across its requests: api-history.ts);
  * - turns: a user message and everything that answered it, with how it ended;
  * - messages: the conversation as the model saw it (tokens in place of personal data,
  *   never the values), one row per message, with the usage of the round that made it;
@@ -58,5 +59,34 @@ export const agentMigration: Migration = {
         PRIMARY KEY (user_id, provider)
       );
     `);
+  },
+};
+
+/**
+ * What /v1 conversations need to outlive one request (api-history.ts): the digest of the
+ * history their client was last answered with, found by user, and their age, found by
+ * source, for the retention sweep.
+ */
+export const apiHistoryMigration: Migration = {
+  description: 'conversations of the /v1 API continued across requests, and their age',
+  up(db) {
+    db.exec(`
+      ALTER TABLE conversations ADD COLUMN client_digest TEXT;   -- /v1: keyed HMAC of the history last answered; NULL otherwise
+      CREATE INDEX conversations_client_digest ON conversations(user_id, client_digest) WHERE client_digest IS NOT NULL;
+      CREATE INDEX conversations_source_age ON conversations(source, updated_at);
+    `);
+  },
+};
+
+/**
+ * Answers rendered once: the HTML of each assistant message's text, made from the model's
+ * side (tokens, never personal data) when it is first shown, so that no page load
+ * formats Markdown again. Tokens are put back in its text, never in its links, as it is
+ * shown (src/web/transcript.ts).
+ */
+export const renderedAnswersMigration: Migration = {
+  description: 'the HTML of answers, rendered once',
+  up(db) {
+    db.exec(`ALTER TABLE messages ADD COLUMN html TEXT;   -- JSON {v, parts: [html per text part]}; NULL until first shown`);
   },
 };

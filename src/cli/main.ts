@@ -25,6 +25,8 @@ async function main(): Promise<number> {
     openStore: () => openStore(config.dataDir),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
+    maxTokensPerUser: config.maxTokensPerUser,
+    githubInstall: !!config.githubClientId,
     readSecret: async () => {
       const chunks: Buffer[] = [];
       for await (const c of process.stdin) chunks.push(c as Buffer);

@@ -15,6 +15,7 @@ import { ensureUser, findUser, listUsers, type User } from '../store/users.js';
 import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
+import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
 
 export interface CliContext {
@@ -23,6 +24,10 @@ export interface CliContext {
   dataDir: string;
   /** Where users reach the gateway (for sign-in links). */
   publicUrl: string;
+  /** Whether members sign in with GitHub (SANDGATE_GITHUB_CLIENT_ID set): admins are then SANDGATE_ADMINS alone. */
+  githubInstall?: boolean;
+  /** Active tokens one user may hold (SANDGATE_MAX_TOKENS_PER_USER); its default when not given. */
+  maxTokensPerUser?: number;
   /** A secret typed or piped on standard input (a provider key), never echoed. */
   readSecret(): Promise<string>;
   /** The sandbox driver of this gateway (containers found by its labels). */
@@ -40,7 +45,8 @@ export class CliError extends GatewayError {
   }
 }
 
-const iso = (ms: number | null | undefined) => (ms ? new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z') : '-');
+/** A stored time as text: '-' for none, "unknown" for a value no date can hold (an old install may have stored one). */
+const iso = (ms: number | null | undefined) => (ms === null || ms === undefined || ms === 0 ? '-' : utcText(ms, 'iso'));
 
 /** Left-aligned columns, two spaces apart. */
 export function table(header: string[], rows: string[][]): string {
@@ -76,9 +82,11 @@ export function buildProgram(ctx: CliContext): Command {
     .command('add')
     .description('Create a user (or update its admin flag)')
     .argument('<name>', 'login name (GitHub login, or any name for a local install)')
-    .option('--admin', 'make the user an admin')
+    .option('--admin', 'make the user an admin (single-user installs; with GitHub sign-in, admins are SANDGATE_ADMINS)')
     .action((name: string, o: { admin?: boolean }) => {
       const existed = !!findUser(db(), name);
+      // With GitHub sign-in the gateway derives admin rights from SANDGATE_ADMINS at every check; a flag set here would be overwritten.
+      if (o.admin && ctx.githubInstall) throw new CliError(`with GitHub sign-in, admins are the logins in SANDGATE_ADMINS (read at each membership check): add ${name} there instead of --admin`);
       const u = ensureUser(db(), name, o.admin ? { isAdmin: true } : {});
       ctx.out(`${existed ? 'Updated' : 'Created'} user ${u.name} (id ${u.id}${u.isAdmin ? ', admin' : ''}).`);
     });
@@ -110,11 +118,11 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Create a token; it is printed once, on stdout (the explanation goes to stderr)')
     .requiredOption('--user <name>', 'the user the token acts as')
     .requiredOption('--name <name>', 'a label for where it is used, e.g. laptop or ci')
-    .option('--expires <when>', 'expiry: 30d, 12h, 8w, 1y, an ISO date, or never', 'never')
+    .option('--expires <when>', 'expiry: 30d, 12h, 8w, 1y, an ISO date (at most 5 years ahead), or never', 'never')
     .action((o: { user: string; name: string; expires: string }) => {
       const u = requireUser(db(), o.user);
       const expiresAt = parseExpiry(o.expires, now());
-      const { token, record } = createToken(db(), { userId: u.id, name: o.name, expiresAt, now: now() });
+      const { token, record } = createToken(db(), { userId: u.id, name: o.name, expiresAt, now: now(), maxActive: ctx.maxTokensPerUser });
       ctx.err(
         `Created token "${record.name}" for ${u.name} (id ${record.id}, ${expiresAt ? `expires ${iso(expiresAt)}` : 'never expires'}).\n` +
           'Copy it now: it is shown only this once. MCP clients send it as the header "Authorization: Bearer <token>" (docs/mcp-clients.md).',
@@ -135,7 +143,7 @@ export function buildProgram(ctx: CliContext): Command {
       ctx.out(
         table(
           ['ID', 'USER', 'NAME', 'STATE', 'CREATED', 'EXPIRES', 'LAST USED'],
-          list.map((t) => [String(t.id), t.userName, t.name, tokenState(t, now()), iso(t.createdAt), t.expiresAt ? iso(t.expiresAt) : 'never', iso(t.lastUsedAt)]),
+          list.map((t) => [String(t.id), t.userName, t.name, tokenState(t, now()), iso(t.createdAt), t.expiresAt === null ? 'never' : iso(t.expiresAt), iso(t.lastUsedAt)]),
         ),
       );
     });

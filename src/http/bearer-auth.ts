@@ -1,25 +1,36 @@
 /**
  * Bearer-token authentication for /mcp and the /v1 API. A missing, malformed, unknown, expired or
  * revoked token gets 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750) and a
- * body that says what to do. Denials of a known token are audited for its user; tokens
- * nobody owns are only logged, so garbage cannot fill the audit log.
+ * body that says what to do. A valid token then answers to its user's membership check
+ * (src/identity/membership.ts), as a browser session does: a member GitHub no longer
+ * lists gets 401, and while GitHub cannot confirm a membership past its grace, 503.
+ * Denials of a known token are audited for its user; tokens nobody owns are only logged,
+ * so garbage cannot fill the audit log.
  */
 import type { Request, RequestHandler, Response } from 'express';
 import type { Caller } from '../identity/caller.js';
+import { membershipFor } from '../identity/membership.js';
 import { recordAudit } from '../audit/audit.js';
+import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { OncePer } from '../limits/rate-limit.js';
 import type { Db } from '../store/store.js';
-import { verifyToken, type Principal, type TokenFailure } from '../tokens/tokens.js';
+import { verifyToken, type Principal, type TokenFailure, type TokenRecord } from '../tokens/tokens.js';
 
 export const REALM = 'sandgate';
 
-const SHORT_REASON: Record<Exclude<TokenFailure, 'missing'>, string> = {
+/** Why a token was not let in: its own state, or its user's (`unconfirmed`: GitHub could not be asked). */
+export type BearerFailure = TokenFailure | 'unconfirmed';
+
+const SHORT_REASON: Record<Exclude<BearerFailure, 'missing'>, string> = {
   malformed: 'The token is malformed',
   unknown: 'The token is not recognised',
   expired: 'The token has expired',
   revoked: 'The token has been revoked',
   disabled: 'The account is disabled',
+  suspended: 'The account lost access at a GitHub membership check',
+  unverified: 'The account has not signed in with GitHub yet',
+  unconfirmed: 'GitHub could not confirm the membership just now',
 };
 
 /** The token of an `Authorization: Bearer <token>` header, if the request has one. */
@@ -35,20 +46,47 @@ export function callerOf(req: Request): Caller & { via: { kind: 'token' } } {
   return { user: p.user, via: { kind: 'token', tokenId: p.tokenId, tokenName: p.tokenName } };
 }
 
+export type TokenAuthentication =
+  | { ok: true; principal: Principal }
+  | { ok: false; status: 401 | 503; reason: BearerFailure; message: string; /** Set when the token is known. */ token?: Pick<TokenRecord, 'id' | 'name' | 'userId' | 'userName'> };
+
+/**
+ * A presented token, checked and then confirmed: its user is a member now (re-checked
+ * with GitHub when due) and the principal's user carries the admin flag the settings
+ * give now. Every door that takes a token goes through here.
+ */
+export async function authenticateToken(deps: { config: Config; db: Db; logger: Logger }, presented: string | undefined): Promise<TokenAuthentication> {
+  const result = verifyToken(deps.db, presented);
+  if (!result.ok) return { ok: false, status: 401, reason: result.reason, message: result.message, ...(result.token ? { token: result.token } : {}) };
+  const p = result.principal;
+  const membership = membershipFor(deps);
+  // Without GitHub there is nothing more to ask: the token's own row said the account is not disabled.
+  if (!membership.github) return result;
+  const member = await membership.confirm(p.user.id);
+  if (member.ok) return { ok: true, principal: { ...p, user: member.user } };
+  return {
+    ok: false,
+    status: member.status,
+    reason: member.reason,
+    message: member.message,
+    token: { id: p.tokenId, name: p.tokenName, userId: p.user.id, userName: p.user.name },
+  };
+}
+
 /** How a refusal is written: JSON-RPC for /mcp by default; the /v1 API answers in OpenAI's error shape. */
-export type Refusal = (res: Response, message: string, reason: TokenFailure) => void;
+export type Refusal = (res: Response, message: string, reason: BearerFailure) => void;
 
 const jsonRpcRefusal: Refusal = (res, message) => void res.json({ jsonrpc: '2.0', error: { code: -32001, message }, id: null });
 
-export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
+export function bearerAuth(deps: { config: Config; db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
   const refuse = opts.refuse ?? jsonRpcRefusal;
   // A known token refused (an old one that leaked, sent in a loop) is audited at most once
   // a second, as rate-limited requests are.
   const refusalAudit = new OncePer(1000);
-  return function authenticateBearer(req, res, next) {
+  return async function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
-    const result = verifyToken(deps.db, bearerToken(req));
+    const result = await authenticateToken(deps, bearerToken(req));
     if (result.ok) {
       (req as Request & { principal?: Principal }).principal = result.principal;
       return next();
@@ -60,7 +98,8 @@ export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Re
         : header
           ? `Bearer realm="${REALM}", error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
           : `Bearer realm="${REALM}"`;
-    if (result.token && refusalAudit.due(result.token.id, Date.now())) {
+    // GitHub not answering is nobody's doing: logged, not audited against the member.
+    if (result.token && result.reason !== 'unconfirmed' && refusalAudit.due(result.token.id, Date.now())) {
       try {
         recordAudit(deps.db, {
           userId: result.token.userId,
@@ -76,7 +115,11 @@ export function bearerAuth(deps: { db: Db; logger: Logger }, opts: { refuse?: Re
         deps.logger.error({ err: e }, 'could not write an audit entry');
       }
     }
-    deps.logger.warn({ reason: result.reason, ip: req.ip, user: result.token?.userName }, `${opts.what ?? 'MCP'} request refused: bad token`);
+    deps.logger.warn({ reason: result.reason, ip: req.ip, user: result.token?.userName }, `${opts.what ?? 'MCP'} request refused: ${result.status === 503 ? 'membership not confirmed' : 'bad token'}`);
+    if (result.status === 503) {
+      res.status(503).set('Retry-After', '30');
+      return refuse(res, result.message, result.reason);
+    }
     refuse(res.status(401).set('WWW-Authenticate', challenge), result.message, result.reason);
   };
 }

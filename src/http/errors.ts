@@ -3,7 +3,8 @@
  * errors and one for paths nothing answered. A browser asking for a page gets a page; an
  * API client (the MCP endpoint, the health checks, anything asking for JSON) gets
  * `{"error": message}`. A GatewayError's own status and message are used; anything else
- * is an internal error: logged with its stack, answered 500 without detail.
+ * is an internal error: logged with its stack, answered 500 without detail. Express 5
+ * brings a route's rejected promise here as it does a thrown error.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -13,7 +14,7 @@ import type { Logger } from '../logger.js';
 import { VIEWS_DIR } from '../paths.js';
 
 const API_PATHS = /^\/(mcp|v1|api|healthz|readyz)(\/|$)/i;
-const TITLES: Record<number, string> = { 400: 'Bad request', 401: 'Sign-in needed', 403: 'Not allowed', 404: 'Not found', 413: 'Too large', 429: 'Too many requests' };
+const TITLES: Record<number, string> = { 400: 'Bad request', 401: 'Sign-in needed', 403: 'Not allowed', 404: 'Not found', 413: 'Too large', 429: 'Too many requests', 507: 'Workspace full' };
 
 const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -59,7 +60,9 @@ export function errorHandler(logger: Logger): ErrorRequestHandler {
       message = status >= 500 ? 'Internal error (it has been logged).' : (foreign.message ?? 'Bad request');
       if (status >= 500) logger.error({ err, path: req.path }, 'request failed');
     }
-    if (res.headersSent) return;
+    // Part of the answer is already out (a download, a stream): no status can follow, and
+    // ending it as if complete would pass a cut-off answer for a whole one.
+    if (res.headersSent) return void res.destroy();
     send(req, res, status, message);
   };
 }

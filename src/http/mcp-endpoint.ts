@@ -2,7 +2,7 @@
  * The /mcp endpoint: Streamable HTTP through the SDK's `createMcpHandler`, which serves
  * protocol 2026-07-28 (stateless by design: every request carries its `_meta` envelope)
  * and, for clients on 2025 versions, falls back to stateless Streamable HTTP. Each POST
- * is checked (Host and Origin, then the bearer token, then the token's rate limit), then
+ * is checked (Host and Origin, then the bearer token, then its user's rate limit), then
  * answered by a fresh McpServer bound to the token's user; nothing survives between
  * requests but the user's own state (sandbox, files), which is keyed by user id, never
  * by an MCP session id. Neither era has a server-to-client stream here, so GET and
@@ -15,7 +15,7 @@ import express, { type ErrorRequestHandler, type Request, type RequestHandler, t
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { Caller } from '../identity/caller.js';
-import { OncePer, RateLimiter } from '../limits/rate-limit.js';
+import { budgetSpentMessage, OncePer, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
 import { describeRequest } from '../mcp/audited-transport.js';
 import type { McpDeps } from '../mcp/context.js';
 import { auditFor, serverForCaller } from '../mcp/serve.js';
@@ -31,7 +31,11 @@ export const MAX_BODY = '4mb';
 export interface McpRouterDeps extends Omit<McpDeps, 'skills' | 'boundary'> {
   skills?: SkillsDir;
   boundary?: ModelBoundary;
-  /** Defaults to one built from SANDGATE_RATE_LIMIT_PER_MIN / _BURST. */
+  /**
+   * The users' request budget, shared with /v1 and the web pages (the gateway passes
+   * its one limiter); defaults to one of this endpoint's own, from
+   * SANDGATE_RATE_LIMIT_PER_MIN / _BURST.
+   */
   rateLimiter?: RateLimiter;
 }
 
@@ -89,19 +93,19 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   /**
    * A refused request costs its sender nothing, so its audit row must not cost the
    * gateway much either. One row per refused POST (the batch as one), at most one a
-   * second per token.
+   * second per user.
    */
   const refusalAudit = new OncePer(1000);
-  const rateLimit: RequestHandler = function rateLimitPerToken(req, res, next) {
+  const rateLimit: RequestHandler = function rateLimitPerUser(req, res, next) {
     const caller = callerOf(req);
-    const tokenId = caller.via.tokenId;
     const requests = requestsIn(req.body);
     // Every message of a batch is charged, notifications and responses too.
     const messages = Array.isArray(req.body) ? req.body.length : 1;
-    const decision = limiter.take(String(tokenId), Math.max(1, messages));
+    // One budget per user: a second token (or the web pages) takes from the same one.
+    const decision = limiter.take(userBudgetKey(caller.user.id), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
-    if (refusalAudit.due(tokenId, at)) {
+    if (refusalAudit.due(caller.user.id, at)) {
       const first = requests[0];
       auditFor(
         deps,
@@ -115,18 +119,10 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
         { ts: at, durationMs: performance.now() - t0 },
       );
     }
-    const why = decision.tooLarge
-      ? `This batch has ${messages} messages, more than the ${limiter.opts.burst} a token may send at once: send them in smaller batches.`
-      : `Rate limit exceeded for token "${caller.via.tokenName}": retry after ${decision.retryAfterSec} s.`;
     res
       .status(429)
       .set('Retry-After', String(decision.retryAfterSec))
-      .json(
-        jsonRpcError(
-          -32000,
-          `${why} The limit is ${limiter.opts.perMinute} messages per minute (bursts of ${limiter.opts.burst}); an operator can raise SANDGATE_RATE_LIMIT_PER_MIN and SANDGATE_RATE_LIMIT_BURST.`,
-        ),
-      );
+      .json(jsonRpcError(-32000, budgetSpentMessage(limiter, caller.user.name, decision, messages)));
   };
 
   /** One McpServer per request, for either protocol era, bound to the caller. */

@@ -4,21 +4,30 @@
  * OpenAI client or chat front end (Open WebUI, LibreChat) can use sandgate as a model
  * that works in the user's own sandbox.
  *
- * Each request is a conversation of its own (the client sends the history every time):
- * the history is stored through the PII boundary, the last user message runs a turn, and
- * the answer streams back with the tool activity written into it in a readable form.
+ * The client sends the whole history with every request. A request whose earlier
+ * messages are the history an API conversation was last answered with continues that
+ * conversation, storing only its new message (api-history.ts); any other starts a new
+ * conversation, its history stored through the PII boundary. The last user message runs
+ * a turn, and the answer streams back with the tool activity written into it in a
+ * readable form. Before anything is stored, the user's store quota must have room for it
+ * (SANDGATE_STORE_QUOTA_MB); every request takes one from the user's request budget,
+ * shared with their other tokens and pages (SANDGATE_RATE_LIMIT_PER_MIN).
+ *
  * Errors use OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
  */
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import { z } from 'zod';
 import type { Agent } from '../agent/agent.js';
+import { HistoryDigests, type ClientMessage } from '../agent/api-history.js';
+import { setClientDigest, takeApiConversation, type Conversation } from '../agent/conversations.js';
 import type { AgentEvent } from '../agent/events.js';
 import { NO_MODELS_MESSAGE } from '../agent/models.js';
 import { recordAudit, callerColumns } from '../audit/audit.js';
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { RateLimiter } from '../limits/rate-limit.js';
+import { budgetSpentMessage, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
+import { ensureStoreRoom, StoreQuotaExceeded } from '../limits/store-quota.js';
 import type { Db } from '../store/store.js';
 import { bearerAuth, callerOf, type Refusal } from './bearer-auth.js';
 import { hostAndOriginValidation } from './host-origin.js';
@@ -33,10 +42,14 @@ export interface OpenAiApiDeps {
   db: Db;
   logger: Logger;
   agent: Agent;
+  /**
+   * The users' request budget, shared with /mcp and the web pages (the gateway passes its
+   * one limiter); defaults to one of this API's own, from SANDGATE_RATE_LIMIT_PER_MIN / _BURST.
+   */
   rateLimiter?: RateLimiter;
 }
 
-type ErrorType = 'invalid_request_error' | 'authentication_error' | 'not_found_error' | 'rate_limit_error' | 'api_error' | 'server_error';
+type ErrorType = 'invalid_request_error' | 'authentication_error' | 'not_found_error' | 'rate_limit_error' | 'insufficient_quota' | 'api_error' | 'server_error';
 
 function errorBody(message: string, type: ErrorType, code: string | null = null, param: string | null = null) {
   return { error: { message, type, param, code } };
@@ -105,29 +118,36 @@ function activityText(e: AgentEvent): string | undefined {
   }
 }
 
+/** The messages of a client's history the agent keeps: user and assistant text. Tool and function messages belong to client-side tools, which the agent does not run. */
+function agentHistory(messages: readonly { role: string; text: string }[]): ClientMessage[] {
+  return messages.filter((m): m is ClientMessage => (m.role === 'user' || m.role === 'assistant') && m.text.trim() !== '');
+}
+
 const FINISH: Record<string, 'stop' | 'length'> = { complete: 'stop', cancelled: 'stop', failed: 'stop', max_rounds: 'length', token_budget: 'length', context_full: 'length' };
 
 export function openAiApi(deps: OpenAiApiDeps): express.Router {
   const { agent } = deps;
   const log = deps.logger.child({ module: 'openai-api' });
   const limiter = deps.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
+  const digests = new HistoryDigests(deps.config.dataDir);
   const router = express.Router();
   const checks = [...hostAndOriginValidation(deps.config), bearerAuth(deps, { refuse, auditKind: 'agent', what: 'API' })];
 
-  const rateLimit: RequestHandler = (req, res, next) => {
+  // Before the body is parsed: a refused request costs no 8 MB parse.
+  const rateLimit: RequestHandler = function rateLimitPerUser(req, res, next) {
     const caller = callerOf(req);
-    const d = limiter.take(`v1:${caller.via.tokenId}`);
+    const d = limiter.take(userBudgetKey(caller.user.id));
     if (d.ok) return next();
     res.set('Retry-After', String(d.retryAfterSec));
-    sendError(res, 429, `Rate limit exceeded for token "${caller.via.tokenName}": retry after ${d.retryAfterSec} s.`, 'rate_limit_error', 'rate_limit_exceeded');
+    sendError(res, 429, budgetSpentMessage(limiter, caller.user.name, d), 'rate_limit_error', 'rate_limit_exceeded');
   };
 
-  router.get('/v1/models', ...checks, (req, res) => {
+  router.get('/v1/models', ...checks, rateLimit, (req, res) => {
     const caller = callerOf(req);
     res.json({ object: 'list', data: agent.catalog.availableTo(caller.user.id).map((c) => ({ id: c.id, object: 'model', created: 0, owned_by: 'sandgate' })) });
   });
 
-  router.post('/v1/chat/completions', ...checks, express.json({ limit: MAX_BODY }), rateLimit, async (req: Request, res: Response) => {
+  router.post('/v1/chat/completions', ...checks, rateLimit, express.json({ limit: MAX_BODY }), async (req: Request, res: Response) => {
     const started = performance.now();
     const token = callerOf(req);
     const user = token.user;
@@ -137,7 +157,7 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
       return sendError(res, 400, `Invalid request: ${issue.path.join('.') || 'body'}: ${issue.message}`, 'invalid_request_error', 'invalid_request', issue.path.join('.') || null);
     }
     const body = parsed.data;
-    let history: { role: 'user' | 'assistant'; text: string }[];
+    let history: ClientMessage[];
     let instructions: string;
     let last: string;
     try {
@@ -149,30 +169,11 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
         .filter((m) => m.role === 'system' || m.role === 'developer')
         .map((m) => m.text)
         .join('\n\n');
-      // Tool and function messages belong to client-side tools, which the agent does not run.
-      history = msgs.slice(0, -1).filter((m): m is { role: 'user' | 'assistant'; text: string } => (m.role === 'user' || m.role === 'assistant') && m.text.trim() !== '');
+      history = agentHistory(msgs.slice(0, -1));
     } catch (e) {
       return sendError(res, 400, (e as Error).message, 'invalid_request_error', 'invalid_request', 'messages');
     }
 
-    let conversation;
-    try {
-      if (!agent.catalog.availableTo(user.id).length) return sendError(res, 503, NO_MODELS_MESSAGE, 'server_error', 'no_model_configured');
-      conversation = agent.startConversation(user, { model: body.model, source: 'api' });
-      await agent.seed(user, conversation.id, history);
-    } catch (e) {
-      const g = e instanceof GatewayError ? e : undefined;
-      if (g?.reason === 'model_not_found') return sendError(res, 404, g.message, 'not_found_error', 'model_not_found', 'model');
-      if (g?.reason === 'no_model') return sendError(res, 503, g.message, 'server_error', 'no_model_configured');
-      throw e;
-    }
-    const id = `chatcmpl-${conversation.id}`;
-    const created = Math.floor(Date.now() / 1000);
-    const controller = new AbortController();
-    // A client that goes away stops the turn (and its execution).
-    res.on('close', () => {
-      if (!res.writableFinished) controller.abort();
-    });
     const audit = (outcome: 'ok' | 'error', errorClass?: string) => {
       try {
         recordAudit(deps.db, { ...callerColumns(token), kind: 'agent', method: 'chat/completions', durationMs: performance.now() - started, outcome, errorClass: errorClass ?? null });
@@ -181,6 +182,47 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
       }
     };
 
+    let conversation: Conversation;
+    try {
+      if (!agent.catalog.availableTo(user.id).length) return sendError(res, 503, NO_MODELS_MESSAGE, 'server_error', 'no_model_configured');
+      const model = agent.modelFor(user, body.model).id;
+      const priorDigest = history.length ? digests.of(user.id, history) : undefined;
+      const continued = priorDigest ? takeApiConversation(deps.db, user.id, priorDigest) : undefined;
+      const incoming = Buffer.byteLength(last) + (continued ? 0 : history.reduce((n, m) => n + Buffer.byteLength(m.text), 0));
+      try {
+        ensureStoreRoom(deps.db, deps.config, user.id, incoming);
+      } catch (e) {
+        // Refused: the conversation stays as it was, to be continued once there is room.
+        if (continued) setClientDigest(deps.db, continued.id, priorDigest!);
+        throw e;
+      }
+      if (continued) {
+        if (continued.model !== model) agent.setModel(user, continued.id, model);
+        conversation = { ...continued, model };
+      } else {
+        conversation = agent.startConversation(user, { model, source: 'api' });
+        await agent.seed(user, conversation.id, history);
+      }
+    } catch (e) {
+      if (e instanceof StoreQuotaExceeded) {
+        audit('error', e.reason);
+        return sendError(res, 403, e.message, 'insufficient_quota', e.reason);
+      }
+      const g = e instanceof GatewayError ? e : undefined;
+      if (g?.reason === 'model_not_found') return sendError(res, 404, g.message, 'not_found_error', 'model_not_found', 'model');
+      if (g?.reason === 'no_model') return sendError(res, 503, g.message, 'server_error', 'no_model_configured');
+      throw e;
+    }
+    /** Once the client has the answer: the history it now holds is the one that continues this conversation. */
+    const answered = (content: string) => setClientDigest(deps.db, conversation.id, digests.of(user.id, agentHistory([...history, { role: 'user', text: last }, { role: 'assistant', text: content }])));
+    const id = `chatcmpl-${conversation.id}`;
+    const created = Math.floor(Date.now() / 1000);
+    const controller = new AbortController();
+    // A client that goes away stops the turn (and its execution).
+    res.on('close', () => {
+      if (!res.writableFinished) controller.abort();
+    });
+
     if (body.stream) {
       res.status(200).set({ 'Content-Type': 'text/event-stream; charset=utf-8', 'Cache-Control': 'no-cache', Connection: 'keep-alive', 'X-Accel-Buffering': 'no' });
       res.flushHeaders();
@@ -188,6 +230,7 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
         res.write(`data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: conversation.model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`);
       chunk({ role: 'assistant', content: '' });
       let error: { code: string; message: string } | undefined;
+      let content = '';
       let outcome;
       try {
         outcome = await agent.send(
@@ -197,7 +240,10 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
           (e) => {
             if (e.type === 'error') error = e;
             const text = e.type === 'text' ? e.delta : activityText(e);
-            if (text && !res.writableEnded) chunk({ content: text });
+            if (text && !res.writableEnded) {
+              content += text;
+              chunk({ content: text });
+            }
           },
           { signal: controller.signal, clientInstructions: instructions || undefined },
         );
@@ -217,6 +263,7 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
         );
       }
       res.end('data: [DONE]\n\n');
+      answered(content);
       return audit(outcome.reason === 'failed' ? 'error' : 'ok', outcome.reason === 'failed' ? error?.code : undefined);
     }
 
@@ -239,6 +286,7 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
       return sendError(res, status, error.message, status === 429 ? 'rate_limit_error' : 'api_error', error.code);
     }
     audit('ok');
+    answered(content);
     res.json({
       id,
       object: 'chat.completion',

@@ -2,6 +2,10 @@
  * Per-key token buckets, in memory: `perMinute` requests refill steadily, up to `burst`
  * at once. One gateway process holds them; a restart forgives everyone, which is fine
  * for a limit meant to stop a runaway client loop, not to bill.
+ *
+ * The gateway keeps one limiter whose keys are users (`userBudgetKey`): the MCP
+ * endpoint, the /v1 API and the web pages that cost work all take from the same bucket,
+ * so more tokens or more tabs never mean more requests.
  */
 export interface RateLimitOptions {
   perMinute: number;
@@ -47,6 +51,19 @@ export class RateLimiter {
     const fullAfterMs = this.opts.burst / this.perMs;
     for (const [k, b] of this.buckets) if (now - b.at > fullAfterMs) this.buckets.delete(k);
   }
+}
+
+/** The key of a user's one budget, whatever token or page the request comes through. */
+export function userBudgetKey(userId: number): string {
+  return `user:${userId}`;
+}
+
+/** What a user whose budget is spent is told: when to retry, the limit, and the settings that raise it. */
+export function budgetSpentMessage(limiter: RateLimiter, userName: string, decision: { retryAfterSec: number; tooLarge?: boolean }, batch = 1): string {
+  const why = decision.tooLarge
+    ? `This batch has ${batch} messages, more than the ${limiter.opts.burst} a user may send at once: send them in smaller batches.`
+    : `Rate limit exceeded for ${userName}: retry after ${decision.retryAfterSec} s.`;
+  return `${why} Each user has one budget across all their tokens and pages: ${limiter.opts.perMinute} a minute, in bursts of up to ${limiter.opts.burst}; an operator can raise SANDGATE_RATE_LIMIT_PER_MIN and SANDGATE_RATE_LIMIT_BURST.`;
 }
 
 /**

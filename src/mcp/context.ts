@@ -22,6 +22,7 @@ import type { ModelBoundary, ModelStream } from '../pii/boundary.js';
 import type { ToolCatalog } from './catalog.js';
 import { ERROR_CLASS_META } from './audited-transport.js';
 import { mimeTypeOf } from './mime.js';
+import { encodePathSegment } from './uri-path.js';
 import type { SkillsDir } from '../skills/skills.js';
 
 /** The slice of the sandbox manager the MCP tools use. */
@@ -107,9 +108,9 @@ export function supportsResourceLinks(ctx: ToolContext): boolean {
   return ctx.protocolVersion !== undefined && ctx.protocolVersion >= '2025-06-18';
 }
 
-/** The URI of a workspace file: file:///workspace/<path>, each segment percent-encoded. */
+/** The URI of a workspace file: file:///workspace/<path>, each segment percent-encoded, a name's undecodable bytes as themselves (./uri-path.ts). */
 export function workspaceUri(rel: string): string {
-  return `file:///workspace/${rel.split('/').map(encodeURIComponent).join('/')}`;
+  return `file:///workspace/${rel.split('/').map(encodePathSegment).join('/')}`;
 }
 
 function resourceLink(rel: string, size?: number): ResourceLink {

@@ -4,7 +4,8 @@
  * everything passes the model boundary: listed names and URIs, completions and text
  * contents go out through `toModel` (a file named after a customer is listed by its
  * token), and URIs and completion input come back through `fromModel`. Binary files
- * come back as base64 blobs, which the boundary cannot read.
+ * come back as base64 blobs, which the boundary cannot read. A name that is not UTF-8
+ * keeps its bytes in the URI (./uri-path.ts), so its link opens that very file.
  */
 import { ProtocolError, ProtocolErrorCode, ResourceNotFoundError, ResourceTemplate, type McpServer, type ReadResourceResult } from '@modelcontextprotocol/server';
 import { allows, denialMessage } from '../sandboxes/permissions.js';
@@ -12,6 +13,7 @@ import { MAX_READ_BYTES, WorkspaceError } from '../sandboxes/workspace.js';
 import { forCall, fromModel, toModel, unknownTokensNote, workspaceUri, type ToolContext } from './context.js';
 import { mimeTypeOf } from './mime.js';
 import { decodeChunk } from './text.js';
+import { decodePathSegment } from './uri-path.js';
 
 /** Files resources/list returns; the template still reaches every file. */
 export const MAX_LISTED_RESOURCES = 500;
@@ -23,7 +25,7 @@ export const WORKSPACE_TEMPLATE = 'file:///workspace/{+path}';
 function relFromVariable(v: string | string[] | undefined): string {
   const raw = Array.isArray(v) ? v.join('/') : (v ?? '');
   try {
-    return raw.split('/').map(decodeURIComponent).join('/');
+    return raw.split('/').map(decodePathSegment).join('/');
   } catch {
     throw new ProtocolError(ProtocolErrorCode.InvalidParams, `bad percent-encoding in resource path "${raw}"`);
   }

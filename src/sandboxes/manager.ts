@@ -91,6 +91,16 @@ export interface SandboxSummary {
 }
 
 /** A warm-pool sandbox waiting for a user. */
+/** How a user's sandbox is stopped (`stopUser`). */
+export interface StopOptions {
+  /** Remove the container at once instead of cancelling the run first. */
+  kill?: boolean;
+  /** The admin who asked, named to the user. */
+  by?: string;
+  /** Why, for a stop no admin asked for: the words after "Your sandbox was stopped". */
+  cause?: string;
+}
+
 export interface PooledSummary {
   containerId: string;
   frozen: boolean;
@@ -539,7 +549,12 @@ export class SandboxManager {
    * fresh sandbox. Graceful: the run in progress is cancelled first (up to a few
    * seconds); `kill`: at once. Either way, the runs it ends say who stopped it.
    */
-  async stopUser(userId: number, opts: { kill?: boolean; by?: string } = {}): Promise<boolean> {
+  /**
+   * Stops (cancels the run, then removes the container) or kills a user's sandbox. `by`
+   * names the admin who asked; `cause` replaces "by an admin" in what the user is told,
+   * for a stop nobody asked for (e.g. "when your access to this gateway ended").
+   */
+  async stopUser(userId: number, opts: StopOptions = {}): Promise<boolean> {
     const sb = this.users.get(userId);
     if (!sb) return false;
     if (this.stopping.has(userId)) return false;
@@ -551,12 +566,12 @@ export class SandboxManager {
     }
   }
 
-  private async stopUserNow(sb: UserSandbox, opts: { kill?: boolean; by?: string }): Promise<boolean> {
+  private async stopUserNow(sb: UserSandbox, opts: StopOptions): Promise<boolean> {
     const userId = sb.owner.userId;
-    const who = opts.by ? `an admin (${opts.by})` : 'an admin';
+    const who = opts.cause ?? `by ${opts.by ? `an admin (${opts.by})` : 'an admin'}`;
     sb.stopNotice = opts.kill
-      ? `Your sandbox was killed by ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
-      : `Your sandbox was stopped by ${who}, so this run was cancelled. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`;
+      ? `Your sandbox was killed ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
+      : `Your sandbox was stopped ${who}, so this run was cancelled. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`;
     this.wake(sb);
     if (!opts.kill && sb.inFlight) {
       try {
@@ -567,7 +582,7 @@ export class SandboxManager {
       const deadline = Date.now() + STOP_GRACE_MS;
       while (sb.run && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
     }
-    await this.stopSandbox(userId, opts.kill ? `killed by ${who}` : `stopped by ${who}`);
+    await this.stopSandbox(userId, opts.kill ? `killed ${who}` : `stopped ${who}`);
     return true;
   }
 

@@ -32,7 +32,9 @@ Wire (stdin -> stdout), one request at a time, answered in order:
 Ops: stat {path}; read {path, offset, length}; write {path, append} + bytes;
 mkdirs {path}; remove {path}; rename {from, to}; list {path, recursive, limit, depth}.
 Paths are relative to the workspace, '/'-separated, already normalised by the gateway
-(no '.', '..' or empty segment); '' is the workspace itself.
+(no '.', '..' or empty segment); '' is the workspace itself. A name that is not UTF-8
+travels, both ways, with each byte that is not part of a character as its lone
+surrogate's JSON escape (0xFF as \\udcff, Python's surrogateescape; see wire()).
 
 Standard library only; runs on the host's python3.
 """
@@ -52,6 +54,8 @@ MAX_LIST = 20_000          # entries one listing may return
 MAX_DEPTH = 64             # folders a recursive listing or removal goes into
 LIST_SECONDS = 2.0         # a listing stops after this long
 REMOVE_ENTRIES = 200_000   # a removal stops after this many entries (and says so)
+
+SURROGATE_ESCAPES = {c: '\\u%04x' % c for c in range(0xd800, 0xe000)}  # for wire()
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 PR_SET_NO_NEW_PRIVS = 38
@@ -379,7 +383,7 @@ def op_list(req):
                 path = '/'.join(child)
                 if len(os.fsencode(path)) > MAX_PATH:
                     continue  # not a path anything could open
-                budget -= len(path) * 2 + 60
+                budget -= len(wire(path)) + 60
                 if budget < 0:
                     return {'entries': entries, 'stopped': 'limit'}, None
                 entries.append({'path': path, 'type': kind, 'size': st.st_size if kind == 'file' else 0,
@@ -405,11 +409,22 @@ def read_exact(stream, n):
     return data
 
 
+def wire(value):
+    """`value` as the JSON the gateway reads, UTF-8 encoded. A byte of a name that is not
+    UTF-8 is, here, its lone surrogate (U+DC80-U+DCFF, surrogateescape) and goes as that
+    surrogate's escape (\\udcff), which the gateway reads back as the same string and
+    sends back to name the same file; every other character goes as itself."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        return text.encode('utf-8')
+    except UnicodeEncodeError:
+        return text.translate(SURROGATE_ESCAPES).encode('utf-8')
+
+
 def reply(out, header, data=None):
     if data is not None:
         header['bytes'] = len(data)
-    # Names as their bytes (not 6-character escapes of each undecodable one).
-    out.write(json.dumps(header, ensure_ascii=False).encode('utf-8', 'surrogateescape') + b'\n')
+    out.write(wire(header) + b'\n')
     if data:
         out.write(data)
     out.flush()

@@ -4,14 +4,14 @@
  * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
  * CLI and the tests all open the store with this list (openStore takes no other).
  */
-import { agentMigration } from '../agent/schema.js';
+import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from '../agent/schema.js';
 import { auditCallersMigration, auditMigration } from '../audit/schema.js';
 import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
 import { tokensMigration } from '../tokens/schema.js';
 import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import type { Migration } from './migrations.js';
-import { usersMigration } from './schema.js';
+import { githubIdentityMigration, usersMigration } from './schema.js';
 import { anonymousSessionsMigration, webMigration } from '../web/schema.js';
 import { adminMigration } from '../admin/schema.js';
 
@@ -28,6 +28,9 @@ export const MIGRATIONS: readonly Migration[] = [
   webMigration,
   adminMigration,
   anonymousSessionsMigration,
+  apiHistoryMigration,
+  githubIdentityMigration,
+  renderedAnswersMigration,
 ];
 
 /** The schema version a step brings the store to. */

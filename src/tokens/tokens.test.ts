@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { checksum, crc32, generateToken, hashToken, isWellFormedToken, TOKEN_LENGTH, TOKEN_PATTERN, TOKEN_PREFIX } from './format.js';
-import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, TokenError, verifyToken } from './tokens.js';
+import { createToken, DEFAULT_MAX_ACTIVE_TOKENS, findTokenBySecret, listTokens, MAX_TOKEN_LIFETIME_MS, parseExpiry, revokeToken, revokeTokenByName, TokenError, verifyToken } from './tokens.js';
 
 describe('token format', () => {
   it('is sgp_ + 32 random base62 + a 6-char CRC32 checksum', () => {
@@ -61,6 +61,13 @@ describe('parseExpiry', () => {
     expect(() => parseExpiry('2024-01-01', now)).toThrow(/past/);
     expect(() => parseExpiry('0d', now)).toThrow(TokenError);
   });
+  it('refuses an expiry more than 5 years ahead, however it is written', () => {
+    expect(parseExpiry('5y', now)).toBe(now + 5 * 365 * 86_400_000);
+    expect(parseExpiry('2030-01-01', now)).toBe(Date.UTC(2030, 0, 1));
+    for (const far of ['6y', '1831d', '262w', `${'9'.repeat(400)}d`, '2030-01-07', '275760-09-13', '+010000-01-01']) {
+      expect(() => parseExpiry(far, now), far).toThrow(/too far ahead: a token may expire at most 5 years ahead; for a token that never expires, choose "never"/);
+    }
+  });
 });
 
 describe('token store', () => {
@@ -112,6 +119,28 @@ describe('token store', () => {
     const r = verifyToken(store.db, token, 10_000);
     expect(r).toMatchObject({ ok: false, reason: 'expired' });
     expect(!r.ok && r.message).toMatch(/"ci" expired/);
+  });
+
+  it('stores no expiry that is not a time within 5 years', () => {
+    for (const expiresAt of [Number.POSITIVE_INFINITY, 1e300, Number.NaN, 1000.5, 1000 + MAX_TOKEN_LIFETIME_MS + 1]) {
+      expect(() => createToken(store.db, { userId: alice, name: 'ci', expiresAt, now: 1000 }), String(expiresAt)).toThrow(TokenError);
+    }
+    expect(listTokens(store.db, { includeRevoked: true })).toEqual([]);
+    expect(createToken(store.db, { userId: alice, name: 'ci', expiresAt: 1000 + MAX_TOKEN_LIFETIME_MS, now: 1000 }).record.expiresAt).toBe(1000 + MAX_TOKEN_LIFETIME_MS);
+  });
+
+  it('caps the active tokens of a user; revoked and expired ones do not count', () => {
+    for (let i = 0; i < 3; i++) createToken(store.db, { userId: alice, name: `t${i}`, maxActive: 3 });
+    expect(() => createToken(store.db, { userId: alice, name: 'extra', maxActive: 3 })).toThrow(/already has 3 active tokens, the most one user may hold \(SANDGATE_MAX_TOKENS_PER_USER=3\)/);
+    // Another user has a cap of their own.
+    createToken(store.db, { userId: bob, name: 'extra', maxActive: 3 });
+    revokeTokenByName(store.db, alice, 't0');
+    createToken(store.db, { userId: alice, name: 'short', expiresAt: 2000, now: 1000, maxActive: 3 });
+    expect(() => createToken(store.db, { userId: alice, name: 'extra', now: 1500, maxActive: 3 })).toThrow(/already has 3 active tokens/);
+    createToken(store.db, { userId: alice, name: 'extra', now: 2000, maxActive: 3 });
+    // Without a cap given, the setting's default holds.
+    for (let i = 0; i < DEFAULT_MAX_ACTIVE_TOKENS; i++) createToken(store.db, { userId: bob, name: `d${i}`, maxActive: 100 });
+    expect(() => createToken(store.db, { userId: bob, name: 'one-more' })).toThrow(/SANDGATE_MAX_TOKENS_PER_USER=20/);
   });
 
   it('revocation takes effect on the very next verification', () => {

@@ -29,7 +29,8 @@ export interface Principal {
   tokenName: string;
 }
 
-export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked', 'disabled'] as const;
+/** `suspended`: a GitHub membership check said no; `unverified`: a GitHub install has not bound the account to GitHub yet (src/identity/membership.ts). */
+export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked', 'disabled', 'suspended', 'unverified'] as const;
 export type TokenFailure = (typeof TOKEN_FAILURES)[number];
 
 export type VerifyResult =
@@ -77,7 +78,8 @@ function stmt(db: Db, sql: string): Statement {
 const VERIFY_SQL = `SELECT t.id, t.user_id, t.name, t.hash, t.expires_at, t.revoked_at, t.created_at, t.last_used_at,
   u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at,
   u.default_model AS user_default_model, u.github_teams AS user_github_teams,
-  u.disabled_at AS user_disabled_at, u.last_sign_in_at AS user_last_sign_in_at, u.sign_in_method AS user_sign_in_method
+  u.disabled_at AS user_disabled_at, u.last_sign_in_at AS user_last_sign_in_at, u.sign_in_method AS user_sign_in_method,
+  u.github_id AS user_github_id, u.suspended_at AS user_suspended_at, u.suspended_reason AS user_suspended_reason
   FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?`;
 
 const toRecord = (r: TokenRow): TokenRecord => ({
@@ -101,8 +103,21 @@ const DURATION = /^(\d+)\s*(h|d|w|y)$/;
 const UNIT_MS = { h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000, y: 365 * 86_400_000 } as const;
 
 /**
+ * The furthest a token's expiry may lie: 5 years (of 366 days, so that `5y` and a date
+ * five calendar years ahead both pass). Beyond it there is "never", which says what it
+ * means; an expiry of centuries only looks bounded, and one past what a date can hold
+ * cannot even be shown.
+ */
+export const MAX_TOKEN_LIFETIME_MS = 5 * 366 * 86_400_000;
+const TOO_FAR = 'a token may expire at most 5 years ahead; for a token that never expires, choose "never"';
+
+/** Active tokens one user may hold unless a caller says otherwise (SANDGATE_MAX_TOKENS_PER_USER's default). */
+export const DEFAULT_MAX_ACTIVE_TOKENS = 20;
+
+/**
  * Parses an expiry given on the command line or a form: `30d`, `12h`, `8w`, `1y`,
- * an ISO date, or `never`. Returns an epoch ms, or null for never.
+ * an ISO date, or `never`. Returns an epoch ms at most MAX_TOKEN_LIFETIME_MS ahead, or
+ * null for never; throws TokenError for anything else.
  */
 export function parseExpiry(input: string, now = Date.now()): number | null {
   const s = input.trim().toLowerCase();
@@ -111,25 +126,38 @@ export function parseExpiry(input: string, now = Date.now()): number | null {
   if (m) {
     const n = Number(m[1]);
     if (n <= 0) throw new TokenError(`expiry "${input}" must be in the future`);
-    return now + n * UNIT_MS[m[2] as keyof typeof UNIT_MS];
+    const ms = n * UNIT_MS[m[2] as keyof typeof UNIT_MS];
+    if (!(ms <= MAX_TOKEN_LIFETIME_MS)) throw new TokenError(`expiry "${input}" is too far ahead: ${TOO_FAR}`);
+    return now + ms;
   }
   const t = Date.parse(input);
   if (Number.isNaN(t)) throw new TokenError(`expiry "${input}" is not understood: use e.g. 30d, 12h, 8w, 1y, an ISO date (2026-01-31) or "never"`);
   if (t <= now) throw new TokenError(`expiry "${input}" is in the past`);
+  if (t - now > MAX_TOKEN_LIFETIME_MS) throw new TokenError(`expiry "${input}" is too far ahead: ${TOO_FAR}`);
   return t;
 }
 
 /**
  * Creates a token and returns it in clear, the only time it exists outside the caller.
  * A name may be reused once the earlier token with it is revoked or expired (an expired
- * one is revoked here so the name is free).
+ * one is revoked here so the name is free). Refused (TokenError) when the expiry is not
+ * a whole epoch ms within MAX_TOKEN_LIFETIME_MS from now, or when the user already holds
+ * `maxActive` active tokens (default DEFAULT_MAX_ACTIVE_TOKENS).
  */
-export function createToken(db: Db, opts: { userId: number; name: string; expiresAt?: number | null; now?: number }): { token: string; record: TokenRecord } {
+export function createToken(
+  db: Db,
+  opts: { userId: number; name: string; expiresAt?: number | null; now?: number; maxActive?: number },
+): { token: string; record: TokenRecord } {
   const now = opts.now ?? Date.now();
+  const maxActive = opts.maxActive ?? DEFAULT_MAX_ACTIVE_TOKENS;
   if (!TOKEN_NAME.test(opts.name)) {
     throw new TokenError(`token name "${opts.name}" is not allowed: use 1-64 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit (e.g. "laptop")`);
   }
-  if (opts.expiresAt != null && opts.expiresAt <= now) throw new TokenError('a token cannot expire in the past');
+  if (opts.expiresAt != null) {
+    if (!Number.isSafeInteger(opts.expiresAt)) throw new TokenError(`a token's expiry must be a time in epoch milliseconds, not ${String(opts.expiresAt)}`);
+    if (opts.expiresAt <= now) throw new TokenError('a token cannot expire in the past');
+    if (opts.expiresAt - now > MAX_TOKEN_LIFETIME_MS) throw new TokenError(`the expiry is too far ahead: ${TOO_FAR}`);
+  }
   if (!getUser(db, opts.userId)) throw new TokenError(`no user with id ${opts.userId}`);
   const token = generateToken();
   const id = db.transaction(() => {
@@ -141,6 +169,13 @@ export function createToken(db: Db, opts: { userId: number; name: string; expire
     );
     const live = db.prepare('SELECT 1 FROM api_tokens WHERE user_id = ? AND name = ? AND revoked_at IS NULL').get(opts.userId, opts.name);
     if (live) throw new TokenError(`this user already has an active token named "${opts.name}": choose another name or revoke that one first`);
+    // A stored expiry that is no number (an old install's) counts as active, as tokenState says.
+    const active = db.prepare('SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)').pluck().get(opts.userId, now) as number;
+    if (active >= maxActive) {
+      throw new TokenError(
+        `this user already has ${active} active tokens, the most one user may hold (SANDGATE_MAX_TOKENS_PER_USER=${maxActive}): revoke a token that is no longer used, then create this one`,
+      );
+    }
     const r = db
       .prepare('INSERT INTO api_tokens (user_id, name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)')
       .run(opts.userId, opts.name, hashToken(token), now, opts.expiresAt ?? null);
@@ -206,7 +241,9 @@ function fmtDate(ms: number): string {
 /**
  * Checks a presented token. Reads the row on every call, so revocation and expiry take
  * effect at once; records last use on success (to the second). The lookup is by hash (the table holds
- * nothing else to compare), and the hash comparison is constant-time on top.
+ * nothing else to compare), and the hash comparison is constant-time on top. The user is
+ * as stored: whether they are still a member (and an admin) now is the membership
+ * check's to say (src/identity/membership.ts, run by bearer-auth after this).
  */
 export function verifyToken(db: Db, presented: string | undefined, now = Date.now()): VerifyResult {
   if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token. ${HOW_TO_GET_ONE}` };
@@ -229,6 +266,9 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
         user_disabled_at: number | null;
         user_last_sign_in_at: number | null;
         user_sign_in_method: 'github' | 'link' | null;
+        user_github_id: number | null;
+        user_suspended_at: number | null;
+        user_suspended_reason: string | null;
       })
     | undefined;
   if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
@@ -244,6 +284,14 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
   if (row.user_disabled_at !== null) {
     return { ok: false, reason: 'disabled', token: record, message: `The account "${row.user_name}" was disabled by an admin of this gateway at ${fmtDate(row.user_disabled_at)}: its tokens do not work until it is enabled again.` };
   }
+  if (row.user_suspended_at !== null) {
+    return {
+      ok: false,
+      reason: 'suspended',
+      token: record,
+      message: `The account "${row.user_name}" lost access to this gateway at ${fmtDate(row.user_suspended_at)}: ${row.user_suspended_reason ?? 'a GitHub membership check said no'}. Its tokens work again once it is allowed and signs in with GitHub.`,
+    };
+  }
   // The user comes from the same row (the join), so one lookup authenticates.
   const user: User = {
     id: row.user_id,
@@ -257,6 +305,9 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
     disabledAt: null,
     lastSignInAt: row.user_last_sign_in_at,
     signInMethod: row.user_sign_in_method,
+    githubId: row.user_github_id,
+    suspendedAt: null,
+    suspendedReason: null,
   };
   // Last use is kept to the second: a burst of requests writes it once.
   if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {

@@ -1,8 +1,9 @@
 /**
  * Who may sign in with GitHub: the allow-list (users, organisations, teams) and the
  * admins from settings, checked against GitHub's REST API with the member's own OAuth
- * token (scope read:org) at sign-in and again every SANDGATE_AUTH_RECHECK_SEC. Works with
- * GitHub Enterprise Server through SANDGATE_GITHUB_URL / SANDGATE_GITHUB_API_URL.
+ * token (scope read:org) at sign-in and again every SANDGATE_AUTH_RECHECK_SEC
+ * (src/identity/membership.ts). Works with GitHub Enterprise Server through
+ * SANDGATE_GITHUB_URL / SANDGATE_GITHUB_API_URL.
  */
 import type { Config } from '../config.js';
 
@@ -36,6 +37,8 @@ export function githubEndpoints(config: Config): GitHubEndpoints {
 }
 
 export interface AccessDecision {
+  /** The account the token is for, as GitHub's /user says (its numeric id never changes; its login can); none when GitHub refused the token. */
+  account?: { id: number; login: string };
   allowed: boolean;
   isAdmin: boolean;
   /** The allowed teams (org/team) the member is in; also what upstream servers open to teams see. */
@@ -67,6 +70,10 @@ export class AllowList {
       signal: AbortSignal.timeout(API_TIMEOUT_MS),
       redirect: 'error',
     });
+    // Answers that say nothing about the member: GitHub is down or rate-limiting us.
+    if (r.status >= 500 || r.status === 429 || (r.status === 403 && r.headers.get('x-ratelimit-remaining') === '0')) {
+      throw new Error(`GitHub answered ${r.status} for ${path}`);
+    }
     const text = await r.text();
     let body: unknown;
     try {
@@ -78,16 +85,21 @@ export class AllowList {
   }
 
   /**
-   * Whether `login` (whose token this is) may use the gateway now. The login must be the
-   * token's own: it is read back from /user, never taken from the caller. Throws when
-   * GitHub cannot be asked (the caller then refuses, or keeps an earlier decision).
+   * Whether the account whose token this is may use the gateway now, and which account
+   * that is: its id and login are read from /user, never taken from the caller. Throws
+   * when GitHub cannot be asked (unreachable, 5xx, rate-limited); the caller then
+   * refuses, or keeps an earlier decision for a while.
    */
-  async decide(token: string, login: string): Promise<AccessDecision> {
+  async decide(token: string): Promise<AccessDecision> {
     const me = await this.get(token, '/user');
     if (me.status === 401) return { allowed: false, isAdmin: false, teams: [], reason: 'GitHub no longer accepts this sign-in: sign in again.' };
     if (me.status !== 200) throw new Error(`GitHub answered ${me.status} for /user`);
-    const actual = String((me.body as { login?: unknown }).login ?? '').toLowerCase();
-    if (!actual || actual !== login.toLowerCase()) return { allowed: false, isAdmin: false, teams: [], reason: 'This GitHub sign-in is for another account.' };
+    const body = me.body as { login?: unknown; id?: unknown } | undefined;
+    const login = typeof body?.login === 'string' ? body.login : '';
+    const id = body?.id;
+    if (!login || typeof id !== 'number' || !Number.isSafeInteger(id)) throw new Error('GitHub answered /user without a login and a numeric id');
+    const account = { id, login };
+    const actual = login.toLowerCase();
     let allowed = this.users.includes(actual);
     for (const org of this.orgs) {
       if (allowed) break;
@@ -102,6 +114,7 @@ export class AllowList {
     }
     allowed ||= teams.length > 0;
     return {
+      account,
       allowed,
       isAdmin: allowed && this.admins.includes(actual),
       teams,

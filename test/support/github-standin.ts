@@ -3,6 +3,12 @@
  * access_token) under the web base URL and the REST endpoints sandgate calls under
  * /api/v3, as GitHub answers them. Accounts, organisations and team memberships are
  * plain data a test sets and changes (to remove someone, say).
+ *
+ * As on GitHub, an account has a numeric id that never changes and a login that can:
+ * `rename` gives an account a new login (its tokens and memberships follow it), and
+ * `register` makes a new account, e.g. one that takes a login someone renamed away
+ * from. Signing in with a login nobody has yet makes its account. `down` makes the API
+ * stop answering (connections are dropped), as an outage does.
  */
 import crypto from 'node:crypto';
 import http from 'node:http';
@@ -21,7 +27,14 @@ export interface GitHubStandin {
   teams: Map<string, Set<string>>;
   /** Requests to the API, as `METHOD path`. */
   apiCalls: string[];
-  /** Codes issued, and whether each was exchanged. */
+  /** While true, the API drops every connection without an answer. */
+  down: boolean;
+  /** The numeric id of the account called `login` now (made if nobody is). */
+  idOf(login: string): number;
+  /** Renames the account called `from`; its tokens, organisations and teams follow it. */
+  rename(from: string, to: string): void;
+  /** Makes a new account called `login` (which nobody may be called now); its id. */
+  register(login: string): number;
   close(): Promise<void>;
 }
 
@@ -30,16 +43,38 @@ const page = (body: string) => `<!doctype html><html><head><meta charset="utf-8"
 export async function startGitHubStandin(): Promise<GitHubStandin> {
   const clientId = `Iv1.${crypto.randomBytes(8).toString('hex')}`;
   const clientSecret = crypto.randomBytes(20).toString('hex');
-  const codes = new Map<string, { login: string; redirect: string }>();
-  const tokens = new Map<string, string>();
+  const codes = new Map<string, { id: number; redirect: string }>();
+  /** OAuth token -> account id. */
+  const tokens = new Map<string, number>();
   const orgs = new Map<string, Set<string>>();
   const teams = new Map<string, Set<string>>();
   const apiCalls: string[] = [];
-  const ids = new Map<string, number>();
-  const idOf = (login: string) => {
-    if (!ids.has(login)) ids.set(login, 1000 + ids.size);
-    return ids.get(login)!;
+  /** Account id -> its login now. */
+  const accounts = new Map<number, string>();
+  let nextId = 1000;
+  const find = (login: string) => [...accounts].find(([, l]) => l.toLowerCase() === login.toLowerCase())?.[0];
+  const register = (login: string) => {
+    if (find(login) !== undefined) throw new Error(`a GitHub account is already called ${login}`);
+    const id = nextId++;
+    accounts.set(id, login);
+    return id;
   };
+  const idOf = (login: string) => find(login) ?? register(login);
+  const rename = (from: string, to: string) => {
+    const id = find(from);
+    if (id === undefined) throw new Error(`no GitHub account is called ${from}`);
+    if (find(to) !== undefined && find(to) !== id) throw new Error(`a GitHub account is already called ${to}`);
+    accounts.set(id, to);
+    for (const members of teams.values()) {
+      if (members.delete(from.toLowerCase())) members.add(to.toLowerCase());
+    }
+    for (const [login, held] of [...orgs]) {
+      if (login.toLowerCase() !== from.toLowerCase()) continue;
+      orgs.delete(login);
+      orgs.set(to, held);
+    }
+  };
+  const state = { down: false };
 
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://x');
@@ -58,11 +93,11 @@ export async function startGitHubStandin(): Promise<GitHubStandin> {
       }
       if (req.method === 'POST' && url.pathname === '/session') {
         const form = new URLSearchParams(raw);
-        const login = form.get('login') ?? '';
+        const id = idOf(form.get('login') ?? '');
         const redirect = decodeURIComponent(form.get('redirect_uri') ?? '');
         const state = decodeURIComponent(form.get('state') ?? '');
         const code = crypto.randomBytes(10).toString('hex');
-        codes.set(code, { login, redirect });
+        codes.set(code, { id, redirect });
         const to = new URL(redirect);
         to.searchParams.set('code', code);
         if (state) to.searchParams.set('state', state);
@@ -74,22 +109,24 @@ export async function startGitHubStandin(): Promise<GitHubStandin> {
         if (form.client_id !== clientId || form.client_secret !== clientSecret || !grant) return json(200, { error: 'bad_verification_code', error_description: 'The code passed is incorrect or expired.' });
         codes.delete(form.code!);
         const token = `gho_${crypto.randomBytes(16).toString('hex')}`;
-        tokens.set(token, grant.login);
+        tokens.set(token, grant.id);
         return json(200, { access_token: token, token_type: 'bearer', scope: 'read:org' });
       }
       // --- the REST API, under /api/v3
       if (!url.pathname.startsWith('/api/v3/')) return void res.writeHead(404).end();
       apiCalls.push(`${req.method} ${url.pathname}`);
+      if (state.down) return void req.socket.destroy();
       const token = /^(?:Bearer|token) (\S+)$/.exec(req.headers.authorization ?? '')?.[1];
-      const login = token ? tokens.get(token) : undefined;
-      if (!login) return json(401, { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' });
+      const id = token ? tokens.get(token) : undefined;
+      const login = id === undefined ? undefined : accounts.get(id);
+      if (id === undefined || login === undefined) return json(401, { message: 'Bad credentials', documentation_url: 'https://docs.github.com/rest' });
       const path = url.pathname.slice('/api/v3'.length);
-      if (path === '/user') return json(200, { login, id: idOf(login), name: login, email: null, avatar_url: '', type: 'User' });
+      if (path === '/user') return json(200, { login, id, name: login, email: null, avatar_url: '', type: 'User' });
       if (path === '/user/emails') return json(200, [{ email: `${login}@example.com`, primary: true, verified: true }]);
       let m = /^\/user\/memberships\/orgs\/([^/]+)$/.exec(path);
       if (m) {
         const org = decodeURIComponent(m[1]!).toLowerCase();
-        return orgs.get(login)?.has(org) ? json(200, { state: 'active', role: 'member', organization: { login: org } }) : json(404, { message: 'Not Found' });
+        return [...orgs].find(([l]) => l.toLowerCase() === login.toLowerCase())?.[1].has(org) ? json(200, { state: 'active', role: 'member', organization: { login: org } }) : json(404, { message: 'Not Found' });
       }
       m = /^\/orgs\/([^/]+)\/teams\/([^/]+)\/memberships\/([^/]+)$/.exec(path);
       if (m) {
@@ -110,6 +147,15 @@ export async function startGitHubStandin(): Promise<GitHubStandin> {
     orgs,
     teams,
     apiCalls,
+    get down() {
+      return state.down;
+    },
+    set down(v: boolean) {
+      state.down = v;
+    },
+    idOf,
+    rename,
+    register,
     async close() {
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));

@@ -15,6 +15,7 @@ import type { Agent } from '../../agent/agent.js';
 import { usageByUserAndModel } from '../../agent/conversations.js';
 import { AUDIT_KINDS, AUDIT_OUTCOMES, queryAudit, recordAudit, upstreamCallCounts, type AuditKind, type AuditOutcome, type AuditRecord } from '../../audit/audit.js';
 import type { Config } from '../../config.js';
+import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import { formatBytes } from '../../mcp/text.js';
@@ -24,10 +25,10 @@ import type { SandboxManager } from '../../sandboxes/manager.js';
 import { executionUsage, sandboxRecord } from '../../store/sandboxes.js';
 import type { Db } from '../../store/store.js';
 import { deleteUser, getUser, listUsers, setUserDisabled, setUserPermissions, type User } from '../../store/users.js';
-import { getToken, listTokens, revokeToken, tokenState, verifyToken } from '../../tokens/tokens.js';
+import { getToken, listTokens, revokeToken, tokenState } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
 import { SandboxMonitor, type SandboxSnapshot } from '../../web/sandbox-monitor.js';
-import { bearerToken } from '../bearer-auth.js';
+import { authenticateToken, bearerToken } from '../bearer-auth.js';
 import type { WebAuth } from './auth.js';
 import type { LiveHub } from './live.js';
 import { renderPage, renderPartial } from './render.js';
@@ -56,7 +57,8 @@ const AUDIT_PAGE = 100;
 const AUDIT_CSV_MAX = 100_000;
 const PERIODS: Record<string, number> = { '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000, all: Number.POSITIVE_INFINITY };
 
-const when = (ms: number | null | undefined) => (ms ? new Date(ms).toISOString().slice(0, 19).replace('T', ' ') : '–');
+/** A stored time as text: '–' for none, "unknown" for a value no date can hold (an old install may have stored one). */
+const when = (ms: number | null | undefined) => (ms === null || ms === undefined || ms === 0 ? '–' : utcText(ms, 'second'));
 const ago = (ms: number | null | undefined, now = Date.now()) => {
   if (!ms) return '–';
   const s = Math.max(0, Math.round((now - ms) / 1000));
@@ -70,8 +72,8 @@ const oobRows = (id: string, rows: string) => `<template><tbody id="${id}" hx-sw
 function adminGate(deps: AdminDeps) {
   return async (req: Request, res: Response, next: NextFunction) => {
     if (bearerToken(req)) {
-      const r = verifyToken(deps.db, bearerToken(req));
-      if (!r.ok) return void res.status(401).json({ error: r.message });
+      const r = await authenticateToken(deps, bearerToken(req));
+      if (!r.ok) return void res.status(r.status).json({ error: r.message });
       if (!r.principal.user.isAdmin) return void res.status(403).json({ error: 'Only an admin of this gateway may use this.' });
       req.user = r.principal.user;
       (req as { adminVia?: string }).adminVia = 'token';
@@ -198,6 +200,8 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
         name: u.name,
         isAdmin: u.isAdmin,
         disabled: u.disabledAt !== null,
+        /** Why a GitHub membership check took their access away (lifted by their next allowed GitHub sign-in). */
+        lostAccess: u.suspendedAt !== null ? (u.suspendedReason ?? 'a GitHub membership check said no') : null,
         signIn: u.signInMethod ? `${u.signInMethod === 'github' ? 'GitHub' : 'one-time link'}, ${ago(u.lastSignInAt)} ago` : 'never signed in',
         tokens: tokens.get(u.id) ?? 0,
         sandbox: sb ? sb.state : 'none',
@@ -270,7 +274,7 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
 
   // --- tokens
   const tokensView = () =>
-    listTokens(db, { includeRevoked: true }).map((t) => ({ id: t.id, user: t.userName, name: t.name, created: when(t.createdAt), lastUsed: when(t.lastUsedAt), expires: t.expiresAt ? when(t.expiresAt) : 'never', state: tokenState(t) }));
+    listTokens(db, { includeRevoked: true }).map((t) => ({ id: t.id, user: t.userName, name: t.name, created: when(t.createdAt), lastUsed: when(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : when(t.expiresAt), state: tokenState(t) }));
   router.get('/admin/tokens', (req, res) => {
     renderPage(res, 'admin/tokens', page(req), { title: 'Admin · tokens', tab: 'tokens', tokens: tokensView() });
   });

@@ -6,14 +6,15 @@
  *   renewed at sign-in (passport regenerates the session).
  * - GitHub through passport-github2, at github.com or an Enterprise Server: the OAuth
  *   `state` is single-use (kept in the session, deleted when checked); the allow-list is
- *   checked at sign-in with the member's own token, which is kept sealed in the session to
- *   check again every SANDGATE_AUTH_RECHECK_SEC.
+ *   checked at sign-in with the member's own token, and the sign-in is bound to GitHub's
+ *   account id. Every request of a signed-in user asks the membership check
+ *   (src/identity/membership.ts), which asks GitHub again every SANDGATE_AUTH_RECHECK_SEC
+ *   and ends every session of a member GitHub no longer lists.
  * - Without a GitHub app, a one-time link (src/web/login-links.ts) signs in the local
  *   user; opening the link shows a button, so a link preview cannot use it up.
  * - Every state-changing request carries the session's CSRF token (csrf-sync): the
  *   x-csrf-token header (htmx sends it on every request) or a `_csrf` form field.
  */
-import crypto from 'node:crypto';
 import { csrfSync } from 'csrf-sync';
 import express, { type Request, type RequestHandler, type Response, type Router } from 'express';
 import session from 'express-session';
@@ -21,26 +22,21 @@ import { Passport } from 'passport';
 import { Strategy as GitHubStrategy, type Profile } from 'passport-github2';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
-import { open, seal } from '../../secrets/aead.js';
-import { loadOrCreateKey } from '../../secrets/key-file.js';
+import { membershipFor, webSecrets, type Membership } from '../../identity/membership.js';
 import type { Db } from '../../store/store.js';
-import { ensureUser, getUser, recordSignIn, setGithubTeams, type User } from '../../store/users.js';
-import { AllowList, githubEndpoints } from '../../web/github.js';
+import { getUser, recordSignIn, type User } from '../../store/users.js';
+import { githubEndpoints } from '../../web/github.js';
 import { consumeLoginLink, loginLinkUsable } from '../../web/login-links.js';
 import { ANONYMOUS_CHECK_EVERY, deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
 import { renderPage } from './render.js';
 
 declare module 'express-session' {
   interface SessionData {
-    /** A GitHub sign-in: the login, its OAuth token sealed, and when the allow-list last said yes. */
-    github?: { login: string; token: string; checkedAt: number };
     passport?: { user?: number };
   }
 }
 
 export const SESSION_COOKIE = 'sandgate.sid';
-export const WEB_KEY_FILE = 'web.key';
-const DISABLED_MESSAGE = 'This account is disabled on this gateway: ask one of its admins.';
 /** A session that never signed in (a visit to the sign-in page) lasts this long. */
 const ANONYMOUS_SESSION_MS = 60 * 60 * 1000;
 
@@ -94,19 +90,12 @@ export class StoreSessions extends session.Store {
   }
 }
 
-/** The web app's secrets, derived from `<dataDir>/web.key`: the cookie signature and the seal on GitHub tokens. */
-export function webSecrets(dataDir: string): { cookie: string; seal: Buffer } {
-  const key = loadOrCreateKey(dataDir, WEB_KEY_FILE);
-  const derive = (info: string) => Buffer.from(crypto.hkdfSync('sha256', key, Buffer.alloc(0), info, 32));
-  return { cookie: derive('session-cookie').toString('base64'), seal: derive('github-token-seal') };
-}
-
 export interface WebAuth {
   /** Sessions, passport: mount before any web route (and on the socket.io engine). */
   session: RequestHandler[];
   /** The signed-in user or a redirect to /login (a 401 for htmx and the socket). */
   requireUser: RequestHandler;
-  /** The allow-list check again if it is due; false (and the session ended) when the user lost access. */
+  /** The membership check (again with GitHub if it is due); a refusal (and this session ended) when the user lost access. */
   stillAllowed(req: Request): Promise<{ ok: true; user: User } | { ok: false; status: number; message: string }>;
   csrf: RequestHandler;
   csrfToken(req: Request): string;
@@ -114,10 +103,10 @@ export interface WebAuth {
   github: boolean;
   /** Ends every session of a user (signing out everywhere); the live channel is told by the caller. */
   endSessionsOf(userId: number): void;
+  /** Who may use the gateway now: shared with the bearer check of /mcp and /v1 (src/identity/membership.ts). */
+  membership: Membership;
   close(): void;
 }
-
-const tokenAad = (userId: number) => Buffer.from(`github-token\0${userId}`);
 
 export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOut?: (userId: number, everywhere: boolean, req: Request) => void }): WebAuth {
   const { config, db } = deps;
@@ -156,8 +145,8 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     done(null, user && user.disabledAt === null ? user : false);
   });
 
-  const github = !!config.githubClientId;
-  const allow = new AllowList(config);
+  const membership = membershipFor(deps);
+  const github = membership.github;
   if (github) {
     const ep = githubEndpoints(config);
     passport.use(
@@ -174,21 +163,25 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
           // passport-oauth2 takes `state: true` (a single-use state in the session); the types say string.
           state: true as unknown as string,
         },
-        (accessToken: string, _refresh: string, profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
-          const login = profile.username ?? '';
-          allow
-            .decide(accessToken, login)
-            .then((d) => {
+        // Who signed in is what GitHub's /user says for this token (decide reads it), not the profile's fields.
+        (accessToken: string, _refresh: string, _profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
+          membership.allow.decide(accessToken).then(
+            (d) => {
               if (!d.allowed) return done(null, false, { message: d.reason });
-              const user = ensureUser(db, login, { isAdmin: d.isAdmin });
-              if (user.disabledAt !== null) return done(null, false, { message: DISABLED_MESSAGE });
-              setGithubTeams(db, user.id, d.teams);
-              done(null, { ...user, githubToken: accessToken });
-            })
-            .catch((e: unknown) => {
+              let admitted;
+              try {
+                admitted = membership.admit(accessToken, d);
+              } catch (e) {
+                return done(e);
+              }
+              if (!admitted.ok) return done(null, false, { message: admitted.message });
+              done(null, admitted.user);
+            },
+            (e: unknown) => {
               log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
               done(null, false, { message: 'GitHub could not be reached to check your membership: try again in a moment.' });
-            });
+            },
+          );
         },
       ),
     );
@@ -199,48 +192,17 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     errorConfig: { statusCode: 403, message: 'This request did not carry the page’s security token (it may come from another site, or the page is old): reload the page and try again.', code: 'EBADCSRFTOKEN' },
   });
 
-  const sealToken = (userId: number, token: string) => seal(secrets.seal, token, tokenAad(userId)).toString('base64');
-  const openToken = (userId: number, sealed: string) => open(secrets.seal, Buffer.from(sealed, 'base64'), tokenAad(userId)).toString('utf8');
-
-  /** One allow-list check at a time per session. */
-  const checking = new Map<string, Promise<boolean>>();
-  const recheckMs = config.authRecheckSec * 1000;
-
   async function stillAllowed(req: Request): Promise<{ ok: true; user: User } | { ok: false; status: number; message: string }> {
     const user = req.user as User | undefined;
     if (!user) return { ok: false, status: 401, message: 'Sign in first.' };
-    const gh = req.session.github;
-    if (!gh || Date.now() - gh.checkedAt < recheckMs) return { ok: true, user };
-    let p = checking.get(req.sessionID);
-    if (!p) {
-      p = (async () => {
-        try {
-          const d = await allow.decide(openToken(user.id, gh.token), gh.login);
-          if (!d.allowed) return false;
-          ensureUser(db, user.name, { isAdmin: d.isAdmin });
-          setGithubTeams(db, user.id, d.teams);
-          gh.checkedAt = Date.now();
-          return true;
-        } catch (e) {
-          // GitHub unreachable: the last yes holds for one more interval, then access waits for an answer.
-          log.warn({ err: e, user: user.name }, 'could not check GitHub membership again');
-          if (Date.now() - gh.checkedAt < 2 * recheckMs) return true;
-          throw new Error('unconfirmed');
-        }
-      })().finally(() => checking.delete(req.sessionID));
-      checking.set(req.sessionID, p);
+    const r = await membership.confirm(user.id);
+    if (r.ok) return r;
+    if (r.status === 401) {
+      log.info({ user: user.name, reason: r.reason }, 'a session of a user who may not come in: ended');
+      await new Promise<void>((resolve) => req.session.destroy(() => resolve()));
+      deps.onSignOut?.(user.id, false, req);
     }
-    try {
-      if (!(await p)) {
-        log.info({ user: user.name }, 'signed-in user is no longer on the allow-list: session ended');
-        await new Promise<void>((resolve) => req.session.destroy(() => resolve()));
-        deps.onSignOut?.(user.id, false, req);
-        return { ok: false, status: 401, message: 'You are no longer on this gateway’s allow-list, so you were signed out.' };
-      }
-    } catch {
-      return { ok: false, status: 503, message: 'GitHub could not confirm your membership just now: try again in a moment.' };
-    }
-    return { ok: true, user: getUser(db, user.id) ?? user };
+    return { ok: false, status: r.status, message: r.message };
   }
 
   const requireUser: RequestHandler = async function requireUser(req, res, next) {
@@ -276,7 +238,7 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
   if (github) {
     routes.get('/auth/github', passport.authenticate('github', { session: true }) as RequestHandler);
     routes.get('/auth/github/callback', (req, res, next) => {
-      (passport.authenticate('github', (err: unknown, user: (User & { githubToken: string }) | false, info?: { message?: string }) => {
+      (passport.authenticate('github', (err: unknown, user: User | false, info?: { message?: string }) => {
         if (err) {
           log.warn({ err }, 'GitHub sign-in failed');
           return res.redirect(303, '/login?why=error');
@@ -286,13 +248,11 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
           log.info({ reason: info?.message }, 'GitHub sign-in refused');
           return res.redirect(303, '/login');
         }
-        const { githubToken, ...plain } = user;
         // req.login regenerates the session: the id a visitor had before is not the one they get.
-        req.login(plain, (e) => {
+        req.login(user, (e) => {
           if (e) return next(e);
-          req.session.github = { login: plain.name, token: sealToken(plain.id, githubToken), checkedAt: Date.now() };
-          recordSignIn(db, plain.id, 'github');
-          log.info({ user: plain.name }, 'signed in with GitHub');
+          recordSignIn(db, user.id, 'github');
+          log.info({ user: user.name }, 'signed in with GitHub');
           res.redirect(303, '/chat');
         });
       }) as RequestHandler)(req, res, next);
@@ -304,16 +264,18 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     if (!loginLinkUsable(db, req.params.secret as string)) return res.redirect(303, '/login?why=link');
     renderPage(res, 'link', { csrf: generateToken(req) }, { title: 'Sign in', secret: req.params.secret });
   });
-  routes.post('/login/link', body, csrfSynchronisedProtection, (req, res, next) => {
+  routes.post('/login/link', body, csrfSynchronisedProtection, async (req, res, next) => {
     const r = consumeLoginLink(db, String((req.body as { secret?: unknown }).secret ?? ''));
     const user = r.ok ? getUser(db, r.userId) : undefined;
-    if (user && user.disabledAt !== null) {
-      (req.session as { flash?: string }).flash = DISABLED_MESSAGE;
-      return res.redirect(303, '/login');
-    }
     if (!user) {
       log.warn({ reason: r.ok ? 'no user' : r.reason }, 'sign-in link refused');
       return res.redirect(303, '/login?why=link');
+    }
+    // A link signs in only a user who may come in now: not disabled and, with GitHub, a member GitHub confirms.
+    const allowed = await membership.confirm(user.id);
+    if (!allowed.ok) {
+      (req.session as { flash?: string }).flash = allowed.message;
+      return res.redirect(303, '/login');
     }
     req.login(user, (e) => {
       if (e) return next(e);
@@ -351,6 +313,7 @@ export function webAuth(deps: { config: Config; db: Db; logger: Logger; onSignOu
     routes,
     github,
     endSessionsOf,
+    membership,
     close: () => clearInterval(purge),
   };
 }

@@ -6,8 +6,10 @@
  */
 import express, { type Router } from 'express';
 import type { Agent } from '../../agent/agent.js';
+import type { Config } from '../../config.js';
 import { deleteConversation, getConversation, listConversations, turnsOf } from '../../agent/conversations.js';
 import { GatewayError } from '../../errors.js';
+import type { RateLimiter } from '../../limits/rate-limit.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import { conversationScopeRef, dropPiiScope } from '../../pii/scopes.js';
@@ -15,16 +17,20 @@ import type { Db } from '../../store/store.js';
 import type { User } from '../../store/users.js';
 import { titleFor, transcript } from '../../web/transcript.js';
 import { userOf, type WebAuth } from './auth.js';
+import { chatStoreRoom, webRateLimit } from './limits.js';
 import type { LiveHub } from './live.js';
 import { renderPage, renderPartial } from './render.js';
 
 export interface ChatDeps {
+  config: Config;
   db: Db;
   logger: Logger;
   agent: Agent;
   boundary: ModelBoundary;
   auth: WebAuth;
   live: LiveHub;
+  /** The users' request budget, shared with their tokens: a message takes one. */
+  limiter: RateLimiter;
 }
 
 const body = express.urlencoded({ extended: false, limit: '1mb' });
@@ -33,6 +39,8 @@ export function chatRoutes(deps: ChatDeps): Router {
   const { db, agent, auth, boundary } = deps;
   const log = deps.logger.child({ module: 'chat' });
   const router = express.Router();
+  const limited = webRateLimit(deps.limiter);
+  const storeRoom = chatStoreRoom(deps);
 
   /** Conversation titles as their user reads them (the store keeps the model's side). */
   const listFor = async (user: User) =>
@@ -54,7 +62,7 @@ export function chatRoutes(deps: ChatDeps): Router {
     });
   });
 
-  router.post('/chat/new', auth.requireUser, body, auth.csrf, (req, res) => {
+  router.post('/chat/new', auth.requireUser, body, auth.csrf, limited, (req, res) => {
     const user = userOf(req);
     const model = String((req.body as { model?: unknown }).model ?? '') || undefined;
     const c = agent.startConversation(user, { model, source: 'web' });
@@ -88,7 +96,7 @@ export function chatRoutes(deps: ChatDeps): Router {
     res.type('html').send(renderPartial('transcript', { ...(await turnsFor(userOf(req), req.params.id as string)), oob: true }));
   });
 
-  router.post('/c/:id/send', auth.requireUser, body, auth.csrf, (req, res) => {
+  router.post('/c/:id/send', auth.requireUser, body, auth.csrf, limited, storeRoom, (req, res) => {
     const user = userOf(req);
     const id = req.params.id as string;
     const text = String((req.body as { text?: unknown }).text ?? '');

@@ -10,6 +10,7 @@
  * `sandbox` that gives a file opened in its own tab no script and no origin.
  */
 import path from 'node:path';
+import type { Readable } from 'node:stream';
 import busboy from 'busboy';
 import { parse } from 'csv-parse/sync';
 import express, { type Request, type Response, type Router } from 'express';
@@ -18,8 +19,12 @@ import { formatBytes } from '../../mcp/text.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
 import { WorkspaceError, type Workspace } from '../../sandboxes/workspace.js';
 import { renderMarkdown } from '../../web/markdown.js';
+import { indentedExtent, prettyJson } from '../../bounded-json.js';
 import type { Config } from '../../config.js';
+import type { RateLimiter } from '../../limits/rate-limit.js';
 import { userOf, type WebAuth } from './auth.js';
+import { webRateLimit } from './limits.js';
+import { pathParam, pathQuery, shownPath } from './file-paths.js';
 import { renderPage, renderPartial } from './render.js';
 
 /** Text shown in a preview; a longer file shows its start and a note. */
@@ -61,14 +66,17 @@ function looksBinary(b: Buffer): boolean {
   return false;
 }
 
-/** `filename*` for Content-Disposition (RFC 6266/5987), and a plain ASCII fallback. */
+/** `filename*` for Content-Disposition (RFC 6266/5987), and a plain ASCII fallback; a byte of the name that is not UTF-8 as U+FFFD. */
 function disposition(kind: 'inline' | 'attachment', name: string): string {
-  const ascii = name.replace(/[^\x20-\x7e]|["\\%/;]/g, '_') || 'file';
-  return `${kind}; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(name)}`;
+  const shown = shownPath(name);
+  const ascii = shown.replace(/[^\x20-\x7e]|["\\%/;]/g, '_') || 'file';
+  return `${kind}; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(shown)}`;
 }
 
-export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; auth: WebAuth }): Router {
+/** Every route opens the user's workspace, so each takes from the user's request budget (`limiter`, shared with their tokens). */
+export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; auth: WebAuth; limiter: RateLimiter }): Router {
   const { auth, sandboxes } = deps;
+  const limited = webRateLimit(deps.limiter);
   const router = express.Router();
   const body = express.urlencoded({ extended: false, limit: '16kb' });
   const ws = (req: Request) => sandboxes.openWorkspace({ userId: userOf(req).id, name: userOf(req).name });
@@ -94,16 +102,27 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     if (looksBinary(data)) return { ...base, kind: 'none', note: 'This file is not text: download it to open it.' };
     const cut = st.size > data.length ? `Only the first ${formatBytes(data.length)} are shown.` : undefined;
     const text = data.toString('utf8');
-    if (ext === '.md' || ext === '.markdown') return { ...base, kind: 'markdown', html: renderMarkdown(text) };
+    if (ext === '.md' || ext === '.markdown') return { ...base, kind: 'markdown', html: await renderMarkdown(text), note: cut };
+    // JSON is indented only within bounds, known from a scan of the text before it is parsed: indenting multiplies a nested file's size.
+    const jsonDepth = 64;
+    const jsonChars = 2 * PREVIEW_BYTES;
+    let unformatted: string | undefined;
     if (ext === '.json' && !cut) {
-      try {
-        return { ...base, kind: 'text', text: JSON.stringify(JSON.parse(text), null, 2) };
-      } catch {
-        /* not valid JSON: shown as it is */
+      const extent = indentedExtent(text, { maxDepth: jsonDepth, maxChars: jsonChars });
+      if (extent.deeper) unformatted = `Shown as it is: this JSON is nested more than ${jsonDepth} levels deep.`;
+      else if (extent.longer) unformatted = `Shown as it is: indented, this JSON would be longer than ${formatBytes(jsonChars)}.`;
+      else {
+        try {
+          const pretty = prettyJson(JSON.parse(text), { maxDepth: jsonDepth, maxChars: jsonChars });
+          if (!pretty.longer) return { ...base, kind: 'text', text: pretty.text };
+          unformatted = `Shown as it is: indented, this JSON would be longer than ${formatBytes(jsonChars)}.`;
+        } catch {
+          /* not valid JSON: shown as it is */
+        }
       }
     }
     const active = ['.html', '.htm', '.svg', '.xml'].includes(ext) ? 'Shown as source text: pages and images that can run code are never opened here.' : undefined;
-    return { ...base, kind: 'text', text, note: [active, cut].filter(Boolean).join(' ') || undefined };
+    return { ...base, kind: 'text', text, note: [active, unformatted, cut].filter(Boolean).join(' ') || undefined };
   }
 
   /** One page of a CSV/TSV from byte `offset` (0: the first row after the header), without reading the whole file. */
@@ -130,41 +149,41 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
 
   const folderOf = (dir: string) => ({ dir, maxMb: deps.config.uploadMaxMb });
 
-  router.get('/files', auth.requireUser, async (req, res) => {
+  router.get('/files', auth.requireUser, limited, async (req, res) => {
     const w = await ws(req);
-    const file = str(req.query.path);
-    const dir = file ? path.posix.dirname(w.relative(file)).replace(/^\.$/, '') : str(req.query.dir);
+    const file = pathParam(req, 'path') ?? '';
+    const dir = file ? path.posix.dirname(w.relative(file)).replace(/^\.$/, '') : (pathParam(req, 'dir') ?? '');
     const tree = await treeOf(w, dir);
     const preview = file ? await previewOf(w, file).catch((e: unknown) => (e instanceof WorkspaceError ? undefined : Promise.reject(e))) : undefined;
     renderPage(res, 'files', { user: userOf(req), csrf: auth.csrfToken(req), live: 'files' }, { folder: folderOf(tree.dir), tree, preview });
   });
 
-  router.get('/files/tree', auth.requireUser, async (req, res) => {
-    res.type('html').send(renderPartial('tree', await treeOf(await ws(req), str(req.query.dir))));
+  router.get('/files/tree', auth.requireUser, limited, async (req, res) => {
+    res.type('html').send(renderPartial('tree', await treeOf(await ws(req), pathParam(req, 'dir') ?? '')));
   });
 
   /** Opening a folder: its actions panel, and its listing out of band into the tree. */
-  router.get('/files/open', auth.requireUser, async (req, res) => {
-    const tree = await treeOf(await ws(req), str(req.query.dir));
+  router.get('/files/open', auth.requireUser, limited, async (req, res) => {
+    const tree = await treeOf(await ws(req), pathParam(req, 'dir') ?? '');
     res
       .type('html')
-      .send(renderPartial('folder', folderOf(tree.dir)) + `<nav id="tree" class="tree" aria-label="Files" hx-get="/files/tree?dir=${encodeURIComponent(tree.dir)}" hx-trigger="files-changed from:body" hx-swap="innerHTML" hx-swap-oob="true">${renderPartial('tree', tree)}</nav>`);
+      .send(renderPartial('folder', folderOf(tree.dir)) + `<nav id="tree" class="tree" aria-label="Files" hx-get="/files/tree?dir=${pathQuery(tree.dir)}" hx-trigger="files-changed from:body" hx-swap="innerHTML" hx-swap-oob="true">${renderPartial('tree', tree)}</nav>`);
   });
 
-  router.get('/files/preview', auth.requireUser, async (req, res) => {
-    res.type('html').send(renderPartial('preview', await previewOf(await ws(req), str(req.query.path))));
+  router.get('/files/preview', auth.requireUser, limited, async (req, res) => {
+    res.type('html').send(renderPartial('preview', await previewOf(await ws(req), pathParam(req, 'path') ?? '')));
   });
 
-  router.get('/files/table', auth.requireUser, async (req, res) => {
+  router.get('/files/table', auth.requireUser, limited, async (req, res) => {
     const offset = Math.max(0, Math.floor(Number(req.query.offset) || 0));
     const first = Math.max(1, Math.floor(Number(req.query.first) || 1));
     const w = await ws(req);
-    res.type('html').send(renderPartial('table', await tablePage(w, w.relative(str(req.query.path)), offset, first)));
+    res.type('html').send(renderPartial('table', await tablePage(w, w.relative(pathParam(req, 'path') ?? ''), offset, first)));
   });
 
-  router.get('/files/raw', auth.requireUser, async (req: Request, res: Response) => {
+  router.get('/files/raw', auth.requireUser, limited, async (req: Request, res: Response) => {
     const w = await ws(req);
-    const rel = w.relative(str(req.query.path));
+    const rel = w.relative(pathParam(req, 'path') ?? '');
     const st = await w.stat(rel);
     if (st.type === 'dir') throw new WorkspaceError('EISDIR', `"${rel}" is a folder`);
     const first = await w.read(rel, { length: DOWNLOAD_CHUNK });
@@ -191,64 +210,25 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     res.end();
   });
 
-  router.post('/files/upload', auth.requireUser, auth.csrf, async (req, res) => {
+  router.post('/files/upload', auth.requireUser, auth.csrf, limited, async (req, res) => {
     const w = await ws(req);
-    const limit = deps.config.uploadMaxMb * 1024 * 1024;
-    const saved = await new Promise<{ dir: string; name: string }>((resolve, reject) => {
-      let dir = '';
-      let done: Promise<{ dir: string; name: string }> | undefined;
-      const bb = busboy({ headers: req.headers, limits: { fileSize: limit, files: 1, fields: 5, fieldSize: 4096 } });
-      bb.on('field', (name, value) => {
-        if (name === 'dir') dir = value;
-      });
-      bb.on('file', (_field, stream, info) => {
-        done = (async () => {
-          const name = path.posix.basename(String(info.filename ?? '').replace(/\\/g, '/'));
-          if (!name || name === '.' || name === '..') throw new WorkspaceError('EINVAL', 'the file has no usable name');
-          const target = await freeName(w, w.relative(dir), name);
-          let wrote = 0;
-          let pending = Buffer.alloc(0);
-          const flush = async () => {
-            await w.write(target, pending, { append: wrote > 0 });
-            wrote += pending.length;
-            pending = Buffer.alloc(0);
-          };
-          try {
-            for await (const chunk of stream as AsyncIterable<Buffer>) {
-              pending = Buffer.concat([pending, chunk]);
-              if (pending.length >= UPLOAD_CHUNK) await flush();
-            }
-            if ((stream as { truncated?: boolean }).truncated) throw new GatewayError(`The file is larger than ${deps.config.uploadMaxMb} MB, the upload limit (SANDGATE_UPLOAD_MAX_MB).`, { reason: 'too_large', status: 413 });
-            await flush();
-          } catch (e) {
-            // Nothing half-written is left behind.
-            if (wrote > 0 || pending.length) await w.remove(target).catch(() => {});
-            stream.resume();
-            throw e;
-          }
-          return { dir: w.relative(dir), name: path.posix.basename(target) };
-        })();
-      });
-      bb.on('close', () => (done ? done.then(resolve, reject) : reject(new GatewayError('no file in the upload', { reason: 'invalid_request', status: 400 }))));
-      bb.on('error', reject);
-      req.pipe(bb);
-    });
+    const saved = await receiveUpload(req, w, deps.config.uploadMaxMb);
     res.type('html').send(renderPartial('uploaded', { tree: await treeOf(w, saved.dir), message: `Uploaded ${saved.name}.` }));
   });
 
-  router.post('/files/mkdir', auth.requireUser, body, auth.csrf, async (req, res) => {
+  router.post('/files/mkdir', auth.requireUser, body, auth.csrf, limited, async (req, res) => {
     const w = await ws(req);
-    const dir = w.relative(str(req.body.dir));
-    const name = str(req.body.name);
+    const dir = w.relative(pathParam(req, 'dir') ?? str(req.body?.dir));
+    const name = str(req.body?.name);
     if (!name || name.includes('/') || name === '.' || name === '..') throw new WorkspaceError('EINVAL', 'a folder name cannot contain / or be . or ..');
     await w.mkdirs(dir ? `${dir}/${name}` : name);
     res.type('html').send(renderPartial('tree', await treeOf(w, dir)));
   });
 
-  router.post('/files/rename', auth.requireUser, body, auth.csrf, async (req, res) => {
+  router.post('/files/rename', auth.requireUser, body, auth.csrf, limited, async (req, res) => {
     const w = await ws(req);
-    const from = w.relative(str(req.body.path));
-    const to = str(req.body.to);
+    const from = w.relative(pathParam(req, 'path') ?? str(req.body?.path));
+    const to = str(req.body?.to);
     if (!to || to.includes('/') || to === '.' || to === '..') throw new WorkspaceError('EINVAL', 'a new name cannot contain / or be . or ..');
     const dir = path.posix.dirname(from).replace(/^\.$/, '');
     const target = dir ? `${dir}/${to}` : to;
@@ -256,11 +236,11 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     res.set('HX-Trigger', 'files-changed').type('html').send(renderPartial('preview', await previewOf(w, target)));
   });
 
-  router.post('/files/delete', auth.requireUser, body, auth.csrf, async (req, res) => {
+  router.post('/files/delete', auth.requireUser, body, auth.csrf, limited, async (req, res) => {
     const w = await ws(req);
-    const rel = w.relative(str(req.body.path));
+    const rel = w.relative(pathParam(req, 'path') ?? str(req.body?.path));
     await w.remove(rel);
-    res.set('HX-Trigger', 'files-changed').type('html').send(renderPartial('notice', { message: `Deleted ${rel}.` }));
+    res.set('HX-Trigger', 'files-changed').type('html').send(renderPartial('notice', { message: `Deleted ${shownPath(rel)}.` }));
   });
 
   return router;
@@ -268,6 +248,131 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
 
 function lastNewline(b: Buffer): number {
   return b.lastIndexOf(0x0a);
+}
+
+/** Longest file name the workspace's filesystem takes, in bytes (ext4's limit). */
+const MAX_NAME_BYTES = 255;
+
+const badForm = (e: unknown) =>
+  new GatewayError(`The upload could not be read: ${e instanceof Error ? e.message.slice(0, 200) : 'malformed form'}. Send one file as multipart/form-data.`, { reason: 'invalid_request', status: 400 });
+
+/**
+ * Reads a multipart upload (an optional `dir` field, then one file) into the workspace.
+ *
+ * Settles only once the form has been read to its end and the file is either complete or
+ * gone: a refused or failed upload leaves nothing half-written, and the answer is never
+ * sent while the browser is still sending. Every failure is a GatewayError the error
+ * handler answers: a bad form, name or folder 400 (403 outside the workspace or through a
+ * symbolic link), over the upload limit 413, a full workspace 507.
+ */
+function receiveUpload(req: Request, w: Workspace, maxMb: number): Promise<{ dir: string; name: string }> {
+  return new Promise((resolve, reject) => {
+    let form: busboy.Busboy;
+    try {
+      // Browsers send a file's name as UTF-8 bytes (busboy would read them as Latin-1).
+      form = busboy({ headers: req.headers, defParamCharset: 'utf8', limits: { fileSize: maxMb * 1024 * 1024, files: 1, fields: 5, fieldSize: 4096 } });
+    } catch (e) {
+      req.resume();
+      return reject(badForm(e));
+    }
+    let dir = '';
+    let saving: Promise<{ dir: string; name: string }> | undefined;
+    let formError: unknown;
+    form.on('field', (name, value) => {
+      if (name === 'dir') dir = value;
+    });
+    form.on('file', (_field, stream, info) => {
+      // Its errors (a form cut short) reach saveUpload through the stream's state, even
+      // before it reads: an 'error' event nobody listens to would end the process.
+      stream.on('error', () => {});
+      // The folder is named in the address, as the files page sends it, or else in the `dir` field;
+      // read in the promise, so that a malformed address is refused like a bad name.
+      saving = Promise.resolve().then(() => saveUpload(w, pathParam(req, 'dir') ?? dir, info.filename, stream, maxMb));
+      // Handled here at once (its outcome is read when the form ends): a refused file is
+      // still read to its end, so that the form can finish.
+      saving.catch(() => stream.resume());
+    });
+    form.on('error', (e) => {
+      formError ??= e;
+      req.unpipe(form);
+      req.resume();
+      // Some of the parser's errors (a malformed part header) leave it open: ended here, it closes.
+      if (!form.destroyed) form.destroy();
+    });
+    // Always after 'error' too: the file is settled first, so that its cleanup is done before the answer.
+    form.on('close', () => {
+      const outcome = saving ?? Promise.reject(new GatewayError('There is no file in the upload.', { reason: 'invalid_request', status: 400 }));
+      outcome.then(
+        async (saved) => {
+          if (formError === undefined) return resolve(saved);
+          await w.remove(saved.dir ? `${saved.dir}/${saved.name}` : saved.name).catch(() => {});
+          reject(badForm(formError));
+        },
+        (e: unknown) => reject(formError === undefined ? e : badForm(formError)),
+      );
+    });
+    // A browser that goes away mid-upload: the parser stops and the part written is removed.
+    req.on('close', () => {
+      if (!req.complete) form.destroy(new Error('the upload was cut off'));
+    });
+    req.pipe(form);
+  });
+}
+
+/** The name an uploaded file is saved under: its own, refused when the workspace could not hold it. */
+function uploadName(filename: string | undefined): string {
+  const name = path.posix.basename(String(filename ?? '').replace(/\\/g, '/'));
+  if (!name || name === '.' || name === '..') throw new WorkspaceError('EINVAL', 'The file has no usable name (it is empty, "." or ".."). Rename it and upload it again.');
+  if (name.includes('\0')) throw new WorkspaceError('EINVAL', 'A file name cannot contain a NUL character. Rename the file and upload it again.');
+  const bytes = Buffer.byteLength(name);
+  if (bytes > MAX_NAME_BYTES) throw new WorkspaceError('ENAMETOOLONG', `The file name is ${bytes} bytes long; the workspace takes names of at most ${MAX_NAME_BYTES} bytes. Rename the file and upload it again.`);
+  return name;
+}
+
+/**
+ * Writes one uploaded file under a free name in `dirField`, in steps. On any failure it
+ * removes what it wrote at once (a full workspace is freed for its sandbox), reads the
+ * rest of the file to its end (the form must end before the answer), then throws.
+ */
+async function saveUpload(w: Workspace, dirField: string, filename: string | undefined, stream: Readable & { truncated?: boolean }, maxMb: number): Promise<{ dir: string; name: string }> {
+  const dir = w.relative(dirField);
+  const target = await freeName(w, dir, uploadName(filename));
+  let started = false;
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  let failure: { error: unknown } | undefined;
+  const flush = async () => {
+    const data = Buffer.concat(pending);
+    pending = [];
+    pendingBytes = 0;
+    const append = started;
+    started = true;
+    await w.write(target, data, { append });
+  };
+  const fail = async (error: unknown) => {
+    failure ??= { error };
+    pending = [];
+    pendingBytes = 0;
+    // The name was free before the first write: whatever is there now is this upload's part.
+    if (started) await w.remove(target).catch(() => {});
+    started = false;
+  };
+  try {
+    // Never left early: leaving a `for await` destroys the stream, and the form would then never end.
+    for await (const chunk of stream as AsyncIterable<Buffer>) {
+      if (failure) continue;
+      pending.push(chunk);
+      pendingBytes += chunk.length;
+      if (pendingBytes >= UPLOAD_CHUNK) await flush().catch(fail);
+    }
+    if (!failure && stream.truncated) await fail(new GatewayError(`The file is larger than ${maxMb} MB, the upload limit (SANDGATE_UPLOAD_MAX_MB).`, { reason: 'too_large', status: 413 }));
+    if (!failure) await flush().catch(fail);
+  } catch (e) {
+    // The stream itself failed: the form was cut short or malformed.
+    await fail(e);
+  }
+  if (failure) throw failure.error;
+  return { dir, name: path.posix.basename(target) };
 }
 
 /** `name` in `dir`, or `name (1)`, `name (2)`…: an upload never replaces a file. */

@@ -9,6 +9,7 @@ import express, { type Router } from 'express';
 import type { Agent } from '../../agent/agent.js';
 import type { ProviderKeys } from '../../agent/provider-keys.js';
 import type { Config } from '../../config.js';
+import type { RateLimiter } from '../../limits/rate-limit.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
@@ -32,6 +33,8 @@ export interface WebAppDeps {
   sandboxes: SandboxManager;
   keys: ProviderKeys;
   upstream: Upstream;
+  /** The users' request budget, shared with /mcp and /v1 (chat messages and file routes take from it). */
+  rateLimiter: RateLimiter;
   /** The sandbox preflight's last verdict, for the admin page. */
   preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string }> };
 }
@@ -57,6 +60,11 @@ export function webApp(deps: WebAppDeps): WebApp {
   const live = hub;
   signedOut.notify = (userId, everywhere, sid) => hub.signedOut(userId, everywhere, sid);
   deps.sandboxes.onFilesChanged((owner) => hub.filesChanged(owner.userId));
+  // A member GitHub no longer lists loses what runs for them now, as a disabled user does (their live pages: LiveHub).
+  auth.membership.onAccessLost((userId) => {
+    deps.agent.cancelUser(userId);
+    deps.sandboxes.stopUser(userId, { kill: true, cause: 'when your access to this gateway ended (GitHub no longer lists you on its allow-list)' }).catch((e: unknown) => deps.logger.warn({ err: e, userId }, 'could not stop the sandbox of a member who lost access'));
+  });
 
   const router = express.Router();
   router.use(vendorRoutes());
@@ -64,8 +72,8 @@ export function webApp(deps: WebAppDeps): WebApp {
   router.get('/', ...page, (req, res) => res.redirect(303, req.user ? '/chat' : '/login'));
   router.use(WEB_PATHS, ...page);
   router.use(auth.routes);
-  router.use(chatRoutes({ db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live }));
-  router.use(filesRoutes({ config: deps.config, sandboxes: deps.sandboxes, auth }));
+  router.use(chatRoutes({ config: deps.config, db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live, limiter: deps.rateLimiter }));
+  router.use(filesRoutes({ config: deps.config, sandboxes: deps.sandboxes, auth, limiter: deps.rateLimiter }));
   router.use(tokensRoutes({ config: deps.config, db: deps.db, auth }));
   router.use(settingsRoutes({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, auth }));
   const admin = adminRoutes({ config: deps.config, db: deps.db, logger: deps.logger, sandboxes: deps.sandboxes, agent: deps.agent, upstream: deps.upstream, auth, live, preflight: deps.preflight });

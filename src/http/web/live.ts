@@ -7,7 +7,11 @@
  * page's CSRF token in the handshake's auth (a socket another site opens with the
  * cookie has no token), and an Origin of this gateway. It joins its user's room (files
  * changed anywhere) and, on `watch`, the room of one conversation that is its user's.
- * Signing out, or losing access at a membership re-check, disconnects it.
+ * Signing out disconnects the session's connections; losing access at a membership
+ * check disconnects every connection of the user. Pages make no requests while they
+ * only listen, so the hub asks the membership check itself, every MEMBERSHIP_SWEEP_MS,
+ * for every user it has a connection of (and takes the admin room from a user who is no
+ * longer an admin).
  */
 import crypto from 'node:crypto';
 import type http from 'node:http';
@@ -20,7 +24,7 @@ import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import type { Db } from '../../store/store.js';
-import { getUser, type User } from '../../store/users.js';
+import type { User } from '../../store/users.js';
 import { sessionKey } from '../../web/sessions.js';
 import { isImage, titleFor, toolKey, transcript } from '../../web/transcript.js';
 import { allowedHostnames } from '../host-origin.js';
@@ -37,10 +41,15 @@ export interface Swap {
 
 /** Messages a connection may send in a second before it is cut off. */
 const MAX_EVENTS_PER_SECOND = 20;
+/** How often connected users are put to the membership check, at most (it asks GitHub only when a check is due). */
+const MEMBERSHIP_SWEEP_MS = 30_000;
 
 export class LiveHub {
   private io?: Server;
   private readonly log: Logger;
+  private sweep?: NodeJS.Timeout;
+  private sweeping = false;
+  private unsubscribe?: () => void;
 
   constructor(private readonly deps: { config: Config; db: Db; logger: Logger; boundary: ModelBoundary; auth: WebAuth }) {
     this.log = deps.logger.child({ module: 'live' });
@@ -81,12 +90,18 @@ export class LiveHub {
       }
       auth
         .stillAllowed(req)
-        .then((r) => (r.ok ? next() : next(new Error('unauthorized: sign in again'))))
+        .then((r) => {
+          // A 503 (GitHub not answering) is worth retrying: the page reconnects by itself.
+          if (!r.ok) return next(new Error(r.status === 503 ? 'unavailable: try again' : 'unauthorized: sign in again'));
+          req.user = r.user;
+          next();
+        })
         .catch(() => next(new Error('unauthorized')));
     });
     io.on('connection', (socket) => {
       const req = socket.request as Request;
       const user = req.user as User;
+      (socket.data as { userId?: number }).userId = user.id;
       void socket.join([`user:${user.id}`, `session:${sessionRoom(req.sessionID)}`]);
       let events = 0;
       const window = setInterval(() => (events = 0), 1000);
@@ -97,10 +112,15 @@ export class LiveHub {
       // The admin page's live table: admins only (a non-admin is told no, and nothing joins).
       socket.on('watch-admin', (ack?: unknown) => {
         const reply = typeof ack === 'function' ? (ack as (r: { ok: boolean; status?: number }) => void) : () => {};
-        const fresh = getUser(this.deps.db, user.id);
-        if (!fresh?.isAdmin || fresh.disabledAt !== null) return reply({ ok: false, status: 403 });
-        void socket.join('admins');
-        reply({ ok: true });
+        // Admin rights as the settings give them now, never the flag the user had at the handshake.
+        auth.membership
+          .confirm(user.id)
+          .then((r) => {
+            if (!r.ok || !r.user.isAdmin) return reply({ ok: false, status: r.ok ? 403 : r.status });
+            void socket.join('admins');
+            reply({ ok: true });
+          })
+          .catch(() => reply({ ok: false, status: 500 }));
       });
       let watching: string | undefined;
       socket.on('watch', (conversationId: unknown, ack?: unknown) => {
@@ -118,6 +138,43 @@ export class LiveHub {
       });
     });
     this.io = io;
+    this.unsubscribe = auth.membership.onAccessLost((userId) => this.signedOut(userId, true));
+    const every = Math.min(MEMBERSHIP_SWEEP_MS, Math.max(1000, (config.authRecheckSec * 1000) / 2));
+    this.sweep = setInterval(() => void this.sweepMembership(), every);
+    this.sweep.unref();
+  }
+
+  /** Every connected user put to the membership check: none of theirs stays connected when it says no, nor in the admin room when they are no admin. */
+  private async sweepMembership(): Promise<void> {
+    const io = this.io;
+    if (!io || this.sweeping) return;
+    this.sweeping = true;
+    try {
+      await this.sweepUsers(io);
+    } finally {
+      this.sweeping = false;
+    }
+  }
+
+  private async sweepUsers(io: Server): Promise<void> {
+    const byUser = new Map<number, string[]>();
+    for (const [id, socket] of io.of('/').sockets) {
+      const userId = (socket.data as { userId?: number }).userId;
+      if (userId !== undefined) byUser.set(userId, [...(byUser.get(userId) ?? []), id]);
+    }
+    for (const [userId, ids] of byUser) {
+      try {
+        const r = await this.deps.auth.membership.confirm(userId);
+        if (!r.ok) {
+          this.log.info({ userId, reason: r.reason }, 'live pages of a user who may not come in now: disconnected');
+          io.in(`user:${userId}`).disconnectSockets(true);
+        } else if (!r.user.isAdmin) {
+          for (const id of ids) void io.of('/').sockets.get(id)?.leave('admins');
+        }
+      } catch (e) {
+        this.log.warn({ err: e, userId }, 'could not check a connected user’s membership');
+      }
+    }
   }
 
   /** Connections in a room now (the admin page's sampler runs only while someone watches). */
@@ -223,7 +280,16 @@ export class LiveHub {
       }
     };
     return (e) => {
-      chain = chain.then(() => handle(e)).catch((err: unknown) => this.log.warn({ err }, 'a live update failed'));
+      chain = chain
+        .then(() => handle(e))
+        .catch((err: unknown) => {
+          this.log.warn({ err, event: e.type }, 'a live update failed');
+          // The page must not stay "running" because the last swap failed: a reload shows the turn as stored.
+          if (e.type === 'done') {
+            send({ target: live(), swap: 'beforeend', html: renderPartial('notice', { message: 'This answer could not be shown live: reload the page to see it.', error: true }) });
+            send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: false, conversationId }) });
+          }
+        });
     };
   }
 
@@ -231,6 +297,8 @@ export class LiveHub {
   close(): Promise<void> {
     const io = this.io;
     this.io = undefined;
+    clearInterval(this.sweep);
+    this.unsubscribe?.();
     return new Promise((resolve) => (io ? io.close(() => resolve()) : resolve()));
   }
 }

@@ -10,6 +10,7 @@ import { Eta } from 'eta';
 import express, { type RequestHandler, type Response, type Router } from 'express';
 import { VIEWS_DIR } from '../../paths.js';
 import type { User } from '../../store/users.js';
+import { pathQuery, shownPath } from './file-paths.js';
 
 export const views = new Eta({ views: path.join(VIEWS_DIR, 'web'), cache: true, autoEscape: true, autoTrim: false });
 
@@ -47,12 +48,19 @@ export interface PageContext {
   live?: string;
 }
 
+/**
+ * What every template (and every template it includes) has besides its data: a workspace
+ * path goes into an address as `it.pathQuery(p)` and onto the page as `it.shownPath(p)`
+ * (./file-paths.ts), so that a name that is not UTF-8 is linked by its bytes and shown.
+ */
+const TEMPLATE_HELPERS = { pathQuery, shownPath };
+
 export function renderPage(res: Response, template: string, ctx: PageContext, data: Record<string, unknown> = {}): void {
-  res.set('Cache-Control', 'no-store').type('html').send(views.render(template, { ...data, ...ctx }));
+  res.set('Cache-Control', 'no-store').type('html').send(views.render(template, { ...TEMPLATE_HELPERS, ...data, ...ctx }));
 }
 
 export function renderPartial(template: string, data: Record<string, unknown>): string {
-  return views.render(template, data);
+  return views.render(template, { ...TEMPLATE_HELPERS, ...data });
 }
 
 const require = createRequire(import.meta.url);

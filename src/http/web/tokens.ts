@@ -2,17 +2,24 @@
  * The tokens page: a user's personal API tokens (create, list with last use and expiry,
  * revoke) and ready-to-paste MCP client configurations with the new token filled in.
  * The secret is shown once, in the answer to the create request, and never stored.
+ * It also shows what the gateway stores for the user against their quota, and deletes
+ * their /v1 conversations, which no other page lists.
  */
 import express, { type Router } from 'express';
 import type { Config } from '../../config.js';
+import { deleteUserApiConversations } from '../../agent/api-history.js';
+import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
+import { storeUsage } from '../../limits/store-quota.js';
+import { formatBytes } from '../../mcp/text.js';
 import { dropPiiScope, tokenScopeRef } from '../../pii/scopes.js';
 import type { Db } from '../../store/store.js';
 import { createToken, getToken, listTokens, parseExpiry, revokeToken, tokenState } from '../../tokens/tokens.js';
 import { userOf, type WebAuth } from './auth.js';
 import { renderPage, renderPartial } from './render.js';
 
-const day = (ms: number | null) => (ms ? new Date(ms).toISOString().slice(0, 16).replace('T', ' ') : '–');
+/** A stored time as text: '–' for none, "unknown" for a value no date can hold (an old install may have stored one). */
+const day = (ms: number | null) => (ms === null ? '–' : utcText(ms, 'minute'));
 
 /** The client configurations docs/mcp-clients.md describes, for this gateway and token. */
 export function clientConfigs(mcpUrl: string, token: string): { claudeCode: string; claudeDesktop: string; cursor: string } {
@@ -29,11 +36,27 @@ export function tokensRoutes(deps: { config: Config; db: Db; auth: WebAuth }): R
   const body = express.urlencoded({ extended: false, limit: '16kb' });
   const base = deps.config.publicUrl.replace(/\/$/, '');
   const listFor = (userId: number) =>
-    listTokens(db, { userId, includeRevoked: true }).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt ? day(t.expiresAt) : 'never', state: tokenState(t) }));
+    listTokens(db, { userId, includeRevoked: true }).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : day(t.expiresAt), state: tokenState(t) }));
+  const storageFor = (userId: number, message?: string) => {
+    const u = storeUsage(db, deps.config, userId);
+    return {
+      used: formatBytes(u.total),
+      quota: formatBytes(u.quota),
+      web: formatBytes(u.web),
+      api: formatBytes(u.api),
+      personalData: formatBytes(u.personalData),
+      tokenPersonalData: u.tokenPersonalData ? formatBytes(u.tokenPersonalData) : undefined,
+      ttlHours: deps.config.piiTtlHours,
+      full: u.total >= u.quota,
+      hasApi: u.api > 0,
+      days: deps.config.apiConversationDays,
+      message,
+    };
+  };
 
   router.get('/tokens', auth.requireUser, (req, res) => {
     const user = userOf(req);
-    renderPage(res, 'tokens', { user, csrf: auth.csrfToken(req) }, { tokens: listFor(user.id) });
+    renderPage(res, 'tokens', { user, csrf: auth.csrfToken(req) }, { tokens: listFor(user.id), storage: storageFor(user.id), maxTokens: deps.config.maxTokensPerUser });
   });
 
   router.post('/tokens', auth.requireUser, body, auth.csrf, (req, res) => {
@@ -41,7 +64,7 @@ export function tokensRoutes(deps: { config: Config; db: Db; auth: WebAuth }): R
     const name = String((req.body as { name?: unknown }).name ?? '').trim();
     if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) throw new GatewayError('A token name is 1 to 64 letters, digits, dots, dashes or underscores.', { reason: 'invalid_request', status: 400 });
     const expiresAt = parseExpiry(String((req.body as { expires?: unknown }).expires ?? '90d'));
-    const { token } = createToken(db, { userId: user.id, name, expiresAt });
+    const { token } = createToken(db, { userId: user.id, name, expiresAt, maxActive: deps.config.maxTokensPerUser });
     res.type('html').send(renderPartial('token-created', { name, token, ...clientConfigs(`${base}/mcp`, token), apiUrl: `${base}/v1`, tokens: listFor(user.id) }));
   });
 
@@ -54,6 +77,12 @@ export function tokensRoutes(deps: { config: Config; db: Db; auth: WebAuth }): R
     revokeToken(db, id, { userId: user.id });
     dropPiiScope(db, tokenScopeRef(user.id, id));
     res.type('html').send(renderPartial('token-list', { tokens: listFor(user.id) }));
+  });
+
+  router.post('/tokens/api-conversations/delete', auth.requireUser, body, auth.csrf, (req, res) => {
+    const user = userOf(req);
+    const n = deleteUserApiConversations(db, user.id);
+    res.type('html').send(renderPartial('token-storage', { storage: storageFor(user.id, `Deleted ${n} API conversation${n === 1 ? '' : 's'}.`) }));
   });
 
   return router;

@@ -1,0 +1,76 @@
+/**
+ * Each user's share of the store (SANDGATE_STORE_QUOTA_MB): the messages of their
+ * conversations (web chat and /v1, with the file lists and titles) and the personal data
+ * tokenized for them in the PII vault (for their conversations and for the clients of
+ * their tokens). The audit log is the gateway's record, not the
+ * user's, and the workspace has its own limit (SANDGATE_WORKSPACE_MB); neither counts.
+ *
+ * The quota is checked before anything new is stored: a request that would go past it
+ * is refused and stores nothing, and nothing stored is ever removed to make room. A turn
+ * that is running may go past it by its own tool output; the next request is refused.
+ * The sizes are read from the store on every check (SQLite's octet_length reads no
+ * content), so deleting a conversation frees its room at once.
+ */
+import { conversationBytes } from '../agent/conversations.js';
+import type { Config } from '../config.js';
+import { GatewayError } from '../errors.js';
+import { formatBytes } from '../mcp/text.js';
+import { statement, type Db } from '../store/store.js';
+
+export interface StoreUsage {
+  /** Web chats. */
+  web: number;
+  /** Conversations of the /v1 API. */
+  api: number;
+  /** Sealed personal data of the PII vault tokenized in the user's conversations. */
+  personalData: number;
+  /** Sealed personal data of the PII vault tokenized for the clients of the user's API tokens. */
+  tokenPersonalData: number;
+  total: number;
+  /** SANDGATE_STORE_QUOTA_MB in bytes. */
+  quota: number;
+}
+
+/** What the store holds for `userId`, in bytes, against their quota. */
+export function storeUsage(db: Db, config: Pick<Config, 'storeQuotaMb'>, userId: number): StoreUsage {
+  const { web, api } = conversationBytes(db, userId);
+  const vault = (kind: 'conversation' | 'token') =>
+    (statement(db, 'SELECT COALESCE(SUM(length(b.sealed) + octet_length(b.uses)), 0) FROM pii_batches b JOIN pii_scopes s ON s.id = b.scope_id WHERE s.user_id = ? AND s.kind = ?').pluck().get(userId, kind) as number) +
+    (statement(db, 'SELECT COALESCE(SUM(length(v.sealed) + length(v.mac)), 0) FROM pii_values_v1 v JOIN pii_scopes s ON s.id = v.scope_id WHERE s.user_id = ? AND s.kind = ?').pluck().get(userId, kind) as number);
+  const personalData = vault('conversation');
+  const tokenPersonalData = vault('token');
+  return { web, api, personalData, tokenPersonalData, total: web + api + personalData + tokenPersonalData, quota: config.storeQuotaMb * 1024 * 1024 };
+}
+
+/** A request would take a user past SANDGATE_STORE_QUOTA_MB; nothing of it was stored. */
+export class StoreQuotaExceeded extends GatewayError {
+  override name = 'StoreQuotaExceeded';
+  constructor(
+    message: string,
+    readonly usage: StoreUsage,
+  ) {
+    super(message, { reason: 'store_quota_exceeded', status: 403 });
+  }
+}
+
+/**
+ * Throws StoreQuotaExceeded when storing `incoming` more bytes for `userId` would take
+ * them past their quota. The message says what is stored, the setting, and where to
+ * delete (pages under `publicUrl`).
+ */
+export function ensureStoreRoom(db: Db, config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'>, userId: number, incoming: number): void {
+  const usage = storeUsage(db, config, userId);
+  if (usage.total + incoming <= usage.quota) return;
+  const base = config.publicUrl.replace(/\/$/, '');
+  const parts = [`chats ${formatBytes(usage.web)}`, `API conversations ${formatBytes(usage.api)}`, `personal data tokenized in them ${formatBytes(usage.personalData)}`];
+  if (usage.tokenPersonalData) {
+    parts.push(`personal data tokenized for your tokens' clients ${formatBytes(usage.tokenPersonalData)}, forgotten ${config.piiTtlHours} hours after its last use or when the token is revoked`);
+  }
+  const expiry = config.apiConversationDays > 0 ? ` (API conversations are also deleted ${config.apiConversationDays} days after their last message, SANDGATE_API_CONVERSATION_DAYS)` : '';
+  throw new StoreQuotaExceeded(
+    `Your stored conversations take ${formatBytes(usage.total)} (${parts.join(', ')}) of your ${formatBytes(usage.quota)} quota (SANDGATE_STORE_QUOTA_MB=${config.storeQuotaMb}), ` +
+      `and this would store ${formatBytes(incoming)} more, so nothing was stored. ` +
+      `Delete conversations you no longer need: chats at ${base}/chat, API conversations at ${base}/tokens${expiry}. An operator can raise SANDGATE_STORE_QUOTA_MB.`,
+    usage,
+  );
+}
