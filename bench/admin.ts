@@ -12,7 +12,6 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
@@ -24,6 +23,7 @@ import { ensureUser } from '../src/store/users.js';
 import { createToken } from '../src/tokens/tokens.js';
 import { createLoginLink } from '../src/web/login-links.js';
 import { startGateway } from '../test/support/mcp.js';
+import { freePort } from '../test/support/ports.js';
 
 const SANDBOXES = Number(process.env.BENCH_SANDBOXES ?? 50);
 const WINDOW_S = Number(process.env.BENCH_WINDOW_S ?? 30);
@@ -41,14 +41,6 @@ function cpuMsOf(pid: number): number {
   const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = f.slice(f.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1000) / TICK;
-}
-
-async function freePort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 const cookieFrom = (res: Response) => /sandgate\.sid=[^;]+/.exec(res.headers.getSetCookie().join('\n'))?.[0] ?? '';

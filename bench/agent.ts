@@ -22,7 +22,6 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import OpenAI from 'openai';
@@ -33,6 +32,7 @@ import { createToken } from '../src/tokens/tokens.js';
 import { REPO_ROOT } from '../src/paths.js';
 import { startGateway } from '../test/support/mcp.js';
 import { startStandin, type StandinRequest } from '../test/support/model-standins.js';
+import { freePort } from '../test/support/ports.js';
 
 const TURNS = Number(process.env.BENCH_TURNS ?? 200);
 const CONCURRENT = Number(process.env.BENCH_CONCURRENT ?? 50);
@@ -122,14 +122,6 @@ async function loopOverhead(): Promise<void> {
 function rssOf(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : NaN;
-}
-
-async function freePort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 async function concurrentStreams(): Promise<void> {

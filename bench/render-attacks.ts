@@ -27,7 +27,6 @@
  */
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -35,6 +34,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { REPO_ROOT } from '../src/paths.js';
 import { startStandin, type ScriptedReply } from '../test/support/model-standins.js';
+import { freePort } from '../test/support/ports.js';
 
 const PROBE_MS = Number(process.env.BENCH_PROBE_MS ?? 10);
 const LOADS = Number(process.env.BENCH_LOADS ?? 10);
@@ -68,14 +68,6 @@ function rssOf(pid: number): number {
   } catch {
     return 0;
   }
-}
-
-async function freePort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 /** The prober: its own thread and event loop, so that what it measures is the gateway's. */

@@ -26,6 +26,7 @@ import { openStore } from '../src/store/store.js';
 import { ensureUser } from '../src/store/users.js';
 import { createLoginLink } from '../src/web/login-links.js';
 import { startStandin } from '../test/support/model-standins.js';
+import { freePort } from '../test/support/ports.js';
 
 const TURNS = Number(process.env.BENCH_TURNS ?? 20);
 const BROWSERS = Number(process.env.BENCH_BROWSERS ?? 50);
@@ -47,14 +48,6 @@ const now = () => performance.timeOrigin + performance.now();
 function rssOf(pid: number): number {
   const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
   return m ? Number(m[1]) * 1024 : NaN;
-}
-
-async function freePort(): Promise<number> {
-  const s = http.createServer();
-  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
-  const port = (s.address() as { port: number }).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
 }
 
 /** One signed-in client: its cookie, its CSRF token, and a conversation of its own. */

@@ -19,6 +19,7 @@ import { startGitHubStandin, type GitHubStandin } from './support/github-standin
 import { rawRequest, startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 import { until } from './support/until.js';
+import { signInWithGitHub as signInWithGitHubAt } from './support/github-sign-in.js';
 
 const CHROMIUM = process.env.SANDGATE_CHROMIUM ?? '/usr/bin/chromium';
 /** SANDGATE_AUTH_RECHECK_SEC in these tests. */
@@ -63,15 +64,7 @@ afterAll(async () => {
 });
 
 /** The GitHub web flow as a person does it; where the browser lands (the chat, or the sign-in page with a message). */
-async function signInWithGitHub(page: Page, login: string, base = gw.url): Promise<string> {
-  await page.goto(`${base}/login`);
-  await page.click('text=Sign in with GitHub');
-  await page.waitForURL(`${github.url}/**`);
-  await page.fill('#login_field', login);
-  await page.click('button[name=commit]');
-  await page.waitForURL((u) => u.href.startsWith(base) && !u.pathname.startsWith('/auth/'));
-  return new URL(page.url()).pathname;
-}
+const signInWithGitHub = (page: Page, login: string, base = gw.url) => signInWithGitHubAt(page, github, login, base);
 
 async function signedInAs(login: string, base = gw.url): Promise<{ context: BrowserContext; page: Page }> {
   const context = await browser.newContext();

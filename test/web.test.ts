@@ -19,6 +19,7 @@ import { createLoginLink } from '../src/web/login-links.js';
 import { startGitHubStandin, type GitHubStandin } from './support/github-standin.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
+import { signInWithGitHub as signInWithGitHubAt } from './support/github-sign-in.js';
 
 const SHOTS = path.resolve('test-artifacts/screenshots');
 const VIEWPORTS = { laptop: { width: 1280, height: 800 }, phone: { width: 390, height: 844 } } as const;
@@ -107,15 +108,8 @@ function watchPage(page: Page, accept = false): { dialogs: string[]; errors: str
   return seen;
 }
 
-/** The GitHub web flow as a person does it: the button, GitHub's sign-in form, back to the gateway. */
-async function signInWithGitHub(page: Page, login: string, base = gw.url): Promise<void> {
-  await page.goto(`${base}/login`);
-  await page.click('text=Sign in with GitHub');
-  await page.waitForURL(`${github.url}/**`);
-  await page.fill('#login_field', login);
-  await page.click('button[name=commit]');
-  await page.waitForURL((u) => u.href.startsWith(base) && !u.pathname.startsWith('/auth/'));
-}
+/** The GitHub web flow as a person does it; where the browser lands (the chat, or the sign-in page with a message). */
+const signInWithGitHub = (page: Page, login: string, base = gw.url) => signInWithGitHubAt(page, github, login, base);
 
 async function signedInAs(login: string, viewport: keyof typeof VIEWPORTS = 'laptop'): Promise<{ context: BrowserContext; page: Page }> {
   const context = await newContext(viewport);
