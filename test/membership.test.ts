@@ -338,10 +338,22 @@ describe('accounts follow GitHub’s account id, not its login', () => {
     expect(before.status).toBe(401);
     expect(before.text).toMatch(/sign in with GitHub/);
     expect((await mcp(token)).status).toBe(401);
+    // Admins see which accounts the next sign-in with their login will bind.
+    team().add('gus');
+    const admin = await signedInAs('gus');
+    const unbound = async () =>
+      ((await (await admin.context.request.get(`${gw.url}/admin/api/users`)).json()) as { users: { name: string; unbound: boolean }[] }).users.find((u) => u.name === 'lee')?.unbound;
+    expect(await unbound()).toBe(true);
+    expect(await (await admin.context.request.get(`${gw.url}/admin/users`)).text()).toMatch(/<td>lee <span class="badge"[^>]*>not bound to GitHub yet<\/span>/);
     team().add('lee');
     const { context } = await signedInAs('lee');
     await context.close();
-    expect(findUser(gw.gateway.store.db, 'lee')!.githubId).toBe(github.idOf('lee'));
+    const lee = findUser(gw.gateway.store.db, 'lee')!;
+    expect(lee.githubId).toBe(github.idOf('lee'));
+    expect(await unbound()).toBe(false);
+    // Binding an account that already held something is on the record.
+    expect(queryAudit(gw.gateway.store.db, { userId: lee.id, kind: 'web' }).map((e) => [e.method, e.outcome])).toContainEqual(['sign_in/bound', 'ok']);
+    await admin.context.close();
     expect((await v1(token, '/v1/models')).status).toBe(200);
   });
 });

@@ -40,6 +40,7 @@ import {
   formerHolderOf,
   getUser,
   githubCheckState,
+  listUsers,
   recordGithubYes,
   renameGithubUser,
   suspendUser,
@@ -105,7 +106,26 @@ export class Membership {
     this.sealKey = webSecrets(deps.config.dataDir).seal;
     this.log = deps.logger.child({ module: 'membership' });
     // The stored flag follows the settings as they are now (SANDGATE_ADMINS may have changed while the gateway was down).
-    if (this.github) syncGithubAdmins(deps.db, this.allow.admins);
+    if (this.github) {
+      syncGithubAdmins(deps.db, this.allow.admins);
+      this.warnUnbound();
+    }
+  }
+
+  /**
+   * Accounts made before GitHub account ids were recorded (or by the CLI) are bound by
+   * the next GitHub sign-in with their login: if such a login changed hands on GitHub
+   * meanwhile, the newcomer would get the account. Said once at start, so an operator can
+   * look before anyone signs in.
+   */
+  private warnUnbound(): void {
+    const unbound = listUsers(this.deps.db).filter((u) => u.githubId === null);
+    if (!unbound.length) return;
+    const names = unbound.slice(0, 20).map((u) => u.name);
+    this.log.warn(
+      { count: unbound.length, users: names },
+      `${unbound.length} account(s) here are not yet bound to a GitHub account id (${names.join(', ')}${unbound.length > names.length ? ', …' : ''}): each is bound to the GitHub account that next signs in with its login. If one of those logins may have changed hands on GitHub, delete that account first (Admin → Users).`,
+    );
   }
 
   /** Called with the user's id when they lose access (suspended): cut off what of theirs runs now. Returns the unsubscribe. */
@@ -179,8 +199,11 @@ export class Membership {
         };
       }
       // A user made before accounts were bound (or by the CLI) is bound by their first GitHub sign-in.
-      const user = named[0] ?? ensureUser(db, account.login);
+      const existing = named[0];
+      const user = existing ?? ensureUser(db, account.login);
       bindGithubId(db, user.id, account.id);
+      // Binding an account that already held data is the one step that trusts a login: on the record.
+      if (existing) this.audit(user.id, 'sign_in/bound', 'ok');
       // The name as GitHub spells it (a user made by hand may differ in case).
       if (user.name !== account.login) renameGithubUser(db, user.id, account.login);
       return { ok: true, user: getUser(db, user.id)! };

@@ -202,6 +202,8 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
         disabled: u.disabledAt !== null,
         /** Why a GitHub membership check took their access away (lifted by their next allowed GitHub sign-in). */
         lostAccess: u.suspendedAt !== null ? (u.suspendedReason ?? 'a GitHub membership check said no') : null,
+        /** With GitHub sign-in: not yet bound to a GitHub account id (the next sign-in with this login binds it). */
+        unbound: config.githubClientId !== '' && u.githubId === null,
         signIn: u.signInMethod ? `${u.signInMethod === 'github' ? 'GitHub' : 'one-time link'}, ${ago(u.lastSignInAt)} ago` : 'never signed in',
         tokens: tokens.get(u.id) ?? 0,
         sandbox: sb ? sb.state : 'none',
