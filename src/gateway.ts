@@ -32,6 +32,7 @@ import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
 import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
+import { purgeOldTokens } from './tokens/tokens.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
 
 /** What a gateway is built from, besides its configuration; each defaults to the real one. */
@@ -164,12 +165,19 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
 
   let purge: NodeJS.Timeout | undefined;
   let expireApi: NodeJS.Timeout | undefined;
-  const sweepApi = () => {
+  /** Hourly, vault or not: API conversations past SANDGATE_API_CONVERSATION_DAYS, token rows past TOKEN_RETENTION_MS. */
+  const sweepStore = () => {
     try {
       const n = sweepApiConversations(store.db, { days: config.apiConversationDays });
       if (n) logger.info({ conversations: n, days: config.apiConversationDays }, 'deleted API conversations past SANDGATE_API_CONVERSATION_DAYS');
     } catch (err) {
       logger.error({ err }, 'could not delete old API conversations');
+    }
+    try {
+      const n = purgeOldTokens(store.db);
+      if (n) logger.info({ tokens: n }, 'deleted the rows of tokens revoked or expired longer ago than they are kept');
+    } catch (err) {
+      logger.error({ err }, 'could not delete old revoked tokens');
     }
   };
   return {
@@ -201,8 +209,8 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
       }
       agent.init();
       // After init: a turn a restart left 'running' is marked interrupted, so its conversation can go.
-      sweepApi();
-      expireApi = setInterval(sweepApi, PURGE_INTERVAL_MS);
+      sweepStore();
+      expireApi = setInterval(sweepStore, PURGE_INTERVAL_MS);
       expireApi.unref();
       // Before anything asks dockerd: it cannot start while a container of ours is frozen.
       manager.thawLeftFrozen();

@@ -10,6 +10,8 @@ import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentEvent } from '../src/agent/events.js';
 import { MAX_ROUND_TEXT_CHARS } from '../src/agent/model-bounds.js';
+import { MAX_TOOL_CALLS_PER_ROUND } from '../src/agent/tool-input.js';
+import { markdownRenders } from '../src/web/markdown.js';
 import { messagesOf, setMessageHtml } from '../src/agent/conversations.js';
 import { listAudit } from '../src/audit/audit.js';
 import { ensureUser, type User } from '../src/store/users.js';
@@ -34,6 +36,7 @@ function hostile(req: { lastUserText: string; lastToolResult?: string }) {
   if (req.lastToolResult !== undefined) return { text: [`The tool said: ${req.lastToolResult.slice(0, 400)}`] };
   if (what === 'nested') return { toolCalls: [{ name: 'execute_code', args: NESTED_ARGS }] };
   if (what === 'extra') return { toolCalls: [{ name: 'execute_code', args: { language: 'python', code: 'print(6 * 7)', extra: 'ignored?' } }] };
+  if (what === 'many') return { toolCalls: Array.from({ length: 500 }, () => ({ name: 'no_such_tool', args: {} })) };
   if (what === 'brackets') return { text: Array.from({ length: 64 }, () => '['.repeat(FOUR_MB / 64)) };
   if (what === 'link') {
     const token = /\[EMAIL_\d+\]/.exec(req.lastUserText)?.[0] ?? '[EMAIL_?]';
@@ -126,6 +129,22 @@ describe('a hostile model', () => {
     expect(page.html).toContain('may not have &quot;extra&quot;');
   });
 
+  it('makes 500 tool calls in one round: the round keeps the first 32 and one note, and the page loads', async () => {
+    const r = await ask('many calls');
+    expect(r.outcome.reason).toBe('complete');
+    const stored = messagesOf(gw.gateway.store.db, r.id);
+    const calls = stored.flatMap((m) => (m.message.role === 'assistant' && Array.isArray(m.message.content) ? m.message.content : [])).filter((p) => p.type === 'tool-call');
+    const results = stored.flatMap((m) => (m.message.role === 'tool' ? m.message.content : []));
+    expect(calls).toHaveLength(MAX_TOOL_CALLS_PER_ROUND);
+    expect(results).toHaveLength(MAX_TOOL_CALLS_PER_ROUND);
+    const note = `(468 more tool calls of this answer were dropped, neither run nor kept: one round may make at most ${MAX_TOOL_CALLS_PER_ROUND}. Make the others in the next round.)`;
+    expect(JSON.stringify(stored[1]!.message)).toContain(note);
+    expect(storedChars(r.id)).toBeLessThan(40_000);
+    const page = await getPage(cookie, `/c/${r.id}`);
+    expect(page.status).toBe(200);
+    expect(page.html).toContain(note);
+  });
+
   it('answers 4 MB of Markdown brackets: the round keeps and streams 100,000 characters with a note, rendered once and kept', async () => {
     const r = await ask('brackets please');
     expect(r.outcome.reason).toBe('complete');
@@ -175,6 +194,31 @@ describe('a workspace file', () => {
     expect(wide.html.length).toBeLessThan(300 * 1024);
     expect(wide.html).toContain('Shown as it is: indented, this JSON would be longer than 512 KiB.');
     expect((await getPage(cookie, '/files/preview?path=fine.json')).html).toContain(JSON.stringify({ a: [1, { b: null }] }, null, 2).replaceAll('"', '&quot;'));
+  });
+
+  it("formats a preview once, and another member's preview is formatted while this one's many are waiting", async () => {
+    const ws = await gw.gateway.manager.openWorkspace({ userId: mallory.id, name: mallory.name });
+    const names = Array.from({ length: 8 }, (_, i) => `slow-${i}.md`);
+    for (const [i, name] of names.entries()) await ws.write(name, `${'![a'.repeat(20_000)} ${i}`);
+    const other = ensureUser(gw.gateway.store.db, 'olga');
+    await (await gw.gateway.manager.openWorkspace({ userId: other.id, name: other.name })).write('notes.md', '**mine**');
+    const otherCookie = await signIn(other);
+
+    const many = Promise.all(names.map((name) => getPage(cookie, `/files/preview?path=${name}`)));
+    const theirs = await getPage(otherCookie, '/files/preview?path=notes.md');
+    expect(theirs.html).toContain('<strong>mine</strong>');
+    const mine = await many;
+    for (const p of mine) expect(p.html).toMatch(/<p>!\[a|This text is shown as it is: \d+ of your texts are waiting to be formatted already/);
+
+    // Opened again: served as formatted before, with nothing formatted anew; a changed file is formatted again.
+    await getPage(cookie, '/files/preview?path=slow-0.md');
+    const renders = markdownRenders();
+    const again = await getPage(cookie, '/files/preview?path=slow-0.md');
+    expect(again.html).toMatch(/<p>!\[a/);
+    expect(markdownRenders()).toBe(renders);
+    await ws.write('slow-0.md', '# changed');
+    expect((await getPage(cookie, '/files/preview?path=slow-0.md')).html).toContain('<h1>changed</h1>');
+    expect(markdownRenders()).toBe(renders + 1);
   });
 
   it('previews bracket-heavy Markdown over the formatting bound as plain text with a note', async () => {

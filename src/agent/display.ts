@@ -6,17 +6,22 @@
  */
 import type { Caller } from '../identity/caller.js';
 import type { ModelBoundary } from '../pii/boundary.js';
-
-/** Longer than any token literal ([CARD_123456789]); a '[' further back than this is plain text. */
-const MAX_TOKEN_CHARS = 24;
+import { UrlSpans, type Span } from './url-spans.js';
 
 export async function forUser(boundary: ModelBoundary, caller: Caller, text: string): Promise<string> {
   if (!text.includes('[')) return text;
   return (await boundary.fromModel(caller, text)).text;
 }
 
+/**
+ * An answer as the user reads it, which clients (the /v1 API's, the web page once the
+ * turn ends) render as Markdown: values go back only where a client shows text. In an
+ * address (a link's or image's destination, an autolink, a bare URL; see url-spans.ts)
+ * tokens stay as the model wrote them, so a link the model builds cannot carry a value
+ * it never saw to a host it names.
+ */
 export class DisplayStream {
-  private held = '';
+  private readonly spans = new UrlSpans();
 
   constructor(
     private readonly boundary: ModelBoundary,
@@ -24,17 +29,16 @@ export class DisplayStream {
   ) {}
 
   /** What can be shown of the text so far. */
-  async push(delta: string): Promise<string> {
-    const text = this.held + delta;
-    const open = text.lastIndexOf('[');
-    const cut = open >= 0 && text.indexOf(']', open) < 0 && text.length - open <= MAX_TOKEN_CHARS ? open : text.length;
-    this.held = text.slice(cut);
-    return forUser(this.boundary, this.caller, text.slice(0, cut));
+  push(delta: string): Promise<string> {
+    return this.shown(this.spans.push(delta));
   }
 
-  async end(): Promise<string> {
-    const rest = this.held;
-    this.held = '';
-    return forUser(this.boundary, this.caller, rest);
+  end(): Promise<string> {
+    return this.shown(this.spans.end());
+  }
+
+  private async shown(spans: Span[]): Promise<string> {
+    const parts = await Promise.all(spans.map((s) => (s.url ? s.text : forUser(this.boundary, this.caller, s.text))));
+    return parts.join('');
   }
 }

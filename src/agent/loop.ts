@@ -36,7 +36,7 @@ import type { AgentEvent, DoneReason, EventSink, FileChange } from './events.js'
 import type { ModelCatalog, ModelChoice } from './models.js';
 import { systemPrompt } from './prompt.js';
 import { describeProviderError } from './provider-errors.js';
-import { cutTextChars, MAX_ROUND_TEXT_CHARS, withinRoom } from './model-bounds.js';
+import { cutTextChars, droppedToolCalls, MAX_ROUND_TEXT_CHARS, withinRoom } from './model-bounds.js';
 import { MAX_TOOL_CALLS_PER_ROUND, MAX_TOOL_ID_CHARS, MAX_TOOL_INPUT_CHARS, vetToolCall, type JsonSchema } from './tool-input.js';
 
 /** A tool result shown to the user is cut here (the model gets what the tool returned). */
@@ -207,6 +207,8 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     let text = '';
     /** Characters of answer past MAX_ROUND_TEXT_CHARS, neither kept nor shown. */
     let cutChars = 0;
+    /** Tool calls past MAX_TOOL_CALLS_PER_ROUND, dropped (model-bounds.ts drops them first). */
+    let droppedCalls = 0;
     const calls: ToolCallPart[] = [];
     const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
     try {
@@ -237,12 +239,17 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
           if (shown) emit({ type: 'text', delta: shown });
         } else if (part.type === 'tool-call') {
           const p = part as ToolCallPart & { type: 'tool-call' };
+          if (calls.length >= MAX_TOOL_CALLS_PER_ROUND) {
+            droppedCalls++;
+            continue;
+          }
           calls.push({ toolCallId: p.toolCallId.slice(0, MAX_TOOL_ID_CHARS), toolName: p.toolName.slice(0, MAX_TOOL_ID_CHARS), input: p.input, invalid: p.invalid, error: p.error });
         } else if (part.type === 'finish-step') {
           roundUsage.inputTokens += part.usage.inputTokens ?? 0;
           roundUsage.outputTokens += part.usage.outputTokens ?? 0;
           roundUsage.cachedInputTokens += part.usage.inputTokenDetails?.cacheReadTokens ?? 0;
           cutChars += cutTextChars(part.providerMetadata);
+          droppedCalls += droppedToolCalls(part.providerMetadata);
         } else if (part.type === 'error') {
           throw part.error;
         } else if (part.type === 'abort') {
@@ -269,6 +276,10 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
       text += cutNote(cutChars);
       emit({ type: 'text', delta: cutNote(cutChars) });
     }
+    if (droppedCalls) {
+      text += droppedNote(droppedCalls);
+      emit({ type: 'text', delta: droppedNote(droppedCalls) });
+    }
     usage.inputTokens += roundUsage.inputTokens;
     usage.outputTokens += roundUsage.outputTokens;
     usage.cachedInputTokens += roundUsage.cachedInputTokens;
@@ -276,10 +287,7 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
 
     // Each call is checked before it is kept, shown or run; the round's calls share one allowance of argument characters.
     let allowance = MAX_TOOL_INPUT_CHARS;
-    const vetted = calls.map((c, i) => {
-      if (i >= MAX_TOOL_CALLS_PER_ROUND) {
-        return { stored: {}, chars: 0, refusal: `Not run: one round may make at most ${MAX_TOOL_CALLS_PER_ROUND} tool calls; make the others in the next round.` };
-      }
+    const vetted = calls.map((c) => {
       const v = vetToolCall(c, modelToolset.schemas, allowance);
       allowance -= v.chars;
       return v;
@@ -328,6 +336,11 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
 /** What the user and the model read where an answer was cut. */
 function cutNote(chars: number): string {
   return `\n\n(This answer was cut here: ${chars} more characters were not kept or shown, as one answer keeps at most ${MAX_ROUND_TEXT_CHARS}.)`;
+}
+
+/** What the user and the model read where a round asked for more tool calls than it may make. */
+function droppedNote(calls: number): string {
+  return `\n\n(${calls} more tool calls of this answer were dropped, neither run nor kept: one round may make at most ${MAX_TOOL_CALLS_PER_ROUND}. Make the others in the next round.)`;
 }
 
 /** One tool call, vetted already (tool-input.ts), through the in-process MCP client, with its events; never throws. */

@@ -9,6 +9,11 @@
  *   note that the user and the model read.
  * - Tool-call arguments: text too long or nested too deep becomes a note the loop
  *   refuses as a tool error (tool-input.ts), before the SDK parses it.
+ * - Tool calls: MAX_TOOL_CALLS_PER_ROUND per round; the calls past it (and the pieces
+ *   of their arguments) are dropped, counted in the finish metadata
+ *   (`sandgate.droppedToolCalls`), from which the loop writes one note. So a round
+ *   stores at most the cap's calls, each bounded, and one note, however many a
+ *   provider streams.
  * - Time: the providers read their responses through `yieldingFetch`, at most
  *   YIELD_BYTES per turn of the event loop. The SDK pumps a response as fast as it
  *   arrives, and a provider that sends megabytes at once would otherwise be parsed in
@@ -16,7 +21,7 @@
  *   event's worth of parsing (an event's JSON is parsed when its last piece arrives).
  */
 import type { LanguageModelMiddleware } from 'ai';
-import { boundedInputText } from './tool-input.js';
+import { boundedInputText, MAX_TOOL_CALLS_PER_ROUND } from './tool-input.js';
 
 /** Characters of answer text one model round keeps (and streams to the user); the rest is cut with a note. */
 export const MAX_ROUND_TEXT_CHARS = 100_000;
@@ -32,10 +37,26 @@ export function withinRoom(piece: string, room: number): string {
   return piece.slice(0, end);
 }
 
-/** Characters of answer text the middleware cut from a round, from the round's provider metadata. */
-export function cutTextChars(providerMetadata: unknown): number {
-  const n = (providerMetadata as Record<string, { cutTextChars?: unknown } | undefined> | undefined)?.[METADATA_KEY]?.cutTextChars;
+interface Cuts {
+  cutTextChars?: number;
+  droppedToolCalls?: number;
+}
+
+const cutOf = (providerMetadata: unknown, what: keyof Cuts): number => {
+  const n = (providerMetadata as Record<string, Record<string, unknown> | undefined> | undefined)?.[METADATA_KEY]?.[what];
   return typeof n === 'number' && n > 0 ? n : 0;
+};
+
+/** Characters of answer text the middleware cut from a round, from the round's provider metadata. */
+export const cutTextChars = (providerMetadata: unknown): number => cutOf(providerMetadata, 'cutTextChars');
+
+/** Tool calls past MAX_TOOL_CALLS_PER_ROUND the middleware dropped from a round, from the round's provider metadata. */
+export const droppedToolCalls = (providerMetadata: unknown): number => cutOf(providerMetadata, 'droppedToolCalls');
+
+/** `metadata` with what was cut added under the middleware's key, or as it is when nothing was. */
+function withCuts<M extends object | undefined>(metadata: M, cuts: Cuts): M {
+  const said = Object.fromEntries(Object.entries(cuts).filter(([, n]) => n > 0));
+  return Object.keys(said).length ? ({ ...metadata, [METADATA_KEY]: said } as M) : metadata;
 }
 
 export const boundedModel: LanguageModelMiddleware = {
@@ -44,20 +65,32 @@ export const boundedModel: LanguageModelMiddleware = {
     const result = await doGenerate();
     let kept = 0;
     let cut = 0;
-    const content = result.content.map((c) => {
-      if (c.type === 'tool-call') return { ...c, input: boundedInputText(c.input) };
-      if (c.type !== 'text') return c;
+    let calls = 0;
+    let dropped = 0;
+    const content = result.content.flatMap((c): (typeof result.content)[number][] => {
+      if (c.type === 'tool-call') {
+        if (calls >= MAX_TOOL_CALLS_PER_ROUND) {
+          dropped++;
+          return [];
+        }
+        calls++;
+        return [{ ...c, input: boundedInputText(c.input) }];
+      }
+      if (c.type !== 'text') return [c];
       const text = withinRoom(c.text, MAX_ROUND_TEXT_CHARS - kept);
       kept += text.length;
       cut += c.text.length - text.length;
-      return { ...c, text };
+      return [{ ...c, text }];
     });
-    return { ...result, content, ...(cut ? { providerMetadata: { ...result.providerMetadata, [METADATA_KEY]: { cutTextChars: cut } } } : {}) };
+    const providerMetadata = withCuts(result.providerMetadata, { cutTextChars: cut, droppedToolCalls: dropped });
+    return { ...result, content, ...(providerMetadata ? { providerMetadata } : {}) };
   },
   async wrapStream({ doStream }) {
     const { stream, ...rest } = await doStream();
     let kept = 0;
     let cut = 0;
+    let calls = 0;
+    let dropped = 0;
     return {
       ...rest,
       stream: stream.pipeThrough(
@@ -69,9 +102,14 @@ export const boundedModel: LanguageModelMiddleware = {
               cut += part.delta.length - delta.length;
               if (delta) controller.enqueue(delta === part.delta ? part : { ...part, delta });
             } else if (part.type === 'tool-call') {
-              controller.enqueue({ ...part, input: boundedInputText(part.input) });
-            } else if (part.type === 'finish' && cut) {
-              controller.enqueue({ ...part, providerMetadata: { ...part.providerMetadata, [METADATA_KEY]: { cutTextChars: cut } } });
+              if (calls >= MAX_TOOL_CALLS_PER_ROUND) dropped++;
+              else controller.enqueue({ ...part, input: boundedInputText(part.input) });
+              calls++;
+            } else if (part.type === 'tool-input-start' || part.type === 'tool-input-delta' || part.type === 'tool-input-end') {
+              // The pieces of a call's arguments as they stream: those of calls past the cap go with them.
+              if (calls < MAX_TOOL_CALLS_PER_ROUND) controller.enqueue(part);
+            } else if (part.type === 'finish' && (cut || dropped)) {
+              controller.enqueue({ ...part, providerMetadata: withCuts(part.providerMetadata, { cutTextChars: cut, droppedToolCalls: dropped }) });
             } else {
               controller.enqueue(part);
             }

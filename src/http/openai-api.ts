@@ -27,7 +27,7 @@ import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { budgetSpentMessage, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
-import { ensureStoreRoom, StoreQuotaExceeded } from '../limits/store-quota.js';
+import { reserveStoreRoom, StoreQuotaExceeded } from '../limits/store-quota.js';
 import type { Db } from '../store/store.js';
 import { bearerAuth, callerOf, type Refusal } from './bearer-auth.js';
 import { hostAndOriginValidation } from './host-origin.js';
@@ -91,6 +91,12 @@ const fence = (text: string) => {
   return '`'.repeat(longest + 1);
 };
 
+/** Inline code whatever the text holds: a backtick in it cannot end the span and let the rest (with values put back) render as links or images. */
+const codeSpan = (text: string) => {
+  const ticks = '`'.repeat(Math.max(0, ...[...text.matchAll(/`+/g)].map((m) => m[0].length)) + 1);
+  return `${ticks} ${text} ${ticks}`;
+};
+
 /** Tool activity as Markdown a chat front end shows. */
 function activityText(e: AgentEvent): string | undefined {
   switch (e.type) {
@@ -100,7 +106,7 @@ function activityText(e: AgentEvent): string | undefined {
         const f = fence(input.code);
         return `\n\n**Running ${input.language ?? 'code'} in the sandbox:**\n${f}${input.language ?? ''}\n${input.code}\n${f}\n`;
       }
-      return `\n\n**Calling \`${e.name}\`** \`${JSON.stringify(e.input).slice(0, 300)}\`\n`;
+      return `\n\n**Calling ${codeSpan(e.name)}** ${codeSpan(JSON.stringify(e.input).slice(0, 300))}\n`;
     }
     case 'tool_result': {
       const text = e.text.length > MAX_RESULT_IN_ANSWER ? `${e.text.slice(0, MAX_RESULT_IN_ANSWER)}…` : e.text;
@@ -190,7 +196,7 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
       const continued = priorDigest ? takeApiConversation(deps.db, user.id, priorDigest) : undefined;
       const incoming = Buffer.byteLength(last) + (continued ? 0 : history.reduce((n, m) => n + Buffer.byteLength(m.text), 0));
       try {
-        ensureStoreRoom(deps.db, deps.config, user.id, incoming);
+        res.on('close', reserveStoreRoom(deps.db, deps.config, user.id, incoming));
       } catch (e) {
         // Refused: the conversation stays as it was, to be continued once there is room.
         if (continued) setClientDigest(deps.db, continued.id, priorDigest!);

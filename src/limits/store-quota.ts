@@ -8,10 +8,11 @@
  * The quota is checked before anything new is stored: a request that would go past it
  * is refused and stores nothing, and nothing stored is ever removed to make room. A turn
  * that is running may go past it by its own tool output; the next request is refused.
- * The sizes are read from the store on every check (SQLite's octet_length reads no
- * content), so deleting a conversation frees its room at once.
+ * The sizes are running totals the store keeps with triggers (schema.ts), so a check
+ * reads four rows however much is stored, and deleting a conversation frees its room at
+ * once. Requests in flight hold what they said they would store (reserveStoreRoom), so
+ * a burst of them cannot all pass the same check.
  */
-import { conversationBytes } from '../agent/conversations.js';
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import { formatBytes } from '../mcp/text.js';
@@ -33,14 +34,14 @@ export interface StoreUsage {
 
 /** What the store holds for `userId`, in bytes, against their quota. */
 export function storeUsage(db: Db, config: Pick<Config, 'storeQuotaMb'>, userId: number): StoreUsage {
-  const { web, api } = conversationBytes(db, userId);
-  const vault = (kind: 'conversation' | 'token') =>
-    (statement(db, 'SELECT COALESCE(SUM(length(b.sealed) + octet_length(b.uses)), 0) FROM pii_batches b JOIN pii_scopes s ON s.id = b.scope_id WHERE s.user_id = ? AND s.kind = ?').pluck().get(userId, kind) as number) +
-    (statement(db, 'SELECT COALESCE(SUM(length(v.sealed) + length(v.mac)), 0) FROM pii_values_v1 v JOIN pii_scopes s ON s.id = v.scope_id WHERE s.user_id = ? AND s.kind = ?').pluck().get(userId, kind) as number);
-  const personalData = vault('conversation');
-  const tokenPersonalData = vault('token');
+  const rows = statement(db, 'SELECT kind, bytes FROM store_usage WHERE user_id = ?').all(userId) as { kind: string; bytes: number }[];
+  const bytes = (kind: string) => rows.find((r) => r.kind === kind)?.bytes ?? 0;
+  const [web, api, personalData, tokenPersonalData] = [bytes('web'), bytes('api'), bytes('pii_conversation'), bytes('pii_token')];
   return { web, api, personalData, tokenPersonalData, total: web + api + personalData + tokenPersonalData, quota: config.storeQuotaMb * 1024 * 1024 };
 }
+
+/** Bytes that requests in flight said they would store, per store and user, until they end. */
+const reserved = new WeakMap<Db, Map<number, number>>();
 
 /** A request would take a user past SANDGATE_STORE_QUOTA_MB; nothing of it was stored. */
 export class StoreQuotaExceeded extends GatewayError {
@@ -55,12 +56,29 @@ export class StoreQuotaExceeded extends GatewayError {
 
 /**
  * Throws StoreQuotaExceeded when storing `incoming` more bytes for `userId` would take
- * them past their quota. The message says what is stored, the setting, and where to
- * delete (pages under `publicUrl`).
+ * them past their quota, counting what their other requests in flight have reserved.
+ * Otherwise reserves `incoming` until the returned function is called, which the caller
+ * does when its request ends (calling it again does nothing). While both stored and
+ * reserved, a request's bytes count twice: the check errs towards refusing. The
+ * message says what is stored, the setting, and where to delete (pages under
+ * `publicUrl`).
  */
-export function ensureStoreRoom(db: Db, config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'>, userId: number, incoming: number): void {
+export function reserveStoreRoom(db: Db, config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'>, userId: number, incoming: number): () => void {
   const usage = storeUsage(db, config, userId);
-  if (usage.total + incoming <= usage.quota) return;
+  const inFlight = reserved.get(db) ?? new Map<number, number>();
+  const held = inFlight.get(userId) ?? 0;
+  if (usage.total + held + incoming <= usage.quota) {
+    reserved.set(db, inFlight);
+    inFlight.set(userId, held + incoming);
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      const left = (inFlight.get(userId) ?? 0) - incoming;
+      if (left > 0) inFlight.set(userId, left);
+      else inFlight.delete(userId);
+    };
+  }
   const base = config.publicUrl.replace(/\/$/, '');
   const parts = [`chats ${formatBytes(usage.web)}`, `API conversations ${formatBytes(usage.api)}`, `personal data tokenized in them ${formatBytes(usage.personalData)}`];
   if (usage.tokenPersonalData) {
@@ -69,7 +87,7 @@ export function ensureStoreRoom(db: Db, config: Pick<Config, 'storeQuotaMb' | 'a
   const expiry = config.apiConversationDays > 0 ? ` (API conversations are also deleted ${config.apiConversationDays} days after their last message, SANDGATE_API_CONVERSATION_DAYS)` : '';
   throw new StoreQuotaExceeded(
     `Your stored conversations take ${formatBytes(usage.total)} (${parts.join(', ')}) of your ${formatBytes(usage.quota)} quota (SANDGATE_STORE_QUOTA_MB=${config.storeQuotaMb}), ` +
-      `and this would store ${formatBytes(incoming)} more, so nothing was stored. ` +
+      `${held ? `your requests still running will store up to ${formatBytes(held)} more, ` : ''}and this would store ${formatBytes(incoming)} more, so nothing was stored. ` +
       `Delete conversations you no longer need: chats at ${base}/chat, API conversations at ${base}/tokens${expiry}. An operator can raise SANDGATE_STORE_QUOTA_MB.`,
     usage,
   );

@@ -127,4 +127,34 @@ describe('dropInactiveTokenScopes', () => {
       v.cleanup();
     }
   });
+
+  it('walks the scopes that exist, in batches: drops those of revoked or purged tokens, keeps active ones', () => {
+    const v = openTestVault();
+    try {
+      const db = v.store.db;
+      const dee = { userId: v.userId('dee'), name: 'dee' };
+      const b = createPiiBoundary(v.vault);
+      const active = createToken(db, { userId: dee.userId, name: 'active' }).record;
+      const purged = createToken(db, { userId: dee.userId, name: 'purged' }).record;
+      for (const r of [active, purged]) b.toModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), 'dee@example.com');
+      // More revoked tokens with scopes than one batch holds, and many revoked ones whose scopes are long gone.
+      const addToken = db.prepare("INSERT INTO api_tokens (user_id, name, hash, created_at, revoked_at) VALUES (?, 'old', randomblob(32), 1, 2) RETURNING id");
+      const addScope = db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', ?, 1)");
+      for (let i = 0; i < 1200; i++) {
+        const id = (addToken.get(dee.userId) as { id: number }).id;
+        if (i < 1100) addScope.run(dee.userId, String(id));
+      }
+      // Its row goes while its scope stays, as when the vault was off when the token was revoked and purged.
+      db.prepare('DELETE FROM api_tokens WHERE id = ?').run(purged.id);
+      const tokenScopes = () => db.prepare("SELECT ref FROM pii_scopes WHERE kind = 'token'").pluck().all();
+
+      expect(dropInactiveTokenScopes(db, v.vault)).toBe(1101);
+      expect(tokenScopes()).toEqual([String(active.id)]);
+      const resolves = (r: typeof active) => (b.fromModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]') as { text: string }).text;
+      expect(resolves(active)).toBe('dee@example.com');
+      expect(dropInactiveTokenScopes(db, undefined)).toBe(0);
+    } finally {
+      v.cleanup();
+    }
+  });
 });

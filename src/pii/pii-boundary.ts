@@ -16,23 +16,31 @@
  */
 import type Database from 'better-sqlite3';
 import type { Caller } from '../identity/caller.js';
-import { inactiveTokens } from '../tokens/tokens.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
-import { dropPiiScope, piiScopeOf, tokenScopeRef } from './scopes.js';
+import { dropPiiScope, inactiveTokenScopes, piiScopeOf } from './scopes.js';
 import type { PiiVault } from './vault.js';
+
+/** Scopes read per query by dropInactiveTokenScopes. */
+const SCOPE_SWEEP_BATCH = 500;
 
 /**
  * Forgets what the clients of revoked and expired API tokens were shown. The command
  * line drops a token's scope when it revokes it; this catches expiry and anything
- * revoked while the vault was not looking. Returns how many scopes went.
+ * revoked (or purged) while the vault was not looking. It walks the token scopes that
+ * still exist, in batches, so its cost does not grow with every token ever revoked.
+ * Returns how many scopes went.
  */
 export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault | undefined, now = Date.now()): number {
   let dropped = 0;
-  for (const t of inactiveTokens(db, now)) {
-    const ref = tokenScopeRef(t.userId, t.id);
-    if (vault ? vault.dropScope(ref) : dropPiiScope(db, ref) !== undefined) dropped++;
+  let afterId = 0;
+  for (;;) {
+    const batch = inactiveTokenScopes(db, { now, afterId, limit: SCOPE_SWEEP_BATCH });
+    for (const { scopeId, ...ref } of batch) {
+      if (vault ? vault.dropScope(ref) : dropPiiScope(db, ref) !== undefined) dropped++;
+      afterId = scopeId;
+    }
+    if (batch.length < SCOPE_SWEEP_BATCH) return dropped;
   }
-  return dropped;
 }
 
 export function createPiiBoundary(vault: PiiVault): ModelBoundary {

@@ -45,3 +45,22 @@ export function dropPiiScope(db: Database.Database, ref: PiiScopeRef): number | 
     | undefined;
   return row?.id;
 }
+
+/**
+ * One batch of token scopes whose token can no longer be used: revoked, past its expiry,
+ * or no longer in the store (purged, or never one of this user's). Read from the scopes'
+ * side, so the cost follows the scopes that exist, not every token ever made. `afterId`
+ * pages by scope id.
+ */
+export function inactiveTokenScopes(db: Database.Database, opts: { now: number; afterId: number; limit: number }): Array<PiiScopeRef & { scopeId: number }> {
+  const rows = db
+    .prepare(
+      `SELECT s.id, s.user_id, s.ref FROM pii_scopes s
+        LEFT JOIN api_tokens t ON t.id = CAST(s.ref AS INTEGER) AND t.user_id = s.user_id
+        WHERE s.kind = 'token' AND s.id > ?
+          AND (t.id IS NULL OR t.revoked_at IS NOT NULL OR (t.expires_at IS NOT NULL AND t.expires_at <= ?))
+        ORDER BY s.id LIMIT ?`,
+    )
+    .all(opts.afterId, opts.now, opts.limit) as Array<{ id: number; user_id: number; ref: string }>;
+  return rows.map((r) => ({ scopeId: r.id, userId: r.user_id, kind: 'token', id: r.ref }));
+}

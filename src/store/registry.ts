@@ -7,13 +7,14 @@
 import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from '../agent/schema.js';
 import { auditCallersMigration, auditMigration } from '../audit/schema.js';
 import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
-import { tokensMigration } from '../tokens/schema.js';
+import { tokensActiveIndexMigration, tokensMigration } from '../tokens/schema.js';
 import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
 import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
 import type { Migration } from './migrations.js';
 import { githubIdentityMigration, usersMigration } from './schema.js';
 import { anonymousSessionsMigration, webMigration } from '../web/schema.js';
 import { adminMigration } from '../admin/schema.js';
+import { storeUsageMigration } from '../limits/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -31,6 +32,8 @@ export const MIGRATIONS: readonly Migration[] = [
   apiHistoryMigration,
   githubIdentityMigration,
   renderedAnswersMigration,
+  tokensActiveIndexMigration,
+  storeUsageMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -5,7 +5,23 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
 import { ensureUser } from '../store/users.js';
 import { checksum, crc32, generateToken, hashToken, isWellFormedToken, TOKEN_LENGTH, TOKEN_PATTERN, TOKEN_PREFIX } from './format.js';
-import { createToken, DEFAULT_MAX_ACTIVE_TOKENS, findTokenBySecret, listTokens, MAX_TOKEN_LIFETIME_MS, parseExpiry, revokeToken, revokeTokenByName, TokenError, verifyToken } from './tokens.js';
+import { recordAudit } from '../audit/audit.js';
+import {
+  countActiveTokens,
+  countTokens,
+  createToken,
+  DEFAULT_MAX_ACTIVE_TOKENS,
+  findTokenBySecret,
+  listTokens,
+  MAX_TOKEN_LIFETIME_MS,
+  MAX_TOKENS_CREATED_PER_DAY,
+  parseExpiry,
+  purgeOldTokens,
+  revokeToken,
+  revokeTokenByName,
+  TokenError,
+  verifyToken,
+} from './tokens.js';
 
 describe('token format', () => {
   it('is sgp_ + 32 random base62 + a 6-char CRC32 checksum', () => {
@@ -189,5 +205,66 @@ describe('token store', () => {
     const { token } = createToken(store.db, { userId: alice, name: 'laptop' });
     store.db.prepare('DELETE FROM users WHERE id = ?').run(alice);
     expect(verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'unknown' });
+  });
+  it('bounds creations per user per day, revoked ones included, so create-and-revoke cannot pile up rows', () => {
+    const now = Date.UTC(2026, 0, 10);
+    for (let i = 0; i < MAX_TOKENS_CREATED_PER_DAY; i++) {
+      const { record } = createToken(store.db, { userId: alice, name: 'churn', now: now + i });
+      revokeToken(store.db, record.id, { now: now + i });
+    }
+    expect(() => createToken(store.db, { userId: alice, name: 'churn', now: now + 1000 })).toThrow(
+      /created 50 tokens in the last 24 hours, the most one user may create in a day \(revoked ones count too\): use a token already made, or try again after 2026-01-11T00:00:00Z/,
+    );
+    expect(countTokens(store.db, { userId: alice, includeRevoked: true })).toBe(MAX_TOKENS_CREATED_PER_DAY);
+    // Another user is not held back, and a day after the first creation one more goes in.
+    createToken(store.db, { userId: bob, name: 'churn', now: now + 1000 });
+    createToken(store.db, { userId: alice, name: 'churn', now: now + 86_400_000 + 1 });
+  });
+
+  it('counts active tokens from the active rows alone, whatever was revoked', () => {
+    const plan = store.db
+      .prepare('EXPLAIN QUERY PLAN SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)')
+      .all(alice, 0) as Array<{ detail: string }>;
+    expect(plan.map((p) => p.detail).join('\n')).toMatch(/USING COVERING INDEX api_tokens_user_active \(user_id=\? AND revoked_at=\?\)/);
+    const recent = store.db.prepare('EXPLAIN QUERY PLAN SELECT created_at FROM api_tokens WHERE user_id = ? AND created_at > ? ORDER BY created_at DESC LIMIT ?').all(alice, 0, 1) as Array<{ detail: string }>;
+    expect(recent.map((p) => p.detail).join('\n')).toMatch(/USING COVERING INDEX api_tokens_user_created \(user_id=\? AND created_at>\?\)/);
+    createToken(store.db, { userId: alice, name: 'a' });
+    createToken(store.db, { userId: alice, name: 'b', expiresAt: 2000, now: 1000 });
+    revokeToken(store.db, createToken(store.db, { userId: alice, name: 'c' }).record.id);
+    expect(countActiveTokens(store.db, alice)).toBe(1);
+  });
+
+  it('purges tokens revoked or expired more than 90 days ago, and leaves the audit log whole', () => {
+    const day = 86_400_000;
+    const now = Date.UTC(2026, 6, 1);
+    const t0 = now - 200 * day;
+    const make = (name: string, expiresAt?: number) => createToken(store.db, { userId: alice, name, now: t0, expiresAt, maxPerDay: 100 }).record;
+    const oldRevoked = make('old-revoked');
+    const newRevoked = make('new-revoked');
+    const oldExpired = make('old-expired', now - 91 * day);
+    make('new-expired', now - 89 * day);
+    const active = make('active');
+    revokeToken(store.db, oldRevoked.id, { now: now - 91 * day });
+    revokeToken(store.db, newRevoked.id, { now: now - 89 * day });
+    for (const t of [oldRevoked, oldExpired, active]) {
+      recordAudit(store.db, { ts: t0 + 1, userId: alice, via: 'token', tokenId: t.id, tokenName: t.name, kind: 'mcp', method: 'tools/call', tool: 'run', durationMs: 1, outcome: 'ok' });
+    }
+    const audit = () => store.db.prepare('SELECT token_id, token_name FROM audit_log ORDER BY id').all();
+    const before = audit();
+    expect(before).toHaveLength(3);
+
+    expect(purgeOldTokens(store.db, { now, batch: 1 })).toBe(2);
+    expect(listTokens(store.db, { includeRevoked: true }).map((t) => t.name).sort()).toEqual(['active', 'new-expired', 'new-revoked']);
+    expect(audit()).toEqual(before);
+    expect(store.db.pragma('foreign_key_check')).toEqual([]);
+    expect(purgeOldTokens(store.db, { now })).toBe(0);
+
+    // The newest row stays, however old, so the next token gets a new id.
+    revokeToken(store.db, active.id, { now: now - 100 * day });
+    store.db.prepare('DELETE FROM api_tokens WHERE id <> ?').run(active.id);
+    expect(purgeOldTokens(store.db, { now })).toBe(0);
+    expect(make('next').id).toBeGreaterThan(active.id);
+    expect(purgeOldTokens(store.db, { now })).toBe(1);
+    expect(listTokens(store.db, { includeRevoked: true }).map((t) => t.name)).toEqual(['next']);
   });
 });

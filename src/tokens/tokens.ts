@@ -115,6 +115,17 @@ const TOO_FAR = 'a token may expire at most 5 years ahead; for a token that neve
 export const DEFAULT_MAX_ACTIVE_TOKENS = 20;
 
 /**
+ * Tokens one user may create in any 24 hours, revoked ones included. The active cap
+ * alone does not bound the table: create and revoke in a loop never meets it. With this
+ * and TOKEN_RETENTION_MS, a user's rows stay below 50 × 90 plus their active ones.
+ */
+export const MAX_TOKENS_CREATED_PER_DAY = 50;
+const DAY_MS = 86_400_000;
+
+/** How long a revoked or expired token's row is kept (for the pages and `sandgate tokens list --all`) before purgeOldTokens deletes it. */
+export const TOKEN_RETENTION_MS = 90 * DAY_MS;
+
+/**
  * Parses an expiry given on the command line or a form: `30d`, `12h`, `8w`, `1y`,
  * an ISO date, or `never`. Returns an epoch ms at most MAX_TOKEN_LIFETIME_MS ahead, or
  * null for never; throws TokenError for anything else.
@@ -138,18 +149,29 @@ export function parseExpiry(input: string, now = Date.now()): number | null {
 }
 
 /**
+ * A user's active tokens. Reads only their unrevoked rows (the covering index
+ * api_tokens_user_active, on user_id, revoked_at, expires_at), however many they ever revoked.
+ */
+export function countActiveTokens(db: Db, userId: number, now = Date.now()): number {
+  // A stored expiry that is no number (an old install's) counts as active, as tokenState says.
+  return stmt(db, 'SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)').pluck().get(userId, now) as number;
+}
+
+/**
  * Creates a token and returns it in clear, the only time it exists outside the caller.
  * A name may be reused once the earlier token with it is revoked or expired (an expired
  * one is revoked here so the name is free). Refused (TokenError) when the expiry is not
- * a whole epoch ms within MAX_TOKEN_LIFETIME_MS from now, or when the user already holds
- * `maxActive` active tokens (default DEFAULT_MAX_ACTIVE_TOKENS).
+ * a whole epoch ms within MAX_TOKEN_LIFETIME_MS from now, when the user already holds
+ * `maxActive` active tokens (default DEFAULT_MAX_ACTIVE_TOKENS), or when they created
+ * `maxPerDay` tokens in the last 24 hours (default MAX_TOKENS_CREATED_PER_DAY).
  */
 export function createToken(
   db: Db,
-  opts: { userId: number; name: string; expiresAt?: number | null; now?: number; maxActive?: number },
+  opts: { userId: number; name: string; expiresAt?: number | null; now?: number; maxActive?: number; maxPerDay?: number },
 ): { token: string; record: TokenRecord } {
   const now = opts.now ?? Date.now();
   const maxActive = opts.maxActive ?? DEFAULT_MAX_ACTIVE_TOKENS;
+  const maxPerDay = opts.maxPerDay ?? MAX_TOKENS_CREATED_PER_DAY;
   if (!TOKEN_NAME.test(opts.name)) {
     throw new TokenError(`token name "${opts.name}" is not allowed: use 1-64 letters, digits, spaces, '.', '_' or '-', starting with a letter or digit (e.g. "laptop")`);
   }
@@ -169,11 +191,19 @@ export function createToken(
     );
     const live = db.prepare('SELECT 1 FROM api_tokens WHERE user_id = ? AND name = ? AND revoked_at IS NULL').get(opts.userId, opts.name);
     if (live) throw new TokenError(`this user already has an active token named "${opts.name}": choose another name or revoke that one first`);
-    // A stored expiry that is no number (an old install's) counts as active, as tokenState says.
-    const active = db.prepare('SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)').pluck().get(opts.userId, now) as number;
+    const active = countActiveTokens(db, opts.userId, now);
     if (active >= maxActive) {
       throw new TokenError(
         `this user already has ${active} active tokens, the most one user may hold (SANDGATE_MAX_TOKENS_PER_USER=${maxActive}): revoke a token that is no longer used, then create this one`,
+      );
+    }
+    const recent = db
+      .prepare('SELECT created_at FROM api_tokens WHERE user_id = ? AND created_at > ? ORDER BY created_at DESC LIMIT ?')
+      .pluck()
+      .all(opts.userId, now - DAY_MS, maxPerDay) as number[];
+    if (recent.length >= maxPerDay) {
+      throw new TokenError(
+        `this user created ${recent.length} tokens in the last 24 hours, the most one user may create in a day (revoked ones count too): use a token already made, or try again after ${fmtDate(recent[recent.length - 1]! + DAY_MS)}`,
       );
     }
     const r = db
@@ -189,8 +219,15 @@ export function getToken(db: Db, id: number): TokenRecord | undefined {
   return r && toRecord(r);
 }
 
-/** Tokens, newest first; all users' unless `userId` is given. Revoked ones only with `includeRevoked`. */
-export function listTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): TokenRecord[] {
+/**
+ * Tokens, newest first; all users' unless `userId` is given. Revoked ones only with
+ * `includeRevoked`. `activeFirst` puts the active ones (tokenState at `now`) before the
+ * rest; `limit` and `offset` take one page of that order.
+ */
+export function listTokens(
+  db: Db,
+  opts: { userId?: number; includeRevoked?: boolean; activeFirst?: boolean; limit?: number; offset?: number; now?: number } = {},
+): TokenRecord[] {
   const where: string[] = [];
   const args: unknown[] = [];
   if (opts.userId !== undefined) {
@@ -198,8 +235,29 @@ export function listTokens(db: Db, opts: { userId?: number; includeRevoked?: boo
     args.push(opts.userId);
   }
   if (!opts.includeRevoked) where.push('t.revoked_at IS NULL');
-  const sql = `${SELECT}${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY t.created_at DESC, t.id DESC`;
+  let order = 't.created_at DESC, t.id DESC';
+  if (opts.activeFirst) {
+    order = `(t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?)) DESC, ${order}`;
+    args.push(opts.now ?? Date.now());
+  }
+  let sql = `${SELECT}${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY ${order}`;
+  if (opts.limit !== undefined) {
+    sql += ' LIMIT ? OFFSET ?';
+    args.push(opts.limit, opts.offset ?? 0);
+  }
   return (db.prepare(sql).all(...args) as TokenRow[]).map(toRecord);
+}
+
+/** How many tokens listTokens would list with the same `userId` and `includeRevoked`. */
+export function countTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): number {
+  const where: string[] = [];
+  const args: unknown[] = [];
+  if (opts.userId !== undefined) {
+    where.push('user_id = ?');
+    args.push(opts.userId);
+  }
+  if (!opts.includeRevoked) where.push('revoked_at IS NULL');
+  return db.prepare(`SELECT COUNT(*) FROM api_tokens${where.length ? ` WHERE ${where.join(' AND ')}` : ''}`).pluck().get(...args) as number;
 }
 
 /** Revokes by id. Returns false when there is no such live token. */
@@ -210,11 +268,35 @@ export function revokeToken(db: Db, id: number, opts: { userId?: number; now?: n
   return db.prepare(sql).run(...args).changes > 0;
 }
 
-/** Tokens that can no longer be used (revoked, or past their expiry), with their users. */
-export function inactiveTokens(db: Db, now = Date.now()): Array<{ id: number; userId: number }> {
-  return db
-    .prepare('SELECT id, user_id AS userId FROM api_tokens WHERE revoked_at IS NOT NULL OR (expires_at IS NOT NULL AND expires_at <= ?)')
-    .all(now) as Array<{ id: number; userId: number }>;
+/**
+ * Deletes the rows of tokens revoked, or expired, more than `retentionMs` ago (default
+ * TOKEN_RETENTION_MS), `batch` rows per statement, all but the newest row of the table
+ * (so that no token id is ever given twice). Returns how many went. The audit log
+ * keeps each call's token id and name in its own columns (no foreign key), so its
+ * entries stay whole; a token's PII scope, if one is left, goes with the next
+ * dropInactiveTokenScopes (a scope whose token row is gone counts as inactive).
+ */
+export function purgeOldTokens(db: Db, opts: { now?: number; retentionMs?: number; batch?: number } = {}): number {
+  const before = (opts.now ?? Date.now()) - (opts.retentionMs ?? TOKEN_RETENTION_MS);
+  const batch = opts.batch ?? 500;
+  // Two statements, each on its own partial index (api_tokens_revoked, api_tokens_expiry).
+  // The newest row always stays: SQLite gives a new row the highest id plus one, so
+  // deleting the highest would hand its id, which audit entries and PII scopes name, to
+  // the next token.
+  const keepNewest = 'AND id < (SELECT MAX(id) FROM api_tokens)';
+  const revoked = db.prepare(`DELETE FROM api_tokens WHERE id IN (SELECT id FROM api_tokens WHERE revoked_at IS NOT NULL AND revoked_at < ? ${keepNewest} LIMIT ?)`);
+  const expired = db.prepare(
+    `DELETE FROM api_tokens WHERE id IN (SELECT id FROM api_tokens WHERE revoked_at IS NULL AND expires_at IS NOT NULL AND expires_at < ? ${keepNewest} LIMIT ?)`,
+  );
+  let total = 0;
+  for (const s of [revoked, expired]) {
+    for (;;) {
+      const n = s.run(before, batch).changes;
+      total += n;
+      if (n < batch) break;
+    }
+  }
+  return total;
 }
 
 /** Revokes a user's active token by name; returns its id, or undefined when there is none. */

@@ -8,10 +8,15 @@
  * - text over MARKDOWN_MAX_CHARS is not formatted (markdown-it's cost grows with the
  *   length, several microseconds a character for bracket-heavy text);
  * - rendering runs on one worker thread, one text at a time, and a text that takes over
- *   MARKDOWN_TIME_LIMIT_MS is given up (the thread is stopped and started afresh);
+ *   its time limit (MARKDOWN_TIME_LIMIT_MS unless the caller gives a shorter one) is
+ *   given up (the thread is stopped and started afresh);
+ * - waiting texts are served owner by owner (a user's texts never wait behind more than
+ *   one text of each other user), at most MARKDOWN_QUEUED_PER_OWNER of one owner's and
+ *   MARKDOWN_QUEUE_MAX in all wait, and a text whose request ended is not formatted;
  * - plain text is shown up to PLAIN_MAX_CHARS characters.
  * So the gateway's own thread only escapes text and passes messages, whatever it is sent.
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { Worker } from 'node:worker_threads';
 
 /** Longest text formatted as Markdown; longer text is shown as plain text. */
@@ -30,38 +35,119 @@ export function plainHtml(text: string, note: string): string {
   return `<p class="notice" role="status">${escapeHtml(fullNote)}</p>\n<pre class="text">${escapeHtml(cut ? text.slice(0, PLAIN_MAX_CHARS) : text)}</pre>\n`;
 }
 
+/** Texts one owner may have waiting (besides the one being formatted); more are shown as plain text with a note. */
+export const MARKDOWN_QUEUED_PER_OWNER = 4;
+/** Texts waiting in all; more are shown as plain text with a note. */
+export const MARKDOWN_QUEUE_MAX = 64;
+
+/** Who a text is formatted for, and how long it may take. */
+export interface RenderOptions {
+  /** Whose request it is (a user's id): owners are served in turn, so one owner's texts never hold another's. */
+  owner: string | number;
+  /** The request's end: a text still waiting when it fires is not formatted. */
+  signal?: AbortSignal;
+  /** Longest time the text may take to format; MARKDOWN_TIME_LIMIT_MS when not given. */
+  timeLimitMs?: number;
+}
+
+/** What renderMarkdownFor made, and whether it is worth keeping. */
+export interface Rendered {
+  html: string;
+  /**
+   * False when the text is plain for a passing reason (the queue was full, the request
+   * ended, the formatter failed): formatting it again later may succeed, so it is not kept.
+   */
+  lasting: boolean;
+}
+
 interface Job {
   id: number;
   text: string;
-  resolve: (html: string) => void;
+  owner: string | number;
+  timeLimitMs: number;
+  signal?: AbortSignal;
+  onAbort?: () => void;
+  resolve: (r: Rendered) => void;
 }
 
-/** The renderer's thread: started at the first text, one text at a time, started afresh after a text it gave up on. */
+// The thread, its timers and the promises it settles belong to no request: made inside
+// the first request that needed them, a later failure of theirs would be reported as
+// that request's (src/http/request-context.ts).
+const outsideRequests = AsyncLocalStorage.snapshot();
+
+const asIs = (job: Job, why: string, lasting: boolean): Rendered => ({ html: plainHtml(job.text, `This text is shown as it is: ${why}.`), lasting });
+
+/**
+ * The renderer's thread: started at the first text, one text at a time, started afresh
+ * after a text it gave up on. Waiting texts are taken owner by owner: next is the oldest
+ * text of the owner served longest ago (or never), so an owner waits behind at most one
+ * text of each other owner, however many those have sent.
+ */
 class RendererThread {
   private worker?: Worker;
   private readonly queue: Job[] = [];
   private current?: { job: Job; timer: NodeJS.Timeout };
   private seq = 0;
+  /** When each owner with a text waiting or being formatted was last served (a dispatch count). */
+  private readonly servedAt = new Map<string | number, number>();
+  private dispatched = 0;
+  /** Texts the thread has formatted. */
+  rendered = 0;
 
-  render(text: string): Promise<string> {
+  render(text: string, options: RenderOptions): Promise<Rendered> {
     return new Promise((resolve) => {
-      this.queue.push({ id: ++this.seq, text, resolve });
-      this.next();
+      const job: Job = { id: ++this.seq, text, owner: options.owner, timeLimitMs: options.timeLimitMs ?? MARKDOWN_TIME_LIMIT_MS, signal: options.signal, resolve };
+      if (options.signal?.aborted) return resolve(asIs(job, 'the request ended before it was formatted', false));
+      const own = this.queue.filter((j) => j.owner === job.owner).length;
+      if (own >= MARKDOWN_QUEUED_PER_OWNER || this.queue.length >= MARKDOWN_QUEUE_MAX) {
+        const many = own >= MARKDOWN_QUEUED_PER_OWNER ? `${own} of your texts are waiting to be formatted already` : 'the formatter is busy';
+        return resolve(asIs(job, `${many}; open it again in a moment to see it formatted`, false));
+      }
+      if (job.signal) {
+        job.onAbort = () => this.drop(job);
+        job.signal.addEventListener('abort', job.onAbort, { once: true });
+      }
+      this.queue.push(job);
+      outsideRequests(() => this.next());
     });
+  }
+
+  /** A waiting text whose request ended: taken out of the queue, never formatted. */
+  private drop(job: Job): void {
+    const i = this.queue.indexOf(job);
+    if (i < 0) return;
+    this.queue.splice(i, 1);
+    this.settle(job, asIs(job, 'the request ended before it was formatted', false));
+  }
+
+  private settle(job: Job, r: Rendered): void {
+    if (job.onAbort) job.signal?.removeEventListener('abort', job.onAbort);
+    if (this.current?.job.owner !== job.owner && !this.queue.some((j) => j.owner === job.owner)) this.servedAt.delete(job.owner);
+    job.resolve(r);
+  }
+
+  /** The oldest text of the owner served longest ago, out of the queue. */
+  private take(): Job | undefined {
+    const at = (owner: string | number) => this.servedAt.get(owner) ?? -1;
+    let best: Job | undefined;
+    for (const j of this.queue) if (!best || at(j.owner) < at(best.owner)) best = j;
+    if (best) this.queue.splice(this.queue.indexOf(best), 1);
+    return best;
   }
 
   private next(): void {
     if (this.current) return;
-    const job = this.queue.shift();
+    const job = this.take();
     if (!job) return;
+    this.servedAt.set(job.owner, ++this.dispatched);
     let worker: Worker;
     try {
       worker = this.started();
     } catch (e) {
-      job.resolve(plainHtml(job.text, `This text could not be formatted (${(e as Error).message}), so it is shown as it is.`));
+      this.settle(job, asIs(job, `it could not be formatted (${(e as Error).message})`, false));
       return this.next();
     }
-    const timer = setTimeout(() => this.giveUp(`formatting it took longer than ${MARKDOWN_TIME_LIMIT_MS / 1000} s`), MARKDOWN_TIME_LIMIT_MS);
+    const timer = setTimeout(() => this.giveUp(`formatting it took longer than ${job.timeLimitMs / 1000} s`), job.timeLimitMs);
     timer.unref();
     this.current = { job, timer };
     worker.postMessage({ id: job.id, text: job.text });
@@ -77,13 +163,14 @@ class RendererThread {
       if (!c || c.job.id !== m.id) return;
       clearTimeout(c.timer);
       this.current = undefined;
-      c.job.resolve(m.html ?? plainHtml(c.job.text, `This text could not be formatted (${m.error}), so it is shown as it is.`));
+      this.rendered++;
+      this.settle(c.job, m.html !== undefined ? { html: m.html, lasting: true } : asIs(c.job, `it could not be formatted (${m.error})`, true));
       this.next();
     });
     const lost = (why: string) => {
       if (this.worker !== worker) return;
       this.worker = undefined;
-      this.finishCurrent(why);
+      this.finishCurrent(why, false);
     };
     worker.on('error', (e) => lost(`the formatter failed: ${e.message}`));
     worker.on('exit', () => lost('the formatter stopped'));
@@ -96,27 +183,38 @@ class RendererThread {
     const worker = this.worker;
     this.worker = undefined;
     void worker?.terminate();
-    this.finishCurrent(why);
+    this.finishCurrent(why, true);
   }
 
-  private finishCurrent(why: string): void {
+  private finishCurrent(why: string, lasting: boolean): void {
     const c = this.current;
     if (!c) return;
     clearTimeout(c.timer);
     this.current = undefined;
-    c.job.resolve(plainHtml(c.job.text, `This text is shown as it is: ${why}.`));
+    this.settle(c.job, asIs(c.job, why, lasting));
     this.next();
   }
 }
 
 const renderer = new RendererThread();
 
-/** Safe HTML for `text`: Markdown rendered off the gateway's thread, or plain text with a note past the bounds above. */
-export function renderMarkdown(text: string): Promise<string> {
+/** Texts the renderer's thread has formatted since the gateway started (a text shown as plain text is not counted). */
+export const markdownRenders = () => renderer.rendered;
+
+/**
+ * Safe HTML for `text`: Markdown rendered off the gateway's thread, or plain text with a
+ * note past the bounds above; `lasting` says whether the result is worth keeping.
+ */
+export function renderMarkdownFor(text: string, options: RenderOptions): Promise<Rendered> {
   if (text.length > MARKDOWN_MAX_CHARS) {
-    return Promise.resolve(plainHtml(text, `This text is shown as it is, not formatted: it is ${text.length} characters long, and Markdown is formatted up to ${MARKDOWN_MAX_CHARS}.`));
+    return Promise.resolve({ html: plainHtml(text, `This text is shown as it is, not formatted: it is ${text.length} characters long, and Markdown is formatted up to ${MARKDOWN_MAX_CHARS}.`), lasting: true });
   }
-  return renderer.render(text);
+  return renderer.render(text, options);
+}
+
+/** renderMarkdownFor's HTML alone. */
+export async function renderMarkdown(text: string, options: RenderOptions): Promise<string> {
+  return (await renderMarkdownFor(text, options)).html;
 }
 
 /**

@@ -25,7 +25,7 @@ import type { ModelBoundary } from '../pii/boundary.js';
 import { tokenRegex } from '../pii/token-format.js';
 import type { Db } from '../store/store.js';
 import type { User } from '../store/users.js';
-import { renderMarkdown, replaceInText } from './markdown.js';
+import { renderMarkdownFor, replaceInText } from './markdown.js';
 
 /** A tool result is shown this long; the model had all of it. */
 const MAX_RESULT_SHOWN = 20_000;
@@ -80,7 +80,7 @@ async function showDeep(boundary: ModelBoundary, caller: Caller, value: unknown)
 }
 
 /** The HTML of a message's text parts: as kept, or rendered now and kept. */
-async function answerHtml(db: Db, m: StoredMessage, texts: string[]): Promise<string[]> {
+async function answerHtml(db: Db, user: User, m: StoredMessage, texts: string[]): Promise<string[]> {
   if (m.html) {
     try {
       const kept = JSON.parse(m.html) as { v?: unknown; parts?: unknown };
@@ -90,8 +90,14 @@ async function answerHtml(db: Db, m: StoredMessage, texts: string[]): Promise<st
     }
   }
   const parts: string[] = [];
-  for (const t of texts) parts.push(await renderMarkdown(t));
-  setMessageHtml(db, m.id, JSON.stringify({ v: RENDERED_FORM, parts }));
+  let lasting = true;
+  for (const t of texts) {
+    const r = await renderMarkdownFor(t, { owner: user.id });
+    parts.push(r.html);
+    lasting &&= r.lasting;
+  }
+  // Plain text shown for a passing reason (a busy formatter) is formatted again at the next load.
+  if (lasting) setMessageHtml(db, m.id, JSON.stringify({ v: RENDERED_FORM, parts }));
   return parts;
 }
 
@@ -149,7 +155,7 @@ export async function transcript(db: Db, boundary: ModelBoundary, user: User, co
       const parts = typeof msg.content === 'string' ? [{ type: 'text' as const, text: msg.content }] : msg.content;
       const shownText = (p: (typeof parts)[number]): p is Extract<(typeof parts)[number], { type: 'text' }> => p.type === 'text' && p.text.trim() !== '';
       const texts = parts.filter(shownText).map((p) => p.text);
-      const html = texts.length ? await answerHtml(db, m, texts) : [];
+      const html = texts.length ? await answerHtml(db, user, m, texts) : [];
       let t = 0;
       for (const p of parts) {
         if (shownText(p)) current.items.push({ kind: 'text', html: await replaceInText(html[t++]!, tokenRegex(), show) });

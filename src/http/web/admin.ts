@@ -1,8 +1,8 @@
 /**
  * The admin page (admins named in settings only): every sandbox live with its usage and
  * stop/kill, orphans and the preflight's verdict, users (disable, enable, ceiling,
- * delete), every token, the audit log (filtered, paged, CSV), usage per user and model,
- * and upstream servers. Every action asks for confirmation in the page and is written to
+ * delete), every token (paged, active first), the audit log (filtered, paged, CSV),
+ * usage per user and model, and upstream servers. Every action asks for confirmation in the page and is written to
  * the audit log with the admin's name. The same facts are JSON under /admin/api for
  * scripts, with an admin's session or an admin's API token.
  *
@@ -25,7 +25,7 @@ import type { SandboxManager } from '../../sandboxes/manager.js';
 import { executionUsage, sandboxRecord } from '../../store/sandboxes.js';
 import type { Db } from '../../store/store.js';
 import { deleteUser, getUser, listUsers, setUserDisabled, setUserPermissions, type User } from '../../store/users.js';
-import { getToken, listTokens, revokeToken, tokenState } from '../../tokens/tokens.js';
+import { countTokens, getToken, listTokens, revokeToken, tokenState } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
 import { SandboxMonitor, type SandboxSnapshot } from '../../web/sandbox-monitor.js';
 import { authenticateToken, bearerToken } from '../bearer-auth.js';
@@ -55,6 +55,8 @@ export interface AdminApp {
 /** Audit entries per page, and at most in a CSV export. */
 const AUDIT_PAGE = 100;
 const AUDIT_CSV_MAX = 100_000;
+/** Tokens per page of /admin/tokens. */
+const TOKEN_PAGE = 100;
 const PERIODS: Record<string, number> = { '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000, all: Number.POSITIVE_INFINITY };
 
 /** A stored time as text: '–' for none, "unknown" for a value no date can hold (an old install may have stored one). */
@@ -274,11 +276,25 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
     await usersAnswer(res, `${u.name} and their data are deleted.`);
   });
 
-  // --- tokens
-  const tokensView = () =>
-    listTokens(db, { includeRevoked: true }).map((t) => ({ id: t.id, user: t.userName, name: t.name, created: when(t.createdAt), lastUsed: when(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : when(t.expiresAt), state: tokenState(t) }));
+  // --- tokens: active ones first, then revoked and expired, newest first, TOKEN_PAGE a page
+  const tokenPage = (req: Request) => Math.max(1, Math.floor(Number(req.query.page)) || 1);
+  const tokensView = (pageNo: number) => {
+    const now = Date.now();
+    const pages = Math.max(1, Math.ceil(countTokens(db, { includeRevoked: true }) / TOKEN_PAGE));
+    const p = Math.min(pageNo, pages);
+    const tokens = listTokens(db, { includeRevoked: true, activeFirst: true, now, limit: TOKEN_PAGE, offset: (p - 1) * TOKEN_PAGE }).map((t) => ({
+      id: t.id,
+      user: t.userName,
+      name: t.name,
+      created: when(t.createdAt),
+      lastUsed: when(t.lastUsedAt),
+      expires: t.expiresAt === null ? 'never' : when(t.expiresAt),
+      state: tokenState(t, now),
+    }));
+    return { tokens, page: p, pages, prev: p > 1 ? `/admin/tokens?page=${p - 1}` : '', next: p < pages ? `/admin/tokens?page=${p + 1}` : '' };
+  };
   router.get('/admin/tokens', (req, res) => {
-    renderPage(res, 'admin/tokens', page(req), { title: 'Admin · tokens', tab: 'tokens', tokens: tokensView() });
+    renderPage(res, 'admin/tokens', page(req), { title: 'Admin · tokens', tab: 'tokens', ...tokensView(tokenPage(req)) });
   });
   router.post('/admin/tokens/:id/revoke', body, auth.csrf, async (req, res) => {
     const id = Number(req.params.id);
@@ -288,7 +304,7 @@ export function adminRoutes(deps: AdminDeps): AdminApp {
       revokeToken(db, id);
       dropPiiScope(db, tokenScopeRef(t.userId, id));
     });
-    res.type('html').send(renderPartial('admin/token-rows', { tokens: tokensView() }));
+    res.type('html').send(renderPartial('admin/token-rows', tokensView(tokenPage(req))));
   });
 
   // --- audit log

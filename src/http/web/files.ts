@@ -18,7 +18,7 @@ import { GatewayError } from '../../errors.js';
 import { formatBytes } from '../../mcp/text.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
 import { WorkspaceError, type Workspace } from '../../sandboxes/workspace.js';
-import { renderMarkdown } from '../../web/markdown.js';
+import { renderMarkdownFor } from '../../web/markdown.js';
 import { indentedExtent, prettyJson } from '../../bounded-json.js';
 import type { Config } from '../../config.js';
 import type { RateLimiter } from '../../limits/rate-limit.js';
@@ -26,6 +26,7 @@ import { userOf, type WebAuth } from './auth.js';
 import { webRateLimit } from './limits.js';
 import { pathParam, pathQuery, shownPath } from './file-paths.js';
 import { renderPage, renderPartial } from './render.js';
+import { PreviewCache } from './preview-cache.js';
 
 /** Text shown in a preview; a longer file shows its start and a note. */
 const PREVIEW_BYTES = 256 * 1024;
@@ -34,6 +35,8 @@ const TABLE_ROWS = 100;
 const TABLE_CHUNK = 512 * 1024;
 const TABLE_COLUMNS = 50;
 const CELL_CHARS = 200;
+/** Longest time a preview's Markdown may take to format (an answer's may take longer). */
+const PREVIEW_FORMAT_MS = 2_000;
 /** Entries listed in one folder. */
 const LIST_LIMIT = 1000;
 /** Bytes read per step of a download. */
@@ -73,6 +76,16 @@ function disposition(kind: 'inline' | 'attachment', name: string): string {
   return `${kind}; filename="${ascii}"; filename*=UTF-8''${encodeURIComponent(shown)}`;
 }
 
+/** Aborted when the browser goes away before `req`'s response is sent. */
+function requestEnd(req: Request): AbortSignal {
+  const ended = new AbortController();
+  const res = req.res;
+  res?.once('close', () => {
+    if (!res.writableFinished) ended.abort();
+  });
+  return ended.signal;
+}
+
 /** Every route opens the user's workspace, so each takes from the user's request budget (`limiter`, shared with their tokens). */
 export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; auth: WebAuth; limiter: RateLimiter }): Router {
   const { auth, sandboxes } = deps;
@@ -90,7 +103,10 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     return { dir: rel, crumbs: crumbsOf(rel), entries, more: listing.stopped === 'limit' };
   }
 
-  async function previewOf(w: Workspace, p: string) {
+  const previews = new PreviewCache();
+
+  /** What the preview of `p` shows; `req`'s user owns the formatting, which is skipped if `req` ends before it starts. */
+  async function previewOf(req: Request, w: Workspace, p: string) {
     const rel = w.relative(p);
     const st = await w.stat(rel);
     if (st.type === 'dir') throw new WorkspaceError('EISDIR', `"${rel}" is a folder`);
@@ -98,11 +114,20 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     const base = { path: rel, name: path.posix.basename(rel), size: st.size, sizeText: formatBytes(st.size) };
     if (RASTER[ext]) return { ...base, kind: 'image' };
     if (ext === '.csv' || ext === '.tsv') return { ...base, kind: 'table', table: await tablePage(w, rel, 0, 1) };
+    const markdown = ext === '.md' || ext === '.markdown';
+    const key = { userId: userOf(req).id, path: rel, mtimeMs: st.mtimeMs, size: st.size };
+    const cutNote = (shown: number) => (st.size > shown ? `Only the first ${formatBytes(shown)} are shown.` : undefined);
+    const kept = markdown ? previews.get(key) : undefined;
+    if (kept !== undefined) return { ...base, kind: 'markdown', html: kept, note: cutNote(Math.min(st.size, PREVIEW_BYTES)) };
     const { data } = await w.read(rel, { length: PREVIEW_BYTES });
     if (looksBinary(data)) return { ...base, kind: 'none', note: 'This file is not text: download it to open it.' };
-    const cut = st.size > data.length ? `Only the first ${formatBytes(data.length)} are shown.` : undefined;
+    const cut = cutNote(data.length);
     const text = data.toString('utf8');
-    if (ext === '.md' || ext === '.markdown') return { ...base, kind: 'markdown', html: await renderMarkdown(text), note: cut };
+    if (markdown) {
+      const r = await renderMarkdownFor(text, { owner: key.userId, signal: requestEnd(req), timeLimitMs: PREVIEW_FORMAT_MS });
+      if (r.lasting) previews.set(key, r.html);
+      return { ...base, kind: 'markdown', html: r.html, note: cut };
+    }
     // JSON is indented only within bounds, known from a scan of the text before it is parsed: indenting multiplies a nested file's size.
     const jsonDepth = 64;
     const jsonChars = 2 * PREVIEW_BYTES;
@@ -154,7 +179,7 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     const file = pathParam(req, 'path') ?? '';
     const dir = file ? path.posix.dirname(w.relative(file)).replace(/^\.$/, '') : (pathParam(req, 'dir') ?? '');
     const tree = await treeOf(w, dir);
-    const preview = file ? await previewOf(w, file).catch((e: unknown) => (e instanceof WorkspaceError ? undefined : Promise.reject(e))) : undefined;
+    const preview = file ? await previewOf(req, w, file).catch((e: unknown) => (e instanceof WorkspaceError ? undefined : Promise.reject(e))) : undefined;
     renderPage(res, 'files', { user: userOf(req), csrf: auth.csrfToken(req), live: 'files' }, { folder: folderOf(tree.dir), tree, preview });
   });
 
@@ -171,7 +196,7 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
   });
 
   router.get('/files/preview', auth.requireUser, limited, async (req, res) => {
-    res.type('html').send(renderPartial('preview', await previewOf(await ws(req), pathParam(req, 'path') ?? '')));
+    res.type('html').send(renderPartial('preview', await previewOf(req, await ws(req), pathParam(req, 'path') ?? '')));
   });
 
   router.get('/files/table', auth.requireUser, limited, async (req, res) => {
@@ -233,7 +258,7 @@ export function filesRoutes(deps: { config: Config; sandboxes: SandboxManager; a
     const dir = path.posix.dirname(from).replace(/^\.$/, '');
     const target = dir ? `${dir}/${to}` : to;
     await w.rename(from, target);
-    res.set('HX-Trigger', 'files-changed').type('html').send(renderPartial('preview', await previewOf(w, target)));
+    res.set('HX-Trigger', 'files-changed').type('html').send(renderPartial('preview', await previewOf(req, w, target)));
   });
 
   router.post('/files/delete', auth.requireUser, body, auth.csrf, limited, async (req, res) => {

@@ -74,7 +74,7 @@ export function webApp(deps: WebAppDeps): WebApp {
   router.use(auth.routes);
   router.use(chatRoutes({ config: deps.config, db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live, limiter: deps.rateLimiter }));
   router.use(filesRoutes({ config: deps.config, sandboxes: deps.sandboxes, auth, limiter: deps.rateLimiter }));
-  router.use(tokensRoutes({ config: deps.config, db: deps.db, auth }));
+  router.use(tokensRoutes({ config: deps.config, db: deps.db, auth, limiter: deps.rateLimiter }));
   router.use(settingsRoutes({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, auth }));
   const admin = adminRoutes({ config: deps.config, db: deps.db, logger: deps.logger, sandboxes: deps.sandboxes, agent: deps.agent, upstream: deps.upstream, auth, live, preflight: deps.preflight });
   router.use(admin.router);

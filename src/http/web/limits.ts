@@ -8,7 +8,7 @@ import type { RequestHandler } from 'express';
 import type { Config } from '../../config.js';
 import { GatewayError } from '../../errors.js';
 import { budgetSpentMessage, userBudgetKey, type RateLimiter } from '../../limits/rate-limit.js';
-import { ensureStoreRoom } from '../../limits/store-quota.js';
+import { reserveStoreRoom } from '../../limits/store-quota.js';
 import type { Db } from '../../store/store.js';
 import { userOf } from './auth.js';
 
@@ -25,9 +25,10 @@ export function webRateLimit(limiter: RateLimiter): RequestHandler {
 
 /** Refuses a chat message (the form's `text`, so after the body is parsed) that the user's store quota has no room for. */
 export function chatStoreRoom(deps: { db: Db; config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'> }): RequestHandler {
-  return function storeRoomForMessage(req, _res, next) {
+  return function storeRoomForMessage(req, res, next) {
     const text = (req.body as { text?: unknown } | undefined)?.text;
-    ensureStoreRoom(deps.db, deps.config, userOf(req).id, Buffer.byteLength(typeof text === 'string' ? text : ''));
+    const release = reserveStoreRoom(deps.db, deps.config, userOf(req).id, Buffer.byteLength(typeof text === 'string' ? text : ''));
+    res.on('close', release);
     next();
   };
 }

@@ -1,0 +1,105 @@
+/**
+ * Each user's store usage as running totals the database keeps itself, so checking the
+ * quota (store-quota.ts) reads four rows instead of every message the user has.
+ *
+ * `store_usage` holds, per user, the bytes of their web chats (`web`), of their /v1
+ * conversations (`api`) and of the sealed personal data in their PII vault scopes
+ * (`pii_conversation`, `pii_token`). Triggers on every table counted add and subtract
+ * each row's size as it is written, changed or deleted, with the same measures a full
+ * scan would take (`octet_length` of the text, `length` of the blobs), so the totals
+ * always equal that scan. A parent's delete first deletes its children itself (a
+ * conversation its messages, a vault scope its values) while the parent still says whose
+ * bytes they are; the foreign keys' cascades then find nothing left. A user's rows go
+ * with the user (ON DELETE CASCADE). A row is only ever added by a write that adds
+ * bytes; decreases update an existing row, so a user's deletion never recreates one.
+ */
+import type { Migration } from '../store/migrations.js';
+
+const MESSAGE_BYTES = (m: string) => `(octet_length(${m}.content) + COALESCE(octet_length(${m}.files), 0) + COALESCE(octet_length(${m}.html), 0))`;
+const BATCH_BYTES = (b: string) => `(length(${b}.sealed) + octet_length(${b}.uses))`;
+const VALUE_BYTES = (v: string) => `(length(${v}.sealed) + length(${v}.mac))`;
+const ADD = 'ON CONFLICT (user_id, kind) DO UPDATE SET bytes = bytes + excluded.bytes';
+
+/** Adds `bytes` to the user and kind of the conversation `conversationId` (upsert). */
+const addToConversation = (conversationId: string, bytes: string) =>
+  `INSERT INTO store_usage (user_id, kind, bytes) SELECT c.user_id, c.source, ${bytes} FROM conversations c WHERE c.id = ${conversationId} ${ADD};`;
+const subtractFromConversation = (conversationId: string, bytes: string) =>
+  `UPDATE store_usage SET bytes = bytes - ${bytes} WHERE (user_id, kind) = (SELECT c.user_id, c.source FROM conversations c WHERE c.id = ${conversationId});`;
+const addToScope = (scopeId: string, bytes: string) =>
+  `INSERT INTO store_usage (user_id, kind, bytes) SELECT s.user_id, 'pii_' || s.kind, ${bytes} FROM pii_scopes s WHERE s.id = ${scopeId} ${ADD};`;
+const subtractFromScope = (scopeId: string, bytes: string) =>
+  `UPDATE store_usage SET bytes = bytes - ${bytes} WHERE (user_id, kind) = (SELECT s.user_id, 'pii_' || s.kind FROM pii_scopes s WHERE s.id = ${scopeId});`;
+
+/** Triggers keeping the totals of one vault table whose rows measure `bytes(row)`. */
+const vaultTriggers = (table: string, bytes: (row: string) => string, columns: string) => `
+  CREATE TRIGGER store_usage_${table}_insert AFTER INSERT ON ${table} BEGIN
+    ${addToScope('NEW.scope_id', bytes('NEW'))}
+  END;
+  CREATE TRIGGER store_usage_${table}_update AFTER UPDATE OF ${columns}, scope_id ON ${table} BEGIN
+    ${subtractFromScope('OLD.scope_id', bytes('OLD'))}
+    ${addToScope('NEW.scope_id', bytes('NEW'))}
+  END;
+  CREATE TRIGGER store_usage_${table}_delete AFTER DELETE ON ${table} BEGIN
+    ${subtractFromScope('OLD.scope_id', bytes('OLD'))}
+  END;
+`;
+
+export const storeUsageMigration: Migration = {
+  description: 'store quota: running totals of each user\'s stored bytes, kept by triggers',
+  up(db) {
+    db.exec(`
+      CREATE TABLE store_usage (
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        kind TEXT NOT NULL CHECK (kind IN ('web', 'api', 'pii_conversation', 'pii_token')),
+        bytes INTEGER NOT NULL,
+        PRIMARY KEY (user_id, kind)
+      ) WITHOUT ROWID;
+
+      INSERT INTO store_usage (user_id, kind, bytes)
+        SELECT c.user_id, c.source, SUM(octet_length(c.title) + (SELECT COALESCE(SUM(${MESSAGE_BYTES('m')}), 0) FROM messages m WHERE m.conversation_id = c.id))
+        FROM conversations c GROUP BY c.user_id, c.source;
+      INSERT INTO store_usage (user_id, kind, bytes)
+        SELECT s.user_id, 'pii_' || s.kind, SUM(x.bytes)
+        FROM (SELECT scope_id, ${BATCH_BYTES('b')} AS bytes FROM pii_batches b UNION ALL SELECT scope_id, ${VALUE_BYTES('v')} FROM pii_values_v1 v) x
+        JOIN pii_scopes s ON s.id = x.scope_id GROUP BY s.user_id, s.kind;
+
+      CREATE TRIGGER store_usage_message_insert AFTER INSERT ON messages BEGIN
+        ${addToConversation('NEW.conversation_id', MESSAGE_BYTES('NEW'))}
+      END;
+      CREATE TRIGGER store_usage_message_update AFTER UPDATE OF content, files, html, conversation_id ON messages BEGIN
+        ${subtractFromConversation('OLD.conversation_id', MESSAGE_BYTES('OLD'))}
+        ${addToConversation('NEW.conversation_id', MESSAGE_BYTES('NEW'))}
+      END;
+      CREATE TRIGGER store_usage_message_delete AFTER DELETE ON messages BEGIN
+        ${subtractFromConversation('OLD.conversation_id', MESSAGE_BYTES('OLD'))}
+      END;
+
+      CREATE TRIGGER store_usage_conversation_insert AFTER INSERT ON conversations BEGIN
+        INSERT INTO store_usage (user_id, kind, bytes) VALUES (NEW.user_id, NEW.source, octet_length(NEW.title)) ${ADD};
+      END;
+      CREATE TRIGGER store_usage_conversation_title AFTER UPDATE OF title ON conversations
+        WHEN OLD.user_id = NEW.user_id AND OLD.source = NEW.source BEGIN
+        UPDATE store_usage SET bytes = bytes - octet_length(OLD.title) + octet_length(NEW.title) WHERE user_id = NEW.user_id AND kind = NEW.source;
+      END;
+      -- Not done by the gateway today; kept right so the totals cannot drift if it ever is.
+      CREATE TRIGGER store_usage_conversation_moved AFTER UPDATE OF user_id, source ON conversations
+        WHEN OLD.user_id <> NEW.user_id OR OLD.source <> NEW.source BEGIN
+        UPDATE store_usage SET bytes = bytes - octet_length(OLD.title) - (SELECT COALESCE(SUM(${MESSAGE_BYTES('m')}), 0) FROM messages m WHERE m.conversation_id = NEW.id)
+          WHERE user_id = OLD.user_id AND kind = OLD.source;
+        INSERT INTO store_usage (user_id, kind, bytes)
+          VALUES (NEW.user_id, NEW.source, octet_length(NEW.title) + (SELECT COALESCE(SUM(${MESSAGE_BYTES('m')}), 0) FROM messages m WHERE m.conversation_id = NEW.id)) ${ADD};
+      END;
+      CREATE TRIGGER store_usage_conversation_delete BEFORE DELETE ON conversations BEGIN
+        DELETE FROM messages WHERE conversation_id = OLD.id;
+        UPDATE store_usage SET bytes = bytes - octet_length(OLD.title) WHERE user_id = OLD.user_id AND kind = OLD.source;
+      END;
+
+      ${vaultTriggers('pii_batches', BATCH_BYTES, 'sealed, uses')}
+      ${vaultTriggers('pii_values_v1', VALUE_BYTES, 'sealed, mac')}
+      CREATE TRIGGER store_usage_pii_scope_delete BEFORE DELETE ON pii_scopes BEGIN
+        DELETE FROM pii_batches WHERE scope_id = OLD.id;
+        DELETE FROM pii_values_v1 WHERE scope_id = OLD.id;
+      END;
+    `);
+  },
+};
