@@ -595,6 +595,13 @@ describe('one user never reaches another', () => {
     await a.page.waitForFunction(() => document.querySelector('.turn .md')?.textContent?.includes('You said'));
     const heard = await b.page.evaluate(() => (window as unknown as { __heard: string[] }).__heard);
     expect(heard.filter((h) => h.includes('hello from alice') || h.startsWith('swap'))).toEqual([]);
+    // A's own Delete removes it (turns and messages too).
+    const aCsrf = await csrfOf(a.page);
+    const deleted = await a.context.request.post(`${gw.url}/c/${aliceId}/delete`, { headers: { 'x-csrf-token': aCsrf }, maxRedirects: 0 });
+    expect(deleted.status()).toBe(204);
+    expect(deleted.headers()['hx-redirect']).toBe('/chat');
+    expect((await a.context.request.get(`${gw.url}/c/${aliceId}`)).status()).toBe(404);
+    expect(gw.gateway.store.db.prepare('SELECT count(*) FROM messages WHERE conversation_id = ?').pluck().get(aliceId)).toBe(0);
     await a.context.close();
     await b.context.close();
   });

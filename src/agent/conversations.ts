@@ -151,6 +151,21 @@ export function deleteConversation(db: Db, userId: number, id: string): boolean 
   return statement(db, 'DELETE FROM conversations WHERE id = ? AND user_id = ?').run(id, userId).changes > 0;
 }
 
+/** Messages deleted per statement by `deleteConversationInSteps`: a few milliseconds of work each. */
+export const DELETE_STEP_MESSAGES = 2000;
+
+/**
+ * Deletes a conversation as `deleteConversation` does, but its messages first, in steps
+ * of DELETE_STEP_MESSAGES with the event loop free between them: one statement over a
+ * conversation of 50,000 messages holds the loop (and every other member) ≈130 ms.
+ */
+export async function deleteConversationInSteps(db: Db, userId: number, id: string): Promise<boolean> {
+  if (!statement(db, 'SELECT 1 FROM conversations WHERE id = ? AND user_id = ?').get(id, userId)) return false;
+  const step = statement(db, 'DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE conversation_id = ? ORDER BY id LIMIT ?)');
+  while (step.run(id, DELETE_STEP_MESSAGES).changes === DELETE_STEP_MESSAGES) await new Promise((r) => setImmediate(r));
+  return deleteConversation(db, userId, id);
+}
+
 export function startTurn(db: Db, conversationId: string, model: string): Turn {
   const now = Date.now();
   const r = statement(db, "INSERT INTO turns (conversation_id, model, status, started_at) VALUES (?, ?, 'running', ?)").run(conversationId, model, now);

@@ -7,7 +7,7 @@
 import express, { type Router } from 'express';
 import type { Agent } from '../../agent/agent.js';
 import type { Config } from '../../config.js';
-import { deleteConversation, getConversation, listConversations, turnsOf } from '../../agent/conversations.js';
+import { deleteConversationInSteps, getConversation, listConversations, turnsOf } from '../../agent/conversations.js';
 import { GatewayError } from '../../errors.js';
 import type { RateLimiter } from '../../limits/rate-limit.js';
 import type { Logger } from '../../logger.js';
@@ -133,12 +133,12 @@ export function chatRoutes(deps: ChatDeps): Router {
     res.status(204).end();
   });
 
-  router.post('/c/:id/delete', auth.requireUser, body, auth.csrf, (req, res) => {
+  router.post('/c/:id/delete', auth.requireUser, body, auth.csrf, async (req, res) => {
     const user = userOf(req);
     const id = req.params.id as string;
     getConversation(db, user.id, id);
     agent.cancel(user, id);
-    deleteConversation(db, user.id, id);
+    await deleteConversationInSteps(db, user.id, id);
     // What the model was shown in it is forgotten too.
     dropPiiScope(db, conversationScopeRef(user.id, id));
     res.set('HX-Redirect', '/chat').status(204).end();
