@@ -32,10 +32,7 @@ let browser: Browser;
 
 function env(extra: Record<string, string> = {}): Record<string, string> {
   return {
-    SANDGATE_GITHUB_CLIENT_ID: github.clientId,
-    SANDGATE_GITHUB_CLIENT_SECRET: github.clientSecret,
-    SANDGATE_GITHUB_URL: github.url,
-    SANDGATE_GITHUB_API_URL: github.apiUrl,
+    ...github.settings(),
     SANDGATE_ALLOWED_TEAMS: 'acme/dev',
     SANDGATE_ADMINS: 'erin,gus',
     SANDGATE_AUTH_RECHECK_SEC: String(RECHECK_MS / 1000),

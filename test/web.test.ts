@@ -49,10 +49,7 @@ const HOSTILE_TEXT = ' <script>window.__pwned = 1</script><img src=x onerror="wi
 
 function env(extra: Record<string, string> = {}): Record<string, string> {
   return {
-    SANDGATE_GITHUB_CLIENT_ID: github.clientId,
-    SANDGATE_GITHUB_CLIENT_SECRET: github.clientSecret,
-    SANDGATE_GITHUB_URL: github.url,
-    SANDGATE_GITHUB_API_URL: github.apiUrl,
+    ...github.settings(),
     SANDGATE_ALLOWED_USERS: 'alice',
     SANDGATE_ALLOWED_TEAMS: 'acme/dev',
     SANDGATE_ADMINS: 'alice',

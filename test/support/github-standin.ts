@@ -27,6 +27,8 @@ export interface GitHubStandin {
   teams: Map<string, Set<string>>;
   /** Requests to the API, as `METHOD path`. */
   apiCalls: string[];
+  /** The gateway's settings that point its GitHub sign-in at this stand-in. */
+  settings(): Record<string, string>;
   /** While true, the API drops every connection without an answer. */
   down: boolean;
   /** The numeric id of the account called `login` now (made if nobody is). */
@@ -147,6 +149,7 @@ export async function startGitHubStandin(): Promise<GitHubStandin> {
     orgs,
     teams,
     apiCalls,
+    settings: () => ({ SANDGATE_GITHUB_CLIENT_ID: clientId, SANDGATE_GITHUB_CLIENT_SECRET: clientSecret, SANDGATE_GITHUB_URL: url, SANDGATE_GITHUB_API_URL: `${url}/api/v3` }),
     get down() {
       return state.down;
     },
