@@ -38,14 +38,15 @@ export default tseslint.config(
     },
   },
   {
-    // Domain modules never see HTTP: only the app, the gateway's composition, main and src/http/.
+    // Domain modules never see HTTP: only the app, the gateway's composition, main,
+    // src/http/ (the endpoints), src/auth/ (sign-in and bearer middleware) and src/web/ (the pages).
     files: ['src/**/*.ts'],
-    ignores: ['src/**/*.test.ts', 'src/app.ts', 'src/gateway.ts', 'src/main.ts', 'src/http/**'],
+    ignores: ['src/**/*.test.ts', 'src/app.ts', 'src/gateway.ts', 'src/main.ts', 'src/http/**', 'src/auth/**', 'src/web/**'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
         {
-          paths: [{ name: 'express', message: 'domain modules never import express: routes live in src/http/.' }],
+          paths: [{ name: 'express', message: 'domain modules never import express: routes live in src/http/, src/auth/ and src/web/.' }],
           patterns: shippedPatterns,
         },
       ],

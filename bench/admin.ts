@@ -19,9 +19,10 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { io as ioClient, type Socket } from 'socket.io-client';
 import { REPO_ROOT } from '../src/paths.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { createToken } from '../src/tokens/tokens.js';
-import { createLoginLink } from '../src/web/login-links.js';
+import { createLoginLink } from '../src/auth/login-links.js';
 import { startGateway } from '../test/support/mcp.js';
 import { freePort } from '../test/support/ports.js';
 
@@ -47,7 +48,7 @@ const cookieFrom = (res: Response) => /sandgate\.sid=[^;]+/.exec(res.headers.get
 
 async function main(): Promise<void> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-admin-'));
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   const tokens = Array.from({ length: SANDBOXES }, (_, i) => createToken(store.db, { userId: ensureUser(store.db, `user${i}`).id, name: 'bench' }).token);
   const link = createLoginLink(store.db, ensureUser(store.db, 'root', { isAdmin: true }).id).secret;
   store.close();

@@ -27,7 +27,8 @@ import path from 'node:path';
 import OpenAI from 'openai';
 import type { AgentEvent } from '../src/agent/events.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser, type User } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser, type User } from '../src/accounts/accounts.js';
 import { createToken } from '../src/tokens/tokens.js';
 import { REPO_ROOT } from '../src/paths.js';
 import { startGateway } from '../test/support/mcp.js';
@@ -135,7 +136,7 @@ async function concurrentStreams(): Promise<void> {
     return { text: Array.from({ length: CHUNKS }, (_, i) => `c${i} `), delayMs: CHUNK_MS };
   });
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-agent-'));
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   const tokens = Array.from({ length: 10 }, (_, i) => createToken(store.db, { userId: ensureUser(store.db, `user${i}`).id, name: 'bench' }).token);
   store.close();
   const port = await freePort();

@@ -30,6 +30,7 @@ import { createToolCatalog } from '../src/upstream/catalog.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { hubHomes, packageFile, serversFrom } from '../test/support/upstream.js';
 import { openStore } from '../src/store/store.js';
+import { MIGRATIONS } from '../src/migrations.js';
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-tokens-'));
 // Through the hub, each server runs as a uid of its own: it must reach its allowed folder.
@@ -119,7 +120,7 @@ async function main(): Promise<void> {
   console.log(`  ${'total'.padEnd(20)} ${String(toolCount).padStart(4)} tools ${String(upstreamTokens).padStart(8)} tokens`);
 
   // ---- sandgate: its own server, over the same upstream servers
-  const store = openStore(path.join(work, 'data'));
+  const store = openStore(path.join(work, 'data'), MIGRATIONS);
   const hub = new UpstreamHub({ servers: serversFrom(mcpServers), dataDir: path.join(work, 'data'), ...hubHomes(path.join(work, 'data'), store.db) });
   const catalog = createToolCatalog(hub);
   const config = configFor({ SANDGATE_DATA_DIR: work });

@@ -19,8 +19,8 @@ import { formatScores, scoreCorpus } from '../test/support/pii-metrics.js';
 import { preloadWordKnowledge } from '../src/pii/recognizers/word-knowledge.js';
 import { openTestVault } from '../test/support/pii.js';
 import { createPiiBoundary } from '../src/pii/pii-boundary.js';
-import type { Caller } from '../src/identity/caller.js';
-import type { User } from '../src/store/users.js';
+import type { Caller } from '../src/auth/caller.js';
+import type { User } from '../src/accounts/accounts.js';
 
 const quick = process.argv.includes('--quick');
 const RUNS = quick ? 3 : 7;

@@ -150,10 +150,11 @@ async function main(): Promise<void> {
 
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-render-'));
   const { openStore } = (await import(path.join(GATEWAY_DIR, 'src/store/store.ts'))) as typeof import('../src/store/store.js');
-  const { ensureUser } = (await import(path.join(GATEWAY_DIR, 'src/store/users.ts'))) as typeof import('../src/store/users.js');
-  const { createLoginLink } = (await import(path.join(GATEWAY_DIR, 'src/web/login-links.ts'))) as typeof import('../src/web/login-links.js');
+  const { MIGRATIONS } = (await import(path.join(GATEWAY_DIR, 'src/migrations.ts'))) as typeof import('../src/migrations.js');
+  const { ensureUser } = (await import(path.join(GATEWAY_DIR, 'src/accounts/accounts.ts'))) as typeof import('../src/accounts/accounts.js');
+  const { createLoginLink } = (await import(path.join(GATEWAY_DIR, 'src/auth/login-links.ts'))) as typeof import('../src/auth/login-links.js');
   const { createToken } = (await import(path.join(GATEWAY_DIR, 'src/tokens/tokens.ts'))) as typeof import('../src/tokens/tokens.js');
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   const user = ensureUser(store.db, 'mallory');
   const secrets = [createLoginLink(store.db, user.id).secret, createLoginLink(store.db, user.id).secret];
   const token = createToken(store.db, { userId: user.id, name: 'bench' }).token;

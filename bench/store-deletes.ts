@@ -17,11 +17,12 @@ import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { addMessage, createConversation, deleteConversation, deleteConversationInSteps } from '../src/agent/conversations.js';
 import { storeUsage } from '../src/limits/store-quota.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 50_000);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-store-'));
-const store = openStore(dir);
+const store = openStore(dir, MIGRATIONS);
 const db = store.db;
 const user = ensureUser(db, 'bench');
 

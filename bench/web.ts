@@ -23,8 +23,9 @@ import { chromium } from 'playwright-core';
 import { io as ioClient, type Socket } from 'socket.io-client';
 import { REPO_ROOT } from '../src/paths.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
-import { createLoginLink } from '../src/web/login-links.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
+import { createLoginLink } from '../src/auth/login-links.js';
 import { startStandin } from '../test/support/model-standins.js';
 import { freePort } from '../test/support/ports.js';
 
@@ -109,7 +110,7 @@ async function main(): Promise<void> {
   });
 
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-web-'));
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   const secrets = Array.from({ length: BROWSERS + 2 }, (_, i) => createLoginLink(store.db, ensureUser(store.db, `user${i}`).id).secret);
   store.close();
   const port = await freePort();

@@ -7,10 +7,11 @@ import { createApp } from './app.js';
 import { configFor } from './config.js';
 import { createLogger } from './logger.js';
 import { openStore } from './store/store.js';
+import { MIGRATIONS } from './migrations.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-app-'));
 const config = configFor({ SANDGATE_DATA_DIR: dir });
-const store = openStore(dir);
+const store = openStore(dir, MIGRATIONS);
 const logger = createLogger('silent');
 afterAll(() => store.close());
 

@@ -17,8 +17,8 @@ import { recordAudit } from './audit/audit.js';
 import type { Config } from './config.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
 import { openAiApi } from './http/openai-api.js';
-import { webApp, type WebApp } from './http/web/index.js';
-import type { Caller } from './identity/caller.js';
+import { webApp, type WebApp } from './web/index.js';
+import type { Caller } from './auth/caller.js';
 import { RateLimiter } from './limits/rate-limit.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
@@ -32,6 +32,7 @@ import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
 import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
+import { MIGRATIONS } from './migrations.js';
 import { purgeOldTokens } from './tokens/tokens.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
 
@@ -101,7 +102,7 @@ const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 export const PREFLIGHT_RETRY_MS = 10_000;
 
 export function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Gateway {
-  const store = openStore(config.dataDir);
+  const store = openStore(config.dataDir, MIGRATIONS);
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools });

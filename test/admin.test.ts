@@ -12,13 +12,13 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { io as ioClient } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { queryAudit } from '../src/audit/audit.js';
-import { adminRouteTable } from '../src/http/web/admin.js';
+import { adminRouteTable } from '../src/web/admin/routes.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
 import { freezeState } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { runscProcesses, runtimeLeftovers } from '../src/sandboxes/runtime-leftovers.js';
-import { ensureUser, findUser, type User } from '../src/store/users.js';
-import { createLoginLink } from '../src/web/login-links.js';
+import { ensureUser, findUser, type User } from '../src/accounts/accounts.js';
+import { createLoginLink } from '../src/auth/login-links.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 import { until } from './support/until.js';

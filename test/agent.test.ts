@@ -11,7 +11,7 @@ import type { AgentEvent } from '../src/agent/events.js';
 import type { TurnOutcome } from '../src/agent/loop.js';
 import { messagesOf, turnsOf } from '../src/agent/conversations.js';
 import { listAudit } from '../src/audit/audit.js';
-import { ensureUser, type User } from '../src/store/users.js';
+import { ensureUser, type User } from '../src/accounts/accounts.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type ProviderKind, type Script, type Standin } from './support/model-standins.js';
 import { card, createFakers, person, phone } from './support/pii-corpus-values.js';

@@ -10,7 +10,8 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { conversationBytes, listConversations, messagesOf } from '../src/agent/conversations.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 import { webSession } from './support/web-session.js';
@@ -108,7 +109,7 @@ describe('retention of API conversations', () => {
     }
 
     // Time passes: the first API conversation and the web chat were last used 31 days ago, the other API one 29.
-    const store = openStore(dataDir);
+    const store = openStore(dataDir, MIGRATIONS);
     const rita = ensureUser(store.db, 'rita');
     const api = listConversations(store.db, rita.id, { source: 'api' });
     const oldId = api.find((c) => messagesOf(store.db, c.id)[0]!.message.content.toString().includes('old plan'))!.id;

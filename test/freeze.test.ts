@@ -13,7 +13,7 @@ import { cgroupPaths, forgetCgroup } from '../src/sandboxes/cgroup.js';
 import { freeze, freezeState, thaw, thawLeftFrozen } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { getUser } from '../src/store/users.js';
+import { getUser } from '../src/accounts/accounts.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { until } from './support/until.js';
 

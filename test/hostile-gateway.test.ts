@@ -13,7 +13,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { findUser, getUser } from '../src/store/users.js';
+import { findUser, getUser } from '../src/accounts/accounts.js';
 import { callTool, startGateway, toolText, type Gateway } from './support/mcp.js';
 
 let gw: Gateway;

@@ -14,8 +14,8 @@ import { MAX_TOOL_CALLS_PER_ROUND } from '../src/agent/tool-input.js';
 import { markdownRenders } from '../src/web/markdown.js';
 import { messagesOf, setMessageHtml } from '../src/agent/conversations.js';
 import { listAudit } from '../src/audit/audit.js';
-import { ensureUser, type User } from '../src/store/users.js';
-import { createLoginLink } from '../src/web/login-links.js';
+import { ensureUser, type User } from '../src/accounts/accounts.js';
+import { createLoginLink } from '../src/auth/login-links.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 

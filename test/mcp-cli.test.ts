@@ -10,13 +10,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { argsShape, recordAudit } from '../src/audit/audit.js';
 import { createDriver } from '../src/sandboxes/index.js';
 import { runCli, type CliContext } from '../src/cli/program.js';
-import { findUser } from '../src/store/users.js';
+import { findUser } from '../src/accounts/accounts.js';
 import { isWellFormedToken } from '../src/tokens/format.js';
 import { verifyToken } from '../src/tokens/tokens.js';
 import { createHarness, type Harness } from './support/harness.js';
 import { openStore } from '../src/store/store.js';
+import { MIGRATIONS } from '../src/migrations.js';
 import { ProviderKeys } from '../src/agent/provider-keys.js';
-import { consumeLoginLink } from '../src/web/login-links.js';
+import { consumeLoginLink } from '../src/auth/login-links.js';
 
 let h: Harness;
 
@@ -33,7 +34,7 @@ async function cliIn(extra: Partial<CliContext>, stdin: string, ...argv: string[
   const err: string[] = [];
   const ctx: CliContext = {
     ...extra,
-    openStore: () => openStore(h.dataDir),
+    openStore: () => openStore(h.dataDir, MIGRATIONS),
     dataDir: h.dataDir,
     publicUrl: 'https://gate.example.com',
     readSecret: async () => stdin,
@@ -158,7 +159,7 @@ describe('sandgate provider-keys', () => {
     const listed = await cli('provider-keys', 'list', '--user', 'pia');
     expect(listed.out).toMatch(/^PROVIDER\s+SET\nopenai\s+\d{4}-/);
     expect(listed.out).not.toContain('sk-pia');
-    const store = openStore(h.dataDir);
+    const store = openStore(h.dataDir, MIGRATIONS);
     const pia = findUser(store.db, 'pia')!;
     expect(new ProviderKeys(store.db, h.dataDir).get(pia.id, 'openai')).toBe('sk-pia-secret');
     store.close();
@@ -177,7 +178,7 @@ describe('sandgate users login-link', () => {
     const m = /^https:\/\/gate\.example\.com\/login\/link\/([A-Za-z0-9_-]{32})$/.exec(r.out);
     expect(m).not.toBeNull();
     expect(r.err).toMatch(/^Signs in as lena, once, until \d{4}-/);
-    const store = openStore(h.dataDir);
+    const store = openStore(h.dataDir, MIGRATIONS);
     expect(consumeLoginLink(store.db, m![1]!)).toMatchObject({ ok: true });
     expect(consumeLoginLink(store.db, m![1]!)).toEqual({ ok: false, reason: 'used' });
     store.close();

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
-import { findUser } from '../src/store/users.js';
+import { findUser } from '../src/accounts/accounts.js';
 import { findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
 import { callTool, initializeBody, rawRequest, startGateway, toolText, type Gateway } from './support/mcp.js';

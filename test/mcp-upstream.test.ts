@@ -9,7 +9,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
-import { findUser } from '../src/store/users.js';
+import { findUser } from '../src/accounts/accounts.js';
 import { NO_UPSTREAM_SERVERS_FOR_YOU } from '../src/mcp/tools/search-tools.js';
 import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
 import { startGateway, type Gateway } from './support/mcp.js';

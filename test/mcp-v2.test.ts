@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
-import { findUser, ensureUser } from '../src/store/users.js';
+import { findUser, ensureUser } from '../src/accounts/accounts.js';
 import { createToken, findTokenBySecret, revokeToken } from '../src/tokens/tokens.js';
 import { generateToken } from '../src/tokens/format.js';
 import { callTool, rawRequest, startGateway, toolText, type Gateway as ServedGateway } from './support/mcp.js';

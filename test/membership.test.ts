@@ -13,7 +13,7 @@ import { io as ioClient, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listConversations } from '../src/agent/conversations.js';
 import { queryAudit } from '../src/audit/audit.js';
-import { ensureUser, findUser } from '../src/store/users.js';
+import { ensureUser, findUser } from '../src/accounts/accounts.js';
 import { listTokens } from '../src/tokens/tokens.js';
 import { startGitHubStandin, type GitHubStandin } from './support/github-standin.js';
 import { rawRequest, startGateway, type Gateway } from './support/mcp.js';

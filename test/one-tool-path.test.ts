@@ -9,9 +9,9 @@ import { Client as HttpClient } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit, type AuditRecord } from '../src/audit/audit.js';
-import type { Caller } from '../src/identity/caller.js';
+import type { Caller } from '../src/auth/caller.js';
 import { connectInProcess, type InProcessConnection } from '../src/mcp/serve.js';
-import { findUser } from '../src/store/users.js';
+import { findUser } from '../src/accounts/accounts.js';
 import { startGateway, toolText, type Gateway } from './support/mcp.js';
 import { until } from './support/until.js';
 

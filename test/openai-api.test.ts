@@ -7,7 +7,7 @@ import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { listConversations } from '../src/agent/conversations.js';
-import { ensureUser } from '../src/store/users.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { initializeBody, rawRequest, startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 

@@ -17,7 +17,7 @@ import { PII_KEY_FILE } from '../src/pii/index.js';
 import { card, createFakers, iban, person, phone } from './support/pii-corpus-values.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Workspace } from '../src/sandboxes/workspace.js';
-import { ensureUser } from '../src/store/users.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { createToken } from '../src/tokens/tokens.js';
 import { callTool, startGateway, toolText, type Gateway as ServedGateway } from './support/mcp.js';
 

@@ -13,7 +13,8 @@ import { createLogger } from '../src/logger.js';
 import { SandboxManager } from '../src/sandboxes/manager.js';
 import { WorkspaceVolumes } from '../src/sandboxes/volumes.js';
 import { openStore, type Store } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { LyingRunnerDriver, type RunnerScript } from './support/fake-drivers.js';
 
 let store: Store | undefined;
@@ -27,7 +28,7 @@ afterEach(async () => {
 function stack(script: RunnerScript) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-lies-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_WORKSPACE_BACKEND: 'directory' });
-  store = openStore(dataDir);
+  store = openStore(dataDir, MIGRATIONS);
   const driver = new LyingRunnerDriver(script);
   manager = new SandboxManager({
     config,

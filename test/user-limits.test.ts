@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, type CliContext } from '../src/cli/program.js';
 import { createDriver } from '../src/sandboxes/index.js';
 import { openStore } from '../src/store/store.js';
-import { ensureUser } from '../src/store/users.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 import { countTokens, listTokens, tokenState } from '../src/tokens/tokens.js';
 import { rawRequest, startGateway, type Gateway } from './support/mcp.js';
 import { webSession } from './support/web-session.js';
@@ -29,7 +30,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
-    openStore: () => openStore(gw.dataDir),
+    openStore: () => openStore(gw.dataDir, MIGRATIONS),
     dataDir: gw.dataDir,
     publicUrl: gw.url,
     maxTokensPerUser: gw.harness.config.maxTokensPerUser,

@@ -14,8 +14,8 @@ import { chromium, type Browser, type BrowserContext, type Page } from 'playwrig
 import { io as ioClient } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listTokens } from '../src/tokens/tokens.js';
-import { findUser, ensureUser } from '../src/store/users.js';
-import { createLoginLink } from '../src/web/login-links.js';
+import { findUser, ensureUser } from '../src/accounts/accounts.js';
+import { createLoginLink } from '../src/auth/login-links.js';
 import { startGitHubStandin, type GitHubStandin } from './support/github-standin.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';

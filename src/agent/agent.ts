@@ -9,12 +9,12 @@
  */
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import type { Logger } from '../logger.js';
 import type { InProcessConnection } from '../mcp/serve.js';
 import type { ModelBoundary } from '../pii/boundary.js';
 import type { Db } from '../store/store.js';
-import type { User } from '../store/users.js';
+import type { User } from '../accounts/accounts.js';
 import { addMessage, createConversation, getConversation, markInterruptedTurns, updateConversation, type Conversation, type ConversationSource } from './conversations.js';
 import type { EventSink } from './events.js';
 import { modelTools, runTurn, type ModelTools, type TurnOutcome } from './loop.js';

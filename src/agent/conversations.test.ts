@@ -4,7 +4,8 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { storeUsage } from '../limits/store-quota.js';
 import { openStoreFile, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
+import { MIGRATIONS } from '../migrations.js';
+import { ensureUser } from '../accounts/accounts.js';
 import { addMessage, createConversation, DELETE_STEP_MESSAGES, deleteConversationInSteps, startTurn } from './conversations.js';
 
 let dir: string;
@@ -12,7 +13,7 @@ let store: Store;
 
 beforeEach(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-conversations-'));
-  store = openStoreFile(path.join(dir, 'sandgate.db'));
+  store = openStoreFile(path.join(dir, 'sandgate.db'), MIGRATIONS);
 });
 afterEach(() => {
   store.close();

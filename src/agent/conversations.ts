@@ -40,7 +40,7 @@ export interface StoredMessage {
   message: ModelMessage;
   /** Tool messages: the files each call created or changed, by tool call id. */
   files?: Record<string, FileChange[]>;
-  /** Assistant messages: their text rendered for the page once it was first shown (JSON kept by src/web/transcript.ts). */
+  /** Assistant messages: their text rendered for the page once it was first shown (JSON kept by src/web/chat/transcript.ts). */
   html?: string;
   model: string | null;
   usage: Usage;

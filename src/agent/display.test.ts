@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { openTestVault } from '../../test/support/pii.js';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import { createPiiBoundary } from '../pii/pii-boundary.js';
-import type { User } from '../store/users.js';
+import type { User } from '../accounts/accounts.js';
 import { DisplayStream } from './display.js';
 
 const t = openTestVault();

@@ -4,7 +4,7 @@
  * cut between two of them ("[EMA", "IL_1]"): the unfinished tail is held back until the
  * next piece shows whether it is a token.
  */
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import type { ModelBoundary } from '../pii/boundary.js';
 import { UrlSpans, type Span } from './url-spans.js';
 

@@ -23,7 +23,7 @@
 import { jsonSchema, streamText, type LanguageModel, type ModelMessage, type ToolSet } from 'ai';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Config } from '../config.js';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import type { Logger } from '../logger.js';
 import type { InProcessConnection } from '../mcp/serve.js';
 import { decodePathSegment } from '../mcp/uri-path.js';

@@ -82,7 +82,7 @@ export const apiHistoryMigration: Migration = {
  * Answers rendered once: the HTML of each assistant message's text, made from the model's
  * side (tokens, never personal data) when it is first shown, so that no page load
  * formats Markdown again. Tokens are put back in its text, never in its links, as it is
- * shown (src/web/transcript.ts).
+ * shown (src/web/chat/transcript.ts).
  */
 export const renderedAnswersMigration: Migration = {
   description: 'the HTML of answers, rendered once',

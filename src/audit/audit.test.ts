@@ -3,9 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openStore, openStoreFile, type Store } from '../store/store.js';
-import { MIGRATIONS, versionOf } from '../store/registry.js';
+import { MIGRATIONS, versionOf } from '../migrations.js';
 import { auditCallersMigration } from './schema.js';
-import { ensureUser } from '../store/users.js';
+import { ensureUser } from '../accounts/accounts.js';
 import { argsShape, auditErrorClass, listAudit, recordAudit } from './audit.js';
 
 const open = (keys: string[]) => ({ properties: Object.fromEntries(keys.map((k) => [k, {}])) });
@@ -64,7 +64,7 @@ describe('audit log', () => {
   let store: Store;
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-audit-'));
-    store = openStore(dir);
+    store = openStore(dir, MIGRATIONS);
   });
   afterEach(() => {
     store.close();
@@ -104,7 +104,7 @@ describe('audit log', () => {
     old.db.prepare(`INSERT INTO audit_log (ts, user_id, token_id, token_name, kind, method, tool, args_shape, duration_ms, outcome, error_class)
       VALUES (1, ?, 7, 'laptop', 'mcp', 'tools/call', 'read_file', NULL, 2, 'ok', NULL)`).run(u);
     old.close();
-    const upgraded = openStoreFile(file);
+    const upgraded = openStoreFile(file, MIGRATIONS);
     try {
       expect(listAudit(upgraded.db, u)).toEqual([expect.objectContaining({ via: 'token', tokenId: 7, tokenName: 'laptop', tool: 'read_file', outcome: 'ok' })]);
       recordAudit(upgraded.db, { userId: u, via: 'agent', conversationId: 'c1', kind: 'mcp', method: 'tools/call', tool: 'execute_code', durationMs: 1, outcome: 'ok' });

@@ -13,7 +13,7 @@
 import type { Statement } from 'better-sqlite3';
 import { SANDBOX_ERROR_REASONS } from '../sandboxes/errors.js';
 import { WORKSPACE_ERROR_CODES } from '../sandboxes/workspace.js';
-import type { Caller, ViaKind } from '../identity/caller.js';
+import type { Caller, ViaKind } from '../auth/caller.js';
 import type { Db } from '../store/store.js';
 import { TOKEN_FAILURES } from '../tokens/tokens.js';
 import { UPSTREAM_ERROR_REASONS } from '../upstream/errors.js';
@@ -28,7 +28,7 @@ export interface AuditEntry {
   userId: number;
   tokenId?: number | null;
   tokenName?: string | null;
-  /** How the caller came (src/identity/caller.ts); the token columns go with `token`. */
+  /** How the caller came (src/auth/caller.ts); the token columns go with `token`. */
   via?: ViaKind | null;
   conversationId?: string | null;
   /** Whom an admin's action was about. */

@@ -8,6 +8,7 @@ import { GatewayError } from '../errors.js';
 import { createDriver } from '../sandboxes/index.js';
 import { createLogger } from '../logger.js';
 import { openStore } from '../store/store.js';
+import { MIGRATIONS } from '../migrations.js';
 import { runCli, type CliContext } from './program.js';
 
 async function main(): Promise<number> {
@@ -22,7 +23,7 @@ async function main(): Promise<number> {
     throw e;
   }
   const ctx: CliContext = {
-    openStore: () => openStore(config.dataDir),
+    openStore: () => openStore(config.dataDir, MIGRATIONS),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
     maxTokensPerUser: config.maxTokensPerUser,

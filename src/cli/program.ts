@@ -6,12 +6,12 @@
 import { Command, CommanderError, Option } from 'commander';
 import { KEYED_PROVIDERS } from '../agent/models.js';
 import { ProviderKeys } from '../agent/provider-keys.js';
-import { createLoginLink } from '../web/login-links.js';
+import { createLoginLink } from '../auth/login-links.js';
 import { listAudit } from '../audit/audit.js';
 import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import type { SandboxDriver } from '../sandboxes/types.js';
 import type { Db, Store } from '../store/store.js';
-import { ensureUser, findUser, listUsers, type User } from '../store/users.js';
+import { ensureUser, findUser, listUsers, type User } from '../accounts/accounts.js';
 import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';

@@ -6,9 +6,9 @@
  * at the user's next run; the workspace stays.
  */
 import type { SandboxDriver } from '../sandboxes/types.js';
-import { forgetSandboxContainer, sandboxOwnerId } from '../store/sandboxes.js';
+import { forgetSandboxContainer, sandboxOwnerId } from '../sandboxes/records.js';
 import type { Db } from '../store/store.js';
-import { getUser, type User } from '../store/users.js';
+import { getUser, type User } from '../accounts/accounts.js';
 
 export interface SandboxRow {
   /** Undefined for a warm-pool container not yet handed to a user. */

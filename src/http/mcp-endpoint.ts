@@ -14,7 +14,7 @@
 import express, { type ErrorRequestHandler, type Request, type RequestHandler, type Response } from 'express';
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import { budgetSpentMessage, OncePer, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
 import { describeRequest } from '../mcp/audited-transport.js';
 import type { McpDeps } from '../mcp/context.js';
@@ -22,7 +22,7 @@ import { auditFor, serverForCaller } from '../mcp/serve.js';
 import { partsFor, toolInputSchema, type ServerParts } from '../mcp/server.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from '../pii/boundary.js';
 import { SkillsDir } from '../skills/skills.js';
-import { bearerAuth, bearerToken, callerOf } from './bearer-auth.js';
+import { bearerAuth, bearerToken, callerOf } from '../auth/bearer.js';
 import { hostAndOriginValidation } from './host-origin.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */

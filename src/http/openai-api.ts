@@ -29,7 +29,7 @@ import type { Logger } from '../logger.js';
 import { budgetSpentMessage, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
 import { reserveStoreRoom, StoreQuotaExceeded } from '../limits/store-quota.js';
 import type { Db } from '../store/store.js';
-import { bearerAuth, callerOf, type Refusal } from './bearer-auth.js';
+import { bearerAuth, callerOf, type Refusal } from '../auth/bearer.js';
 import { hostAndOriginValidation } from './host-origin.js';
 
 /** Largest request body: a long history, not files. */

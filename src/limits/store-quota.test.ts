@@ -10,9 +10,9 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { addMessage, createConversation, deleteApiConversations, deleteConversation, setMessageHtml, startTurn, updateConversation } from '../agent/conversations.js';
 import { dropPiiScope } from '../pii/scopes.js';
-import { MIGRATIONS } from '../store/registry.js';
+import { MIGRATIONS } from '../migrations.js';
 import { openStoreFile, type Db, type Store } from '../store/store.js';
-import { deleteUser, ensureUser } from '../store/users.js';
+import { deleteUser, ensureUser } from '../accounts/accounts.js';
 import { storeUsageMigration } from './schema.js';
 import { reserveStoreRoom, StoreQuotaExceeded, storeUsage } from './store-quota.js';
 
@@ -50,7 +50,7 @@ let dir: string;
 let store: Store;
 beforeEach(() => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-quota-'));
-  store = openStoreFile(path.join(dir, 'sandgate.db'));
+  store = openStoreFile(path.join(dir, 'sandgate.db'), MIGRATIONS);
 });
 afterEach(() => {
   store.close();
@@ -135,7 +135,7 @@ describe('running totals of the store quota', () => {
     sealedValue(before.db, scope(before.db, ana, 'token', '3'), 4);
     before.close();
 
-    store = openStoreFile(file);
+    store = openStoreFile(file, MIGRATIONS);
     expectTotalsMatchScan(store.db, ana);
     const u = storeUsage(store.db, config, ana);
     expect([u.web, u.api, u.personalData, u.tokenPersonalData].every((n) => n > 0)).toBe(true);

@@ -15,7 +15,7 @@
  */
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
-import { formatBytes } from '../mcp/text.js';
+import { formatBytes } from '../text.js';
 import { statement, type Db } from '../store/store.js';
 
 export interface StoreUsage {

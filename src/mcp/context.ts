@@ -17,7 +17,7 @@ import { GatewayError } from '../errors.js';
 import { SandboxError } from '../sandboxes/errors.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 import type { Db } from '../store/store.js';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import type { ModelBoundary, ModelStream } from '../pii/boundary.js';
 import type { ToolCatalog } from './catalog.js';
 import { ERROR_CLASS_META } from './audited-transport.js';

@@ -12,7 +12,7 @@ import { allows, denialMessage } from '../sandboxes/permissions.js';
 import { MAX_READ_BYTES, WorkspaceError } from '../sandboxes/workspace.js';
 import { forCall, fromModel, toModel, unknownTokensNote, workspaceUri, type ToolContext } from './context.js';
 import { mimeTypeOf } from './mime.js';
-import { decodeChunk } from './text.js';
+import { decodeChunk } from '../text.js';
 import { decodePathSegment } from './uri-path.js';
 
 /** Files resources/list returns; the template still reaches every file. */

@@ -9,7 +9,7 @@
 import { Client, InMemoryTransport, LATEST_PROTOCOL_VERSION } from '@modelcontextprotocol/client';
 import type { McpServer } from '@modelcontextprotocol/server';
 import { callerColumns, recordAudit } from '../audit/audit.js';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import { auditTransport, type Outcome, type Timing } from './audited-transport.js';
 import type { McpDeps } from './context.js';
 import { createMcpServer, instructionsFor, toolContext, toolInputSchema, type ServerParts } from './server.js';

@@ -15,7 +15,7 @@ import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
 import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
 import { registerSearchTools, SEARCH_TOOLS_INPUT } from './tools/search-tools.js';
 import type { Config } from '../config.js';
-import { ownerOf, type Caller } from '../identity/caller.js';
+import { ownerOf, type Caller } from '../auth/caller.js';
 
 export const SERVER_INFO = { name: 'sandgate', title: 'sandgate', version: '0.1.0' } as const;
 

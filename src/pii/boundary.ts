@@ -6,7 +6,7 @@
  * nothing; the PII boundary (pii-boundary.ts) replaces values with tokens (`[EMAIL_1]`)
  * on the way out and puts them back on the way in.
  */
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 
 /** Text from a model, ready for the sandbox or an upstream tool. */
 export interface FromModelResult {

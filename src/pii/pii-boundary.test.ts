@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { openTestVault } from '../../test/support/pii.js';
-import type { Caller } from '../identity/caller.js';
-import type { User } from '../store/users.js';
+import type { Caller } from '../auth/caller.js';
+import type { User } from '../accounts/accounts.js';
 import { IDENTITY_BOUNDARY } from './boundary.js';
 import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTokensNote, type ToolContext } from '../mcp/context.js';
 import { createToken, revokeToken } from '../tokens/tokens.js';

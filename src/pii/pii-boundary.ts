@@ -15,7 +15,7 @@
  * another user, whatever API token id they present.
  */
 import type Database from 'better-sqlite3';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
 import { dropPiiScope, inactiveTokenScopes, piiScopeOf } from './scopes.js';
 import type { PiiVault } from './vault.js';

@@ -4,7 +4,7 @@
  * apart from vault.ts so that importing it loads no detector.
  */
 import type Database from 'better-sqlite3';
-import type { Caller } from '../identity/caller.js';
+import type { Caller } from '../auth/caller.js';
 
 export interface PiiScopeRef {
   userId: number;

@@ -5,9 +5,9 @@
  * user took). No orphans either way.
  */
 import type { Logger } from '../logger.js';
-import { sandboxOwnerId } from '../store/sandboxes.js';
+import { sandboxOwnerId } from './records.js';
 import type { Db } from '../store/store.js';
-import { getUser, workspaceInUse, type User } from '../store/users.js';
+import { getUser, workspaceInUse, type User } from '../accounts/accounts.js';
 import type { SandboxDriver, SandboxHandle, SandboxInfo } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
 

@@ -6,7 +6,7 @@
  */
 import type { Config } from '../config.js';
 import type { Db } from '../store/store.js';
-import { getUser } from '../store/users.js';
+import { getUser } from '../accounts/accounts.js';
 import { allows, parsePermissions, type Permissions } from './permissions.js';
 import type { SandboxOwner, SandboxSpec } from './types.js';
 

@@ -13,7 +13,7 @@
  * - adoption.ts: after a gateway restart, containers are adopted or removed: no orphans.
  * - ceilings.ts: a user's permission ceiling, and the mounts a container gets for it.
  * - calls.ts: calls from code to the gateway's tools.
- * - store/sandboxes.ts: the rows that say which container is whose.
+ * - sandboxes/records.ts: the rows that say which container is whose.
  *
  * A sandbox that dies (OOM, a fork bomb, `stop`) is replaced on the next execution; the
  * workspace lives on the host and is never lost with it.
@@ -22,9 +22,9 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
-import { forgetSandboxContainer, recordExecutions, recordSandboxStarted, recordSandboxUse, type ExecutionRow } from '../store/sandboxes.js';
+import { forgetSandboxContainer, recordExecutions, recordSandboxStarted, recordSandboxUse, type ExecutionRow } from './records.js';
 import type { Db } from '../store/store.js';
-import { claimWorkspace, getUser } from '../store/users.js';
+import { claimWorkspace, getUser } from '../accounts/accounts.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { cpuMsNow, forgetCgroup } from './cgroup.js';

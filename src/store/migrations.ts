@@ -1,6 +1,6 @@
 /**
  * A step of the store's schema. Modules define their steps beside the code that uses
- * the tables; src/store/registry.ts lists every step in order, and a step's place in
+ * the tables; src/migrations.ts lists every step in order, and a step's place in
  * that list (from 1) is its version: the one place where order and versions live.
  * Each runs in a transaction with the user_version bump.
  */

@@ -3,16 +3,16 @@ import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Migration } from './migrations.js';
-import { MIGRATIONS } from './registry.js';
+import { MIGRATIONS } from '../migrations.js';
 import { openStore, openStoreFile, StoreError } from './store.js';
-import { ensureUser, findUser } from './users.js';
+import { ensureUser, findUser } from '../accounts/accounts.js';
 
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-store-'));
 
 describe('store', () => {
   it('creates the database in WAL mode with every migration applied', () => {
     const dir = tmp();
-    const store = openStore(dir);
+    const store = openStore(dir, MIGRATIONS);
     expect(store.version).toBe(MIGRATIONS.length);
     expect(store.db.pragma('journal_mode', { simple: true })).toBe('wal');
     expect(fs.existsSync(path.join(dir, 'sandgate.db'))).toBe(true);
@@ -24,7 +24,7 @@ describe('store', () => {
     fs.chmodSync(dir, 0o755);
     fs.writeFileSync(path.join(dir, 'sandgate.db'), '', { mode: 0o644 });
     fs.chmodSync(path.join(dir, 'sandgate.db'), 0o644);
-    const store = openStore(dir);
+    const store = openStore(dir, MIGRATIONS);
     store.db.exec('CREATE TABLE t (x)');
     expect(fs.statSync(dir).mode & 0o777).toBe(0o700);
     for (const f of ['sandgate.db', 'sandgate.db-wal', 'sandgate.db-shm']) expect(fs.statSync(path.join(dir, f)).mode & 0o777, f).toBe(0o600);
@@ -80,7 +80,7 @@ describe('store', () => {
   });
 
   it('validates user names', () => {
-    const s = openStore(tmp());
+    const s = openStore(tmp(), MIGRATIONS);
     expect(() => ensureUser(s.db, '../etc')).toThrow(/not a valid user name/);
     expect(ensureUser(s.db, 'octo-cat').name).toBe('octo-cat');
     s.close();

@@ -3,14 +3,15 @@
  * versioned migrations applied at open. Opening never loses data: each migration runs
  * in a transaction and a database written by a newer sandgate is refused.
  *
- * Domain modules take the `Database` handle and own their SQL; the schema lives in
- * migrations.ts so its history reads in one place.
+ * The store knows no domain: it opens a file and applies the steps it is given. Each
+ * domain owns its tables (its schema.ts) and its queries; the ordered list of every
+ * step is assembled above all domains, in src/migrations.ts, where the gateway is
+ * composed.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
 import type { Migration } from './migrations.js';
-import { MIGRATIONS } from './registry.js';
 import { GatewayError } from '../errors.js';
 
 export type Db = Database.Database;
@@ -52,16 +53,16 @@ export interface Store {
  * often 0755), and so is the database, so neither another local user nor an upstream
  * server (which runs as a user of its own) can read it.
  */
-export function openStore(dataDir: string): Store {
+export function openStore(dataDir: string, migrations: readonly Migration[]): Store {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   fs.chmodSync(dataDir, 0o700);
   const file = path.join(dataDir, 'sandgate.db');
   if (!fs.existsSync(file)) fs.closeSync(fs.openSync(file, 'a', 0o600));
   fs.chmodSync(file, 0o600);
-  return openStoreFile(file);
+  return openStoreFile(file, migrations);
 }
 
-export function openStoreFile(file: string, migrations: readonly Migration[] = MIGRATIONS): Store {
+export function openStoreFile(file: string, migrations: readonly Migration[]): Store {
   let db: Db;
   try {
     db = new Database(file);

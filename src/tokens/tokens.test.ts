@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
+import { MIGRATIONS } from '../migrations.js';
+import { ensureUser } from '../accounts/accounts.js';
 import { checksum, crc32, generateToken, hashToken, isWellFormedToken, TOKEN_LENGTH, TOKEN_PATTERN, TOKEN_PREFIX } from './format.js';
 import { recordAudit } from '../audit/audit.js';
 import {
@@ -94,7 +95,7 @@ describe('token store', () => {
 
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-tokens-'));
-    store = openStore(dir);
+    store = openStore(dir, MIGRATIONS);
     alice = ensureUser(store.db, 'alice').id;
     bob = ensureUser(store.db, 'bob').id;
   });

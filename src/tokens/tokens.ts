@@ -7,7 +7,7 @@
 import crypto from 'node:crypto';
 import type { Statement } from 'better-sqlite3';
 import type { Db } from '../store/store.js';
-import { getUser, type User } from '../store/users.js';
+import { getUser, type User } from '../accounts/accounts.js';
 import { generateToken, hashToken, isWellFormedToken } from './format.js';
 import { GatewayError } from '../errors.js';
 
@@ -29,7 +29,7 @@ export interface Principal {
   tokenName: string;
 }
 
-/** `suspended`: a GitHub membership check said no; `unverified`: a GitHub install has not bound the account to GitHub yet (src/identity/membership.ts). */
+/** `suspended`: a GitHub membership check said no; `unverified`: a GitHub install has not bound the account to GitHub yet (src/auth/membership.ts). */
 export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked', 'disabled', 'suspended', 'unverified'] as const;
 export type TokenFailure = (typeof TOKEN_FAILURES)[number];
 
@@ -325,7 +325,7 @@ function fmtDate(ms: number): string {
  * effect at once; records last use on success (to the second). The lookup is by hash (the table holds
  * nothing else to compare), and the hash comparison is constant-time on top. The user is
  * as stored: whether they are still a member (and an admin) now is the membership
- * check's to say (src/identity/membership.ts, run by bearer-auth after this).
+ * check's to say (src/auth/membership.ts, run by src/auth/bearer.ts after this).
  */
 export function verifyToken(db: Db, presented: string | undefined, now = Date.now()): VerifyResult {
   if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token. ${HOW_TO_GET_ONE}` };

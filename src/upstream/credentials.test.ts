@@ -3,7 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { openStore, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
+import { MIGRATIONS } from '../migrations.js';
+import { ensureUser } from '../accounts/accounts.js';
 import { createCredentialStore, loadOrCreateCredentialsKey } from './credentials.js';
 
 const dirs: string[] = [];
@@ -16,7 +17,7 @@ afterEach(() => {
 function setup() {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-cred-'));
   dirs.push(dataDir);
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   stores.push(store);
   return { dataDir, store };
 }

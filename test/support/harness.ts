@@ -13,7 +13,8 @@ import { createSandboxManager, type SandboxStackOptions } from '../../src/sandbo
 import type { SandboxManager } from '../../src/sandboxes/manager.js';
 import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
 import { openStore, type Store } from '../../src/store/store.js';
-import { ensureUser } from '../../src/store/users.js';
+import { MIGRATIONS } from '../../src/migrations.js';
+import { ensureUser } from '../../src/accounts/accounts.js';
 
 export interface Harness {
   config: Config;
@@ -39,7 +40,7 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
   const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-test-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent', ...opts.env });
   const logger = createLogger(config.logLevel);
-  const store = openStore(config.dataDir);
+  const store = openStore(config.dataDir, MIGRATIONS);
   const manager = createSandboxManager(config, store.db, logger, opts);
   if (opts.bridgeHandler) manager.setBridgeHandler(opts.bridgeHandler);
   if (!opts.noInit) await manager.init();

@@ -14,7 +14,7 @@ import { configFor } from '../../src/config.js';
 import { createGateway, type Gateway as AppGateway, type GatewayParts, type Preflight } from '../../src/gateway.js';
 import { createLogger } from '../../src/logger.js';
 import type { McpDeps } from '../../src/mcp/context.js';
-import { ensureUser } from '../../src/store/users.js';
+import { ensureUser } from '../../src/accounts/accounts.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import type { Upstream } from '../../src/upstream/index.js';
 import type { Harness } from './harness.js';

@@ -7,8 +7,8 @@ import os from 'node:os';
 import path from 'node:path';
 import crypto from 'node:crypto';
 import { openStoreFile, type Store } from '../../src/store/store.js';
-import { ensureUser } from '../../src/store/users.js';
-import { MIGRATIONS } from '../../src/store/registry.js';
+import { ensureUser } from '../../src/accounts/accounts.js';
+import { MIGRATIONS } from '../../src/migrations.js';
 import { PiiVault, type PiiVaultOptions } from '../../src/pii/vault.js';
 
 export interface TestVault {

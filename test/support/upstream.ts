@@ -10,7 +10,8 @@ import net from 'node:net';
 import path from 'node:path';
 import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
 import { openStore, type Store } from '../../src/store/store.js';
-import { ensureUser } from '../../src/store/users.js';
+import { MIGRATIONS } from '../../src/migrations.js';
+import { ensureUser } from '../../src/accounts/accounts.js';
 import type { Db } from '../../src/store/store.js';
 import { parseUpstreamConfig, type UpstreamServerConfig } from '../../src/upstream/config.js';
 import { gatewayIdFor } from '../../src/sandboxes/index.js';
@@ -32,7 +33,7 @@ export function upstreamSettings(dataDir: string, mcpServersFile = ''): { dataDi
 /** A fresh data directory with a migrated store and the named users, as sandbox owners. */
 export function openTestStore(prefix: string, names: string[]): { dataDir: string; store: Store; owners: SandboxOwner[] } {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${prefix}-`));
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, MIGRATIONS);
   const owners = names.map((name) => {
     const r = ensureUser(store.db, name);
     return { userId: r.id, name: r.name };

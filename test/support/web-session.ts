@@ -4,8 +4,8 @@
  * session's CSRF token in `x-csrf-token`, `HX-Request: true`). For tests of what a route
  * answers; the pages' own behaviour is tested in Chromium (web.test.ts, admin.test.ts).
  */
-import type { User } from '../../src/store/users.js';
-import { createLoginLink } from '../../src/web/login-links.js';
+import type { User } from '../../src/accounts/accounts.js';
+import { createLoginLink } from '../../src/auth/login-links.js';
 import type { Gateway } from './mcp.js';
 
 export interface WebSession {

@@ -14,7 +14,7 @@ import type { Config } from '../../config.js';
 import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
 import type { ExecuteResult } from '../../sandboxes/types.js';
 import { errorResult, forCall, fromModel, fromModelDeep, modelResourceLink, supportsResourceLinks, textResult, toModelStream, type ToolContext } from '../context.js';
-import { formatBytes } from '../text.js';
+import { formatBytes } from '../../text.js';
 
 /** Files listed by name in one result; the rest are counted. */
 const MAX_FILES_LISTED = 50;

@@ -15,7 +15,7 @@ import { WorkspaceError } from '../../sandboxes/workspace.js';
 import { errorResult, forCall, fromModel, modelResourceLink, supportsResourceLinks, textResult, workspaceUri, type ToolContext } from '../context.js';
 import { mimeTypeOf } from '../mime.js';
 import type { SkillsDir } from '../../skills/skills.js';
-import { decodeChunk, formatBytes, pageLength } from '../text.js';
+import { decodeChunk, formatBytes, pageLength } from '../../text.js';
 
 /** Bytes one page of read_file holds when no length is given, and at most (the gateway reads up to MAX_PAGE_BYTES at once). */
 export const DEFAULT_PAGE_BYTES = 64 * 1024;

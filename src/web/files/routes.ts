@@ -15,17 +15,17 @@ import busboy from 'busboy';
 import { parse } from 'csv-parse/sync';
 import express, { type Request, type Response, type Router } from 'express';
 import { GatewayError } from '../../errors.js';
-import { formatBytes } from '../../mcp/text.js';
+import { formatBytes } from '../../text.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
 import { WorkspaceError, type Workspace } from '../../sandboxes/workspace.js';
-import { renderMarkdownFor } from '../../web/markdown.js';
+import { renderMarkdownFor } from '../markdown.js';
 import { indentedExtent, prettyJson } from '../../bounded-json.js';
 import type { Config } from '../../config.js';
 import type { RateLimiter } from '../../limits/rate-limit.js';
-import { userOf, type WebAuth } from './auth.js';
-import { webRateLimit } from './limits.js';
-import { pathParam, pathQuery, shownPath } from './file-paths.js';
-import { renderPage, renderPartial } from './render.js';
+import { userOf, type WebAuth } from '../sign-in/routes.js';
+import { webRateLimit } from '../limits.js';
+import { pathParam, pathQuery, shownPath } from './paths.js';
+import { renderPage, renderPartial } from '../render.js';
 import { PreviewCache } from './preview-cache.js';
 
 /** Text shown in a preview; a longer file shows its start and a note. */

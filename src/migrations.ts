@@ -2,19 +2,19 @@
  * The store's complete schema: every module's migration step, in order. A step's
  * version is its place in this list (from 1), so the list is append-only: never remove,
  * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
- * CLI and the tests all open the store with this list (openStore takes no other).
+ * CLI and the tests all open the store with this list (openStore(dir, MIGRATIONS)).
  */
-import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from '../agent/schema.js';
-import { auditCallersMigration, auditMigration } from '../audit/schema.js';
-import { piiBatchesMigration, piiMigration } from '../pii/schema.js';
-import { tokensActiveIndexMigration, tokensMigration } from '../tokens/schema.js';
-import { UPSTREAM_IDENTITIES_MIGRATION } from '../upstream/identities.js';
-import { UPSTREAM_MIGRATION } from '../upstream/schema.js';
-import type { Migration } from './migrations.js';
-import { githubIdentityMigration, usersMigration } from './schema.js';
-import { anonymousSessionsMigration, webMigration } from '../web/schema.js';
-import { adminMigration } from '../admin/schema.js';
-import { storeUsageMigration } from '../limits/schema.js';
+import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from './agent/schema.js';
+import { auditCallersMigration, auditMigration } from './audit/schema.js';
+import { piiBatchesMigration, piiMigration } from './pii/schema.js';
+import { tokensActiveIndexMigration, tokensMigration } from './tokens/schema.js';
+import { UPSTREAM_IDENTITIES_MIGRATION } from './upstream/identities.js';
+import { UPSTREAM_MIGRATION } from './upstream/schema.js';
+import type { Migration } from './store/migrations.js';
+import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
+import { anonymousSessionsMigration, webMigration } from './auth/schema.js';
+import { adminMigration } from './accounts/admin-schema.js';
+import { storeUsageMigration } from './limits/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,

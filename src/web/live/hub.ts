@@ -24,12 +24,12 @@ import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import type { Db } from '../../store/store.js';
-import type { User } from '../../store/users.js';
-import { sessionKey } from '../../web/sessions.js';
-import { isImage, titleFor, toolKey, transcript } from '../../web/transcript.js';
-import { allowedHostnames } from '../host-origin.js';
-import type { WebAuth } from './auth.js';
-import { escapeHtml, renderPartial } from './render.js';
+import type { User } from '../../accounts/accounts.js';
+import { sessionKey } from '../../auth/sessions.js';
+import { isImage, titleFor, toolKey, transcript } from '../chat/transcript.js';
+import { allowedHostnames } from '../../http/host-origin.js';
+import type { WebAuth } from '../sign-in/routes.js';
+import { escapeHtml, renderPartial } from '../render.js';
 
 export interface Swap {
   target: string;

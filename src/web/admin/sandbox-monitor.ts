@@ -5,12 +5,12 @@
  * against its quota (read less often: it walks nothing on the loop backend, but a
  * directory backend has to count). Samples are taken only while someone watches.
  */
-import type { Config } from '../config.js';
-import type { Logger } from '../logger.js';
-import { sampleCgroup } from '../sandboxes/cgroup.js';
-import type { SandboxManager } from '../sandboxes/manager.js';
-import type { Db } from '../store/store.js';
-import { getUser } from '../store/users.js';
+import type { Config } from '../../config.js';
+import type { Logger } from '../../logger.js';
+import { sampleCgroup } from '../../sandboxes/cgroup.js';
+import type { SandboxManager } from '../../sandboxes/manager.js';
+import type { Db } from '../../store/store.js';
+import { getUser } from '../../accounts/accounts.js';
 
 export interface SandboxRow {
   /** The owner, or null for a warm-pool sandbox. */

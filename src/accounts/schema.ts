@@ -2,7 +2,7 @@
  * The store's own tables: users and their sandboxes (the first step of the schema; see
  * registry.ts for the order of all steps).
  */
-import type { Migration } from './migrations.js';
+import type { Migration } from '../store/migrations.js';
 
 export const usersMigration: Migration = {
   description: 'users and sandboxes',

@@ -2,7 +2,7 @@
  * Who may sign in with GitHub: the allow-list (users, organisations, teams) and the
  * admins from settings, checked against GitHub's REST API with the member's own OAuth
  * token (scope read:org) at sign-in and again every SANDGATE_AUTH_RECHECK_SEC
- * (src/identity/membership.ts). Works with GitHub Enterprise Server through
+ * (src/auth/membership.ts). Works with GitHub Enterprise Server through
  * SANDGATE_GITHUB_URL / SANDGATE_GITHUB_API_URL.
  */
 import type { Config } from '../config.js';

@@ -46,9 +46,9 @@ import {
   suspendUser,
   syncGithubAdmins,
   type User,
-} from '../store/users.js';
-import { AllowList, type AccessDecision } from '../web/github.js';
-import { deleteUserSessions } from '../web/sessions.js';
+} from '../accounts/accounts.js';
+import { AllowList, type AccessDecision } from './github.js';
+import { deleteUserSessions } from './sessions.js';
 
 export const WEB_KEY_FILE = 'web.key';
 

@@ -15,17 +15,17 @@
  */
 import crypto from 'node:crypto';
 import type { ModelMessage } from 'ai';
-import { messagesOf, setMessageHtml, turnsOf, type Conversation, type StoredMessage, type Turn } from '../agent/conversations.js';
-import { forUser } from '../agent/display.js';
-import type { FileChange } from '../agent/events.js';
-import { MAX_TOOL_INPUT_CHARS, MAX_TOOL_INPUT_DEPTH } from '../agent/tool-input.js';
-import { jsonExtent, prettyJson } from '../bounded-json.js';
-import type { Caller } from '../identity/caller.js';
-import type { ModelBoundary } from '../pii/boundary.js';
-import { tokenRegex } from '../pii/token-format.js';
-import type { Db } from '../store/store.js';
-import type { User } from '../store/users.js';
-import { renderMarkdownFor, replaceInText } from './markdown.js';
+import { messagesOf, setMessageHtml, turnsOf, type Conversation, type StoredMessage, type Turn } from '../../agent/conversations.js';
+import { forUser } from '../../agent/display.js';
+import type { FileChange } from '../../agent/events.js';
+import { MAX_TOOL_INPUT_CHARS, MAX_TOOL_INPUT_DEPTH } from '../../agent/tool-input.js';
+import { jsonExtent, prettyJson } from '../../bounded-json.js';
+import type { Caller } from '../../auth/caller.js';
+import type { ModelBoundary } from '../../pii/boundary.js';
+import { tokenRegex } from '../../pii/token-format.js';
+import type { Db } from '../../store/store.js';
+import type { User } from '../../accounts/accounts.js';
+import { renderMarkdownFor, replaceInText } from '../markdown.js';
 
 /** A tool result is shown this long; the model had all of it. */
 const MAX_RESULT_SHOWN = 20_000;

@@ -1,7 +1,7 @@
 import type { Request } from 'express';
 import { describe, expect, it } from 'vitest';
 import { WorkspaceError } from '../../sandboxes/workspace.js';
-import { pathParam, pathQuery, shownPath } from './file-paths.js';
+import { pathParam, pathQuery, shownPath } from './paths.js';
 
 const requestFor = (originalUrl: string) => ({ originalUrl }) as Request;
 

@@ -3,9 +3,10 @@ import os from 'node:os';
 import path from 'node:path';
 import type session from 'express-session';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { StoreSessions } from '../http/web/auth.js';
+import { StoreSessions } from '../web/sign-in/routes.js';
 import { openStore, type Store } from '../store/store.js';
-import { ensureUser } from '../store/users.js';
+import { MIGRATIONS } from '../migrations.js';
+import { ensureUser } from '../accounts/accounts.js';
 import { loadSession, saveSession } from './sessions.js';
 
 describe('sessions of sign-ins under way', () => {
@@ -18,7 +19,7 @@ describe('sessions of sign-ins under way', () => {
 
   beforeEach(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-sessions-'));
-    store = openStore(dir);
+    store = openStore(dir, MIGRATIONS);
     alice = ensureUser(store.db, 'alice').id;
   });
   afterEach(() => {

@@ -14,12 +14,12 @@ import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
 import { conversationScopeRef, dropPiiScope } from '../../pii/scopes.js';
 import type { Db } from '../../store/store.js';
-import type { User } from '../../store/users.js';
-import { titleFor, transcript } from '../../web/transcript.js';
-import { userOf, type WebAuth } from './auth.js';
-import { chatStoreRoom, webRateLimit } from './limits.js';
-import type { LiveHub } from './live.js';
-import { renderPage, renderPartial } from './render.js';
+import type { User } from '../../accounts/accounts.js';
+import { titleFor, transcript } from './transcript.js';
+import { userOf, type WebAuth } from '../sign-in/routes.js';
+import { chatStoreRoom, webRateLimit } from '../limits.js';
+import type { LiveHub } from '../live/hub.js';
+import { renderPage, renderPartial } from '../render.js';
 
 export interface ChatDeps {
   config: Config;

@@ -8,9 +8,9 @@ import { createRequire } from 'node:module';
 import path from 'node:path';
 import { Eta } from 'eta';
 import express, { type RequestHandler, type Response, type Router } from 'express';
-import { VIEWS_DIR } from '../../paths.js';
-import type { User } from '../../store/users.js';
-import { pathQuery, shownPath } from './file-paths.js';
+import { VIEWS_DIR } from '../paths.js';
+import type { User } from '../accounts/accounts.js';
+import { pathQuery, shownPath } from './files/paths.js';
 
 export const views = new Eta({ views: path.join(VIEWS_DIR, 'web'), cache: true, autoEscape: true, autoTrim: false });
 

@@ -6,23 +6,23 @@
  */
 import type http from 'node:http';
 import express, { type Router } from 'express';
-import type { Agent } from '../../agent/agent.js';
-import type { ProviderKeys } from '../../agent/provider-keys.js';
-import type { Config } from '../../config.js';
-import type { RateLimiter } from '../../limits/rate-limit.js';
-import type { Logger } from '../../logger.js';
-import type { ModelBoundary } from '../../pii/boundary.js';
-import type { SandboxManager } from '../../sandboxes/manager.js';
-import type { Db } from '../../store/store.js';
-import type { Upstream } from '../../upstream/index.js';
-import { adminRoutes, type AdminApp } from './admin.js';
-import { webAuth, type WebAuth } from './auth.js';
-import { chatRoutes } from './chat.js';
-import { filesRoutes } from './files.js';
-import { LiveHub } from './live.js';
+import type { Agent } from '../agent/agent.js';
+import type { ProviderKeys } from '../agent/provider-keys.js';
+import type { Config } from '../config.js';
+import type { RateLimiter } from '../limits/rate-limit.js';
+import type { Logger } from '../logger.js';
+import type { ModelBoundary } from '../pii/boundary.js';
+import type { SandboxManager } from '../sandboxes/manager.js';
+import type { Db } from '../store/store.js';
+import type { Upstream } from '../upstream/index.js';
+import { adminRoutes, type AdminApp } from './admin/routes.js';
+import { webAuth, type WebAuth } from './sign-in/routes.js';
+import { chatRoutes } from './chat/routes.js';
+import { filesRoutes } from './files/routes.js';
+import { LiveHub } from './live/hub.js';
 import { securityHeaders, vendorRoutes } from './render.js';
-import { settingsRoutes } from './settings.js';
-import { tokensRoutes } from './tokens.js';
+import { settingsRoutes } from './settings/routes.js';
+import { tokensRoutes } from './tokens/routes.js';
 
 export interface WebAppDeps {
   config: Config;

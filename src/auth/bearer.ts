@@ -2,14 +2,14 @@
  * Bearer-token authentication for /mcp and the /v1 API. A missing, malformed, unknown, expired or
  * revoked token gets 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750) and a
  * body that says what to do. A valid token then answers to its user's membership check
- * (src/identity/membership.ts), as a browser session does: a member GitHub no longer
+ * (src/auth/membership.ts), as a browser session does: a member GitHub no longer
  * lists gets 401, and while GitHub cannot confirm a membership past its grace, 503.
  * Denials of a known token are audited for its user; tokens nobody owns are only logged,
  * so garbage cannot fill the audit log.
  */
 import type { Request, RequestHandler, Response } from 'express';
-import type { Caller } from '../identity/caller.js';
-import { membershipFor } from '../identity/membership.js';
+import type { Caller } from './caller.js';
+import { membershipFor } from './membership.js';
 import { recordAudit } from '../audit/audit.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';

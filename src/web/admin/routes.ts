@@ -18,20 +18,20 @@ import type { Config } from '../../config.js';
 import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
-import { formatBytes } from '../../mcp/text.js';
+import { formatBytes } from '../../text.js';
 import { dropPiiScope, tokenScopeRef } from '../../pii/scopes.js';
 import { narrowPermissions, parsePermissions, type Permissions } from '../../sandboxes/permissions.js';
 import type { SandboxManager } from '../../sandboxes/manager.js';
-import { executionUsage, sandboxRecord } from '../../store/sandboxes.js';
+import { executionUsage, sandboxRecord } from '../../sandboxes/records.js';
 import type { Db } from '../../store/store.js';
-import { deleteUser, getUser, listUsers, setUserDisabled, setUserPermissions, type User } from '../../store/users.js';
+import { deleteUser, getUser, listUsers, setUserDisabled, setUserPermissions, type User } from '../../accounts/accounts.js';
 import { countTokens, getToken, listTokens, revokeToken, tokenState } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
-import { SandboxMonitor, type SandboxSnapshot } from '../../web/sandbox-monitor.js';
-import { authenticateToken, bearerToken } from '../bearer-auth.js';
-import type { WebAuth } from './auth.js';
-import type { LiveHub } from './live.js';
-import { renderPage, renderPartial } from './render.js';
+import { SandboxMonitor, type SandboxSnapshot } from './sandbox-monitor.js';
+import { authenticateToken, bearerToken } from '../../auth/bearer.js';
+import type { WebAuth } from '../sign-in/routes.js';
+import type { LiveHub } from '../live/hub.js';
+import { renderPage, renderPartial } from '../render.js';
 
 export interface AdminDeps {
   config: Config;

@@ -4,7 +4,7 @@
  * run and stop; the CLI and the admin page read it to match containers to users. Every
  * statement on these rows is here.
  */
-import { statement, type Db } from './store.js';
+import { statement, type Db } from '../store/store.js';
 
 export interface SandboxRecord {
   userId: number;

@@ -3,9 +3,9 @@
  * operator commands create them; everything per-user is keyed by the id. On a GitHub
  * install a user is also bound to GitHub's numeric account id (a login can be renamed
  * and registered again by someone else; the id cannot), and carries the state of its
- * membership check (src/identity/membership.ts).
+ * membership check (src/auth/membership.ts).
  */
-import { statement, type Db } from './store.js';
+import { statement, type Db } from '../store/store.js';
 
 export interface User {
   id: number;

@@ -8,7 +8,7 @@
  * - `agent`: one conversation of the built-in agent, acting for its user.
  */
 import type { SandboxOwner } from '../sandboxes/types.js';
-import type { User } from '../store/users.js';
+import type { User } from '../accounts/accounts.js';
 
 export type Via =
   | { kind: 'token'; tokenId: number; tokenName: string }

@@ -5,12 +5,12 @@
  * so the page shows it where htmx puts errors (or as an error page for a plain link).
  */
 import type { RequestHandler } from 'express';
-import type { Config } from '../../config.js';
-import { GatewayError } from '../../errors.js';
-import { budgetSpentMessage, userBudgetKey, type RateLimiter } from '../../limits/rate-limit.js';
-import { reserveStoreRoom } from '../../limits/store-quota.js';
-import type { Db } from '../../store/store.js';
-import { userOf } from './auth.js';
+import type { Config } from '../config.js';
+import { GatewayError } from '../errors.js';
+import { budgetSpentMessage, userBudgetKey, type RateLimiter } from '../limits/rate-limit.js';
+import { reserveStoreRoom } from '../limits/store-quota.js';
+import type { Db } from '../store/store.js';
+import { userOf } from './sign-in/routes.js';
 
 /** Takes one request from the user's budget, or answers 429 with Retry-After. */
 export function webRateLimit(limiter: RateLimiter): RequestHandler {

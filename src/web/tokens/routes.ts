@@ -13,13 +13,13 @@ import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
 import type { RateLimiter } from '../../limits/rate-limit.js';
 import { storeUsage } from '../../limits/store-quota.js';
-import { formatBytes } from '../../mcp/text.js';
+import { formatBytes } from '../../text.js';
 import { dropPiiScope, tokenScopeRef } from '../../pii/scopes.js';
 import type { Db } from '../../store/store.js';
 import { countActiveTokens, createToken, getToken, listTokens, parseExpiry, revokeToken, tokenState } from '../../tokens/tokens.js';
-import { userOf, type WebAuth } from './auth.js';
-import { webRateLimit } from './limits.js';
-import { renderPage, renderPartial } from './render.js';
+import { userOf, type WebAuth } from '../sign-in/routes.js';
+import { webRateLimit } from '../limits.js';
+import { renderPage, renderPartial } from '../render.js';
 
 /** A stored time as text: '–' for none, "unknown" for a value no date can hold (an old install may have stored one). */
 const day = (ms: number | null) => (ms === null ? '–' : utcText(ms, 'minute'));

@@ -9,10 +9,10 @@ import { KEYED_PROVIDERS, providerLabel, type ProviderId } from '../../agent/mod
 import type { ProviderKeys } from '../../agent/provider-keys.js';
 import { GatewayError } from '../../errors.js';
 import type { Db } from '../../store/store.js';
-import { setDefaultModel, type User } from '../../store/users.js';
+import { setDefaultModel, type User } from '../../accounts/accounts.js';
 import type { Upstream } from '../../upstream/index.js';
-import { userOf, type WebAuth } from './auth.js';
-import { renderPage, renderPartial } from './render.js';
+import { userOf, type WebAuth } from '../sign-in/routes.js';
+import { renderPage, renderPartial } from '../render.js';
 
 export function settingsRoutes(deps: { db: Db; agent: Agent; keys: ProviderKeys; upstream: Upstream; auth: WebAuth }): Router {
   const { db, agent, keys, upstream, auth } = deps;

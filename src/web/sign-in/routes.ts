@@ -1,16 +1,16 @@
 /**
  * Who is signed in to the web app, and how they got there.
  *
- * - Sessions (express-session) live in the store (src/web/sessions.ts, ids hashed); the
+ * - Sessions (express-session) live in the store (src/auth/sessions.ts, ids hashed); the
  *   cookie is HttpOnly, SameSite=Lax, Secure whenever the public URL is https; the id is
  *   renewed at sign-in (passport regenerates the session).
  * - GitHub through passport-github2, at github.com or an Enterprise Server: the OAuth
  *   `state` is single-use (kept in the session, deleted when checked); the allow-list is
  *   checked at sign-in with the member's own token, and the sign-in is bound to GitHub's
  *   account id. Every request of a signed-in user asks the membership check
- *   (src/identity/membership.ts), which asks GitHub again every SANDGATE_AUTH_RECHECK_SEC
+ *   (src/auth/membership.ts), which asks GitHub again every SANDGATE_AUTH_RECHECK_SEC
  *   and ends every session of a member GitHub no longer lists.
- * - Without a GitHub app, a one-time link (src/web/login-links.ts) signs in the local
+ * - Without a GitHub app, a one-time link (src/auth/login-links.ts) signs in the local
  *   user; opening the link shows a button, so a link preview cannot use it up.
  * - Every state-changing request carries the session's CSRF token (csrf-sync): the
  *   x-csrf-token header (htmx sends it on every request) or a `_csrf` form field.
@@ -22,13 +22,13 @@ import { Passport } from 'passport';
 import { Strategy as GitHubStrategy, type Profile } from 'passport-github2';
 import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
-import { membershipFor, webSecrets, type Membership } from '../../identity/membership.js';
+import { membershipFor, webSecrets, type Membership } from '../../auth/membership.js';
 import type { Db } from '../../store/store.js';
-import { getUser, recordSignIn, type User } from '../../store/users.js';
-import { githubEndpoints } from '../../web/github.js';
-import { consumeLoginLink, loginLinkUsable } from '../../web/login-links.js';
-import { ANONYMOUS_CHECK_EVERY, deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../web/sessions.js';
-import { renderPage } from './render.js';
+import { getUser, recordSignIn, type User } from '../../accounts/accounts.js';
+import { githubEndpoints } from '../../auth/github.js';
+import { consumeLoginLink, loginLinkUsable } from '../../auth/login-links.js';
+import { ANONYMOUS_CHECK_EVERY, deleteSession, deleteUserSessions, loadSession, MAX_ANONYMOUS_SESSIONS, purgeExpiredSessions, saveSession, touchSession } from '../../auth/sessions.js';
+import { renderPage } from '../render.js';
 
 declare module 'express-session' {
   interface SessionData {
@@ -103,7 +103,7 @@ export interface WebAuth {
   github: boolean;
   /** Ends every session of a user (signing out everywhere); the live channel is told by the caller. */
   endSessionsOf(userId: number): void;
-  /** Who may use the gateway now: shared with the bearer check of /mcp and /v1 (src/identity/membership.ts). */
+  /** Who may use the gateway now: shared with the bearer check of /mcp and /v1 (src/auth/membership.ts). */
   membership: Membership;
   close(): void;
 }
