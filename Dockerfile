@@ -8,6 +8,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm install --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY src ./src
+COPY host ./host
 COPY views ./views
 COPY static ./static
 COPY skills ./skills

@@ -2,6 +2,8 @@
 import fs from 'node:fs';
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
+import importX from 'eslint-plugin-import-x';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
 
 const pkg = JSON.parse(fs.readFileSync(new globalThis.URL('./package.json', import.meta.url), 'utf8'));
 /** Packages only tests, benches and the build may use. */
@@ -13,8 +15,37 @@ const shippedPatterns = [
   { regex: `^(${devOnly.map(escape).join('|')})(/.*)?$`, message: 'a dev dependency: src/ may use only "dependencies".' },
 ];
 
+/**
+ * The layers of src/, lowest first (docs/architecture.md says what each holds). A file
+ * may import its own layer and the ones below it, never one above: the store knows no
+ * domain, a domain no page, a page not the composition. Type-only imports count too, so
+ * the picture holds for a reader and not only at run time.
+ */
+const LAYERS = [
+  ['src/{errors,reasons,logger,dates,paths,bounded-json,text,config}.ts', 'src/host/**', 'src/secrets/**'],
+  ['src/store/**'],
+  ['src/accounts/**', 'src/tokens/**', 'src/limits/**'],
+  ['src/auth/**', 'src/audit/**', 'src/pii/**'],
+  ['src/sandboxes/**', 'src/skills/**'],
+  ['src/upstream/**', 'src/mcp/**', 'src/agent/**'],
+  ['src/users/**'],
+  ['src/http/**', 'src/web/**'],
+  ['src/{app,routes,gateway,main,migrations}.ts', 'src/cli/**'],
+];
+/** How import-x finds and reads our modules: TypeScript's resolution (".js" names the ".ts" file). */
+const importSettings = {
+  'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })],
+  'import-x/extensions': ['.ts', '.js', '.mjs'],
+  'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
+};
+const layerZones = LAYERS.slice(0, -1).map((target, i) => ({
+  target,
+  from: LAYERS.slice(i + 1).flat(),
+  message: `a lower layer imports a higher one (layer ${i} may import layers 0-${i} only; see LAYERS in eslint.config.js and docs/architecture.md).`,
+}));
+
 export default tseslint.config(
-  { ignores: ['node_modules/**', 'data/**', 'static/vendor/**', 'tools/**', 'sandbox/**', 'coverage/**', '.scratch/**', '.*.mts'] },
+  { ignores: ['node_modules/**', 'data/**', 'test/fixtures/import-cycle/**', 'static/vendor/**', 'tools/**', 'sandbox/**', 'coverage/**', '.scratch/**', '.*.mts'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {
@@ -38,10 +69,10 @@ export default tseslint.config(
     },
   },
   {
-    // Domain modules never see HTTP: only the app, the gateway's composition, main,
+    // Domain modules never see HTTP: only the app, the route table, the gateway's composition, main,
     // src/http/ (the endpoints), src/auth/ (sign-in and bearer middleware) and src/web/ (the pages).
     files: ['src/**/*.ts'],
-    ignores: ['src/**/*.test.ts', 'src/app.ts', 'src/gateway.ts', 'src/main.ts', 'src/http/**', 'src/auth/**', 'src/web/**'],
+    ignores: ['src/**/*.test.ts', 'src/app.ts', 'src/routes.ts', 'src/gateway.ts', 'src/main.ts', 'src/http/**', 'src/auth/**', 'src/web/**'],
     rules: {
       '@typescript-eslint/no-restricted-imports': [
         'error',
@@ -51,6 +82,21 @@ export default tseslint.config(
         },
       ],
     },
+  },
+  {
+    // No import circle anywhere (type-only imports excepted: they vanish at run time).
+    files: ['src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts'],
+    plugins: { 'import-x': importX },
+    settings: importSettings,
+    rules: { 'import-x/no-cycle': ['error', { ignoreExternal: true }] },
+  },
+  {
+    // Lower layers never import higher ones (tests may reach across to set things up).
+    files: ['src/**/*.ts'],
+    ignores: ['src/**/*.test.ts'],
+    plugins: { 'import-x': importX },
+    settings: importSettings,
+    rules: { 'import-x/no-restricted-paths': ['error', { zones: layerZones }] },
   },
   {
     // The page script runs in browsers.

@@ -3,7 +3,8 @@
 #   base:  debootstrap --variant=minbase <codename> from the machine's own apt mirror,
 #          then sandbox/provision.sh inside it (Debian's python3 data stack, user 1000),
 #          imported as sandgate/sandbox-base:<hash of packages.txt + provision.sh>;
-#   image: sandbox/Dockerfile on top of that base (Deno from npm, the runner),
+#   image: sandbox/Dockerfile on top of that base (Deno from npm, the runner: sandbox/runner
+#          without its tests),
 #          tagged sandgate/sandbox:<hash of everything that goes in> and :latest.
 # Each step is skipped when an image with its content hash exists, so an unchanged
 # image is never rebuilt and a runner change rebuilds only the thin top layer.
@@ -29,7 +30,7 @@ image_hash=$( {
   echo "$base_hash"
   cat "$root/sandbox/Dockerfile"
   "$DENO_BIN" --version | head -n1
-  (cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -name 'test_*' -print0 | sort -z | xargs -0 sha256sum)
+  (cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -path 'sandbox/runner/tests/*' -print0 | sort -z | xargs -0 sha256sum)
 } | hash_of)
 BASE_TAG="sandgate/sandbox-base:$base_hash"
 IMAGE_TAG="$REPO:$image_hash"
@@ -87,7 +88,7 @@ log "[4/4] adding Deno and the runner: $IMAGE_TAG [$(elapsed)]"
 ctx=$(mktemp -d /var/tmp/sandgate-ctx.XXXXXX)
 mkdir -p "$ctx/sandbox" "$ctx/node_modules/@deno/linux-x64-glibc"
 cp "$root/sandbox/packages.txt" "$root/sandbox/provision.sh" "$root/sandbox/Dockerfile" "$ctx/sandbox/"
-(cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -name 'test_*' -print0 | xargs -0 cp --parents -t "$ctx")
+(cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -path 'sandbox/runner/tests/*' -print0 | xargs -0 cp --parents -t "$ctx")
 cp "$DENO_BIN" "$ctx/node_modules/@deno/linux-x64-glibc/deno"
 if ! DOCKER_BUILDKIT=0 docker build -q -f "$ctx/sandbox/Dockerfile" \
   --build-arg "BASE=$BASE_TAG" --build-arg PROVISIONED=1 \

@@ -53,7 +53,7 @@ case "$cmd" in
     log "lint"
     npx eslint --max-warnings=0 .
     log "runner unit tests (python)"
-    SANDGATE_DENO="$root/node_modules/@deno/linux-x64-glibc/deno" python3 -m unittest discover -s sandbox/runner -p 'test_*.py'
+    SANDGATE_DENO="$root/node_modules/@deno/linux-x64-glibc/deno" python3 -m unittest discover -s sandbox/runner/tests -p 'test_*.py'
     log "tests (vitest)"
     npx vitest run "$@"
     log "all tests passed in $(( $(date +%s) - t0 ))s"

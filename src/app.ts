@@ -1,15 +1,19 @@
 /**
- * createApp(deps) composes the gateway from its parts and returns the Express app.
- * It never listens (main.ts does), so tests drive it with supertest and no port.
+ * createApp(deps) composes the gateway from its parts and returns the Express app: the
+ * request context first, then the route table (src/routes.ts), then the answers for what
+ * no route answered and for every error. It never listens (main.ts does), so tests drive
+ * it with supertest and no port.
  */
 import express from 'express';
 import type { Config } from './config.js';
 import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
-import { healthRoutes, type ReadinessCheck } from './http/health.js';
+import type { ReadinessCheck } from './http/health.js';
+import type { OpenAiApi } from './http/openai-api.js';
 import { errorHandler, notFound } from './http/errors.js';
 import { requestContext } from './http/request-context.js';
-import { staticRoutes } from './http/static.js';
+import { routes } from './routes.js';
+import type { WebApp } from './web/index.js';
 
 export interface AppDeps {
   config: Config;
@@ -17,10 +21,13 @@ export interface AppDeps {
   logger: Logger;
   /** Extra /readyz checks (Docker, runsc preflight, image); keyed by name. */
   readiness?: Record<string, ReadinessCheck>;
-  /**
-   * Mounts more routes (MCP endpoint, pages) onto the app, ahead of the built-in ones:
-   * an MCP call then meets no other route first.
-   */
+  /** The /mcp endpoint (src/http/mcp-endpoint.ts); none: no /mcp. */
+  mcp?: express.RequestHandler;
+  /** The /v1 API (src/http/openai-api.ts); none: no /v1. */
+  v1?: OpenAiApi;
+  /** The web app (src/web/index.ts); none: no pages. */
+  web?: WebApp;
+  /** Routes of a test's own, mounted ahead of the route table. */
   mount?: (app: express.Express) => void;
 }
 
@@ -31,8 +38,7 @@ export function createApp(deps: AppDeps): express.Express {
   // First, so that everything a request starts can be traced back to it.
   app.use(requestContext());
   deps.mount?.(app);
-  app.use(healthRoutes(deps.store, deps.readiness ?? {}));
-  app.use(staticRoutes());
+  routes(app, deps);
   app.use(notFound());
   app.use(errorHandler(deps.logger));
   return app;

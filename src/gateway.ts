@@ -157,11 +157,9 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     store,
     logger,
     readiness: { docker: quickCheck('docker'), image: quickCheck('image'), runtime: runtimeReadiness },
-    mount: (a) => {
-      a.use(mcpRouter({ ...tools, rateLimiter }));
-      a.use(openAiApi({ config, db: store.db, logger, agent, rateLimiter }));
-      a.use(web.router);
-    },
+    mcp: mcpRouter({ ...tools, rateLimiter }),
+    v1: openAiApi({ config, db: store.db, logger, agent, rateLimiter }),
+    web,
   });
 
   let purge: NodeJS.Timeout | undefined;

@@ -8,8 +8,7 @@ import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from '.
 import { auditCallersMigration, auditMigration } from './audit/schema.js';
 import { piiBatchesMigration, piiMigration } from './pii/schema.js';
 import { tokensActiveIndexMigration, tokensMigration } from './tokens/schema.js';
-import { UPSTREAM_IDENTITIES_MIGRATION } from './upstream/identities.js';
-import { UPSTREAM_MIGRATION } from './upstream/schema.js';
+import { UPSTREAM_IDENTITIES_MIGRATION, UPSTREAM_MIGRATION } from './upstream/schema.js';
 import type { Migration } from './store/migrations.js';
 import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
 import { anonymousSessionsMigration, webMigration } from './auth/schema.js';

@@ -18,7 +18,7 @@ export const VIEWS_DIR = path.join(REPO_ROOT, 'views');
 /** CSS, icons and vendored client scripts, served at /static. */
 export const STATIC_DIR = path.join(REPO_ROOT, 'static');
 /** The confined helper through which the gateway reaches a workspace. */
-export const WORKSPACE_HELPER = path.join(REPO_ROOT, 'src/sandboxes/workspace_helper.py');
+export const WORKSPACE_HELPER = path.join(REPO_ROOT, 'host/workspace_helper.py');
 /** The launcher of stdio upstream servers, and what it preloads into Node servers. */
-export const UPSTREAM_LAUNCHER = path.join(REPO_ROOT, 'src/upstream/launcher.py');
+export const UPSTREAM_LAUNCHER = path.join(REPO_ROOT, 'host/upstream_launcher.py');
 export const UPSTREAM_PROXY_PRELOAD = path.join(REPO_ROOT, 'src/upstream/proxy-preload.cjs');

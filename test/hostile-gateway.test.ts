@@ -267,7 +267,7 @@ time.sleep(0.5)`,
     // The runner is the container's init: the detached ones became its children, and it reaped them.
     const orphans = (await run(mallory, 'bash', "ps -eo stat=,ppid= | awk '$1 ~ /^Z/ && $2 == 1' | wc -l")).text;
     expect(orphans, 'dead orphans left unreaped').toMatch(/^0$/m);
-    expect((await run(mallory, 'bash', 'ps -o pid=,args= -p 1')).text).toMatch(/^\s*1 .*python3.*sandgate_boot/m);
+    expect((await run(mallory, 'bash', 'ps -o pid=,args= -p 1')).text).toMatch(/^\s*1 .*python3.*sandgate_runner\.boot/m);
     const beat1 = (await run(mallory, 'bash', 'sleep 0.3; cat heartbeat')).text.split('\n')[0];
     const beat2 = (await run(mallory, 'bash', 'sleep 0.3; cat heartbeat')).text.split('\n')[0];
     expect(beat2, 'the zombie-led process was still writing').toBe(beat1);

@@ -18,6 +18,7 @@ import { openStore } from '../src/store/store.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { ProviderKeys } from '../src/agent/provider-keys.js';
 import { consumeLoginLink } from '../src/auth/login-links.js';
+import { loadSession, saveSession } from '../src/auth/sessions.js';
 
 let h: Harness;
 
@@ -167,6 +168,31 @@ describe('sandgate provider-keys', () => {
     expect((await cli('provider-keys', 'set', '--user', 'pia', '--provider', 'mistral')).code).toBe(2);
     expect((await cli('provider-keys', 'delete', '--user', 'pia', '--provider', 'openai')).out).toBe('Deleted pia’s openai key.');
     expect((await cli('provider-keys', 'list', '--user', 'pia')).out).toBe('pia has no provider keys.');
+  });
+});
+
+describe('sandgate users disable / enable', () => {
+  it('disables a user as the admin page does (sessions ended, tokens refused, sandbox stopped, nothing deleted) and enables them again', async () => {
+    await cli('users', 'add', 'dora');
+    const token = (await cli('tokens', 'create', '--user', 'dora', '--name', 'laptop')).out;
+    const dora = h.user('dora');
+    await h.manager.execute(dora, { language: 'python', code: 'open("kept.txt", "w").write("kept")' });
+    saveSession(h.store.db, 'dora-browser', '{}', dora.userId, Date.now() + 3_600_000);
+
+    const off = await cli('users', 'disable', 'dora');
+    expect(off).toMatchObject({ code: 0, out: 'Disabled dora: their sessions ended, their tokens and sign-ins are refused, and 1 sandbox container(s) of theirs stopped. Nothing of theirs was deleted.' });
+    // What it cannot reach from outside the gateway, it says.
+    expect(off.err).toMatch(/pages they have open at its next membership check.*chat turn/);
+    expect(findUser(h.store.db, 'dora')?.disabledAt).toEqual(expect.any(Number));
+    expect(loadSession(h.store.db, 'dora-browser')).toBeUndefined();
+    expect(verifyToken(h.store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
+    expect((await cli('sandboxes', 'list')).out).not.toMatch(/dora/);
+
+    expect((await cli('users', 'enable', 'dora')).out).toBe('dora is enabled again.');
+    expect((await cli('users', 'enable', 'dora')).out).toBe('dora is not disabled.');
+    expect(verifyToken(h.store.db, token)).toMatchObject({ ok: true });
+    expect((await h.manager.execute(dora, { language: 'bash', code: 'cat kept.txt' })).stdout).toBe('kept');
+    expect((await cli('users', 'disable', 'nobody')).code).toBe(1);
   });
 });
 

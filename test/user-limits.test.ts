@@ -201,7 +201,7 @@ describe('token expiries', () => {
     for (const expires of [absurd, '6y', '99999-01-01']) {
       const r = await web.post('/tokens', { name: 'forever', expires });
       expect(r.status, expires).toBe(400);
-      expect(await r.text()).toMatch(/is too far ahead: a token may expire at most 5 years ahead; for a token that never expires, choose &#34;never&#34;/);
+      expect(await r.text()).toMatch(/is too far ahead: a token may expire at most 5 years ahead; for a token that never expires, choose &quot;never&quot;/);
     }
     expect(listTokens(db, { userId: eve.id })).toEqual([]);
     expect((await web.get('/tokens')).status).toBe(200);

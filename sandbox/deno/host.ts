@@ -1,11 +1,11 @@
 /**
  * The Deno host: one long-lived Deno process per sandbox that runs TypeScript and
  * JavaScript executions without starting a process for each (a Deno start costs ~130 ms
- * under gVisor). The runner starts it (runner_hosts.py) as the sandbox user with the
- * user's permission ceiling as its own permissions, and speaks to it in JSON lines over
- * one Unix socket connection, to a name it writes to this process's stdin with a key
- * that this process sends first (see runner_hosts.py). stdout and stderr are the user's
- * output.
+ * under gVisor). The runner starts it (sandbox/runner/sandgate_runner/parent/deno_host.py)
+ * as the sandbox user with the user's permission ceiling as its own permissions, and
+ * speaks to it in JSON lines over one Unix socket connection, to a name it writes to this
+ * process's stdin with a key that this process sends first (see deno_host.py). stdout
+ * and stderr are the user's output.
  *
  * Each execution runs as a module in a worker whose permissions are exactly that
  * execution's (the ceiling narrowed by the request): Deno enforces them per worker, and

@@ -11,12 +11,9 @@
  * declares. The log stays free of personal data whatever its callers pass.
  */
 import type { Statement } from 'better-sqlite3';
-import { SANDBOX_ERROR_REASONS } from '../sandboxes/errors.js';
-import { WORKSPACE_ERROR_CODES } from '../sandboxes/workspace.js';
 import type { Caller, ViaKind } from '../auth/caller.js';
+import { SANDBOX_ERROR_REASONS, TOKEN_FAILURES, UPSTREAM_ERROR_REASONS, WORKSPACE_ERROR_CODES } from '../reasons.js';
 import type { Db } from '../store/store.js';
-import { TOKEN_FAILURES } from '../tokens/tokens.js';
-import { UPSTREAM_ERROR_REASONS } from '../upstream/errors.js';
 
 /** Which door: the MCP tools (over HTTP or in process), an upstream call, a web page's action, the agent's own, an admin's. */
 export type AuditKind = 'mcp' | 'upstream' | 'web' | 'agent' | 'admin';

@@ -7,7 +7,6 @@
  * - `session`: a person signed in to the web app in a browser;
  * - `agent`: one conversation of the built-in agent, acting for its user.
  */
-import type { SandboxOwner } from '../sandboxes/types.js';
 import type { User } from '../accounts/accounts.js';
 
 export type Via =
@@ -23,8 +22,8 @@ export interface Caller {
   via: Via;
 }
 
-/** The caller as the sandbox manager knows users. */
-export function ownerOf(caller: Caller): SandboxOwner {
+/** The caller as the sandbox manager knows users (its SandboxOwner). */
+export function ownerOf(caller: Caller): { userId: number; name: string } {
   return { userId: caller.user.id, name: caller.user.name };
 }
 

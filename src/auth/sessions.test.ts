@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type session from 'express-session';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { StoreSessions } from '../web/sign-in/routes.js';
+import { StoreSessions } from './session-middleware.js';
 import { openStore, type Store } from '../store/store.js';
 import { MIGRATIONS } from '../migrations.js';
 import { ensureUser } from '../accounts/accounts.js';

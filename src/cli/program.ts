@@ -15,6 +15,8 @@ import { ensureUser, findUser, listUsers, type User } from '../accounts/accounts
 import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
+import { deleteUserSessions } from '../auth/sessions.js';
+import { disableUser, enableUser } from '../users/users.js';
 import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
 
@@ -109,6 +111,30 @@ export function buildProgram(ctx: CliContext): Command {
       const link = createLoginLink(db(), u.id, now());
       ctx.out(`${ctx.publicUrl.replace(/\/$/, '')}/login/link/${link.secret}`);
       ctx.err(`Signs in as ${u.name}, once, until ${iso(link.expiresAt)}.`);
+    });
+
+  users
+    .command('disable')
+    .description('Disable a user: their sessions end, their tokens and sign-ins are refused and their sandbox stops; nothing of theirs is deleted')
+    .argument('<name>', 'login name')
+    .action(async (name: string) => {
+      const u = requireUser(db(), name);
+      // The same use-case as the admin page's, with what this process reaches: the store and the sandbox containers.
+      let stopped = 0;
+      const sandboxes = { stopUser: async () => (stopped = await stopUserSandbox(ctx.driver(), db(), u)) };
+      await disableUser({ db: db(), sessions: { endSessionsOf: (id) => deleteUserSessions(db(), id) }, sandboxes }, u);
+      ctx.out(`Disabled ${u.name}: their sessions ended, their tokens and sign-ins are refused${stopped ? `, and ${stopped} sandbox container(s) of theirs stopped` : ''}. Nothing of theirs was deleted.`);
+      ctx.err('A running gateway closes the pages they have open at its next membership check (within 30 s); a chat turn of theirs running there now goes on to its end.');
+    });
+  users
+    .command('enable')
+    .description('Let a disabled user in again (their tokens work again; they sign in afresh)')
+    .argument('<name>', 'login name')
+    .action((name: string) => {
+      const u = requireUser(db(), name);
+      if (u.disabledAt === null) return ctx.out(`${u.name} is not disabled.`);
+      enableUser({ db: db() }, u);
+      ctx.out(`${u.name} is enabled again.`);
     });
 
   // ---------------------------------------------------------------- tokens

@@ -41,7 +41,7 @@ describe('the HTTP boundary of the error tree', () => {
     expect([json.status, json.body]).toEqual([503, { error: 'the sandbox service is unavailable' }]);
     const html = await request(app()).get('/denied').set(page);
     expect(html.status).toBe(403);
-    expect(html.text).toContain('Requires read access to &#34;/etc&#34;');
+    expect(html.text).toContain('Requires read access to &quot;/etc&quot;');
   });
 
   it('anything else is a 500 that says nothing about the host', async () => {

@@ -1,22 +1,20 @@
 /**
  * The HTTP boundary of the error tree (src/errors.ts): one handler for every route's
- * errors and one for paths nothing answered. A browser asking for a page gets a page; an
- * API client (the MCP endpoint, the health checks, anything asking for JSON) gets
- * `{"error": message}`. A GatewayError's own status and message are used; anything else
- * is an internal error: logged with its stack, answered 500 without detail. Express 5
- * brings a route's rejected promise here as it does a thrown error.
+ * errors and one for paths nothing answered. A browser asking for a page gets a page of
+ * the site (views/web/error.eta, in the site layout, with a way back); an htmx request
+ * gets the notice it swaps into the page; an API client (the MCP endpoint, /v1, the health
+ * checks, anything asking for JSON) gets `{"error": message}`. A GatewayError's own status
+ * and message are used; anything else is an internal error: logged with its stack,
+ * answered 500 without detail. Express 5 brings a route's rejected promise here as it
+ * does a thrown error.
  */
-import fs from 'node:fs';
-import path from 'node:path';
 import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { VIEWS_DIR } from '../paths.js';
+import { renderPartial, securityHeaders } from '../web/render.js';
 
 const API_PATHS = /^\/(mcp|v1|api|healthz|readyz)(\/|$)/i;
 const TITLES: Record<number, string> = { 400: 'Bad request', 401: 'Sign-in needed', 403: 'Not allowed', 404: 'Not found', 413: 'Too large', 429: 'Too many requests', 507: 'Workspace full' };
-
-const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
 /** Whether the request is a browser's for a page (not an API call). */
 export function wantsPage(req: Request): boolean {
@@ -24,17 +22,48 @@ export function wantsPage(req: Request): boolean {
   return req.accepts(['json', 'html']) === 'html';
 }
 
-let template: string | undefined;
-function page(status: number, message: string): string {
-  template ??= fs.readFileSync(path.join(VIEWS_DIR, 'errors/error.html'), 'utf8');
+/** The page this one was reached from, when it is one of ours (its path only): the way back. */
+function previousPage(req: Request): string | undefined {
+  const referer = req.get('Referer');
+  if (!referer) return undefined;
+  try {
+    const from = new URL(referer);
+    if (from.host !== req.get('Host') || (from.protocol !== 'http:' && from.protocol !== 'https:')) return undefined;
+    const back = from.pathname + from.search;
+    return back === req.originalUrl ? undefined : back;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Answers with the site's error page: its title for the status, the message, and a way back. */
+export function sendErrorPage(req: Request, res: Response, status: number, message: string): void {
   const title = TITLES[status] ?? (status >= 500 ? 'Something went wrong' : 'Cannot do that');
-  return template.replaceAll('{{title}}', escapeHtml(title)).replaceAll('{{message}}', escapeHtml(message));
+  // A page of the site, so the site's page headers; no session is opened for it (no form, no sign-out).
+  securityHeaders(req, res, () => {});
+  res
+    .status(status)
+    .set('Cache-Control', 'no-store')
+    .type('html')
+    .send(renderPartial('error', { title, status, message, previous: previousPage(req), csrf: '' }));
+}
+
+/**
+ * A page refused to its visitor (not signed in as needed, not an admin): the error page
+ * for a browser's page request, else the plain text such refusals have always answered
+ * (htmx shows it where it puts errors; a script reads it as it is).
+ */
+export function sendRefusal(req: Request, res: Response, status: number, message: string): void {
+  // The JSON under a page's /api (the admin's, for scripts) answers as it always has.
+  const api = /\/api(\/|$)/i.test(req.baseUrl + req.path);
+  if (!req.get('HX-Request') && !api && wantsPage(req)) return sendErrorPage(req, res, status, message);
+  res.status(status).type('text').send(message);
 }
 
 function send(req: Request, res: Response, status: number, message: string): void {
   // An htmx request swaps the answer into the page: a notice, not a whole page.
-  if (req.get('HX-Request')) return void res.status(status).type('html').send(`<div class="notice error" role="alert">${escapeHtml(message)}</div>`);
-  if (wantsPage(req)) res.status(status).type('html').send(page(status, message));
+  if (req.get('HX-Request')) return void res.status(status).type('html').send(renderPartial('notice', { message, error: true }));
+  if (wantsPage(req)) sendErrorPage(req, res, status, message);
   else res.status(status).json({ error: message });
 }
 

@@ -131,12 +131,29 @@ function agentHistory(messages: readonly { role: string; text: string }[]): Clie
 
 const FINISH: Record<string, 'stop' | 'length'> = { complete: 'stop', cancelled: 'stop', failed: 'stop', max_rounds: 'length', token_budget: 'length', context_full: 'length' };
 
-export function openAiApi(deps: OpenAiApiDeps): express.Router {
+/** The API's handlers and the checks before them, placed by the route table (src/routes.ts). */
+export interface OpenAiApi {
+  /** Host and Origin, then the bearer token (refused in OpenAI's shape). */
+  checks: RequestHandler[];
+  /** One request from the user's budget; before the body is parsed, so a refused request costs no 8 MB parse. */
+  rateLimit: RequestHandler;
+  /** The JSON body, up to MAX_BODY. */
+  body: RequestHandler;
+  /** GET /v1/models */
+  models: RequestHandler;
+  /** POST /v1/chat/completions */
+  completions: RequestHandler;
+  /** Any other path under /v1: a 404 in OpenAI's shape. */
+  unknownRoute: RequestHandler;
+  /** Bodies that are not JSON and failures under /v1/, in OpenAI's shape (other paths' errors pass on). */
+  errors: ErrorRequestHandler;
+}
+
+export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
   const { agent } = deps;
   const log = deps.logger.child({ module: 'openai-api' });
   const limiter = deps.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
   const digests = new HistoryDigests(deps.config.dataDir);
-  const router = express.Router();
   const checks = [...hostAndOriginValidation(deps.config), bearerAuth(deps, { refuse, auditKind: 'agent', what: 'API' })];
 
   // Before the body is parsed: a refused request costs no 8 MB parse.
@@ -148,12 +165,12 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
     sendError(res, 429, budgetSpentMessage(limiter, caller.user.name, d), 'rate_limit_error', 'rate_limit_exceeded');
   };
 
-  router.get('/v1/models', ...checks, rateLimit, (req, res) => {
+  const models: RequestHandler = (req, res) => {
     const caller = callerOf(req);
     res.json({ object: 'list', data: agent.catalog.availableTo(caller.user.id).map((c) => ({ id: c.id, object: 'model', created: 0, owned_by: 'sandgate' })) });
-  });
+  };
 
-  router.post('/v1/chat/completions', ...checks, rateLimit, express.json({ limit: MAX_BODY }), async (req: Request, res: Response) => {
+  const completions: RequestHandler = async (req: Request, res: Response) => {
     const started = performance.now();
     const token = callerOf(req);
     const user = token.user;
@@ -301,10 +318,10 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
       choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: FINISH[outcome.reason] ?? 'stop' }],
       usage: { prompt_tokens: outcome.usage.inputTokens, completion_tokens: outcome.usage.outputTokens, total_tokens: outcome.usage.inputTokens + outcome.usage.outputTokens },
     });
-  });
+  };
 
   // Anything else under /v1, and bodies that are not JSON, in OpenAI's shape too.
-  router.all('/v1/{*rest}', (req, res) => sendError(res, 404, `Unknown API route ${req.method} ${req.path}: this gateway serves GET /v1/models and POST /v1/chat/completions.`, 'not_found_error', 'unknown_route'));
+  const unknownRoute: RequestHandler = (req, res) => sendError(res, 404, `Unknown API route ${req.method} ${req.path}: this gateway serves GET /v1/models and POST /v1/chat/completions.`, 'not_found_error', 'unknown_route');
   const badBody: ErrorRequestHandler = (err: { type?: string; status?: number }, req, res, next) => {
     if (!req.path.startsWith('/v1/')) return next(err);
     if (err.type === 'entity.parse.failed') return sendError(res, 400, 'The body is not valid JSON.', 'invalid_request_error', 'invalid_json');
@@ -313,6 +330,5 @@ export function openAiApi(deps: OpenAiApiDeps): express.Router {
     if (res.headersSent) return void res.end();
     sendError(res, 500, 'The gateway failed to answer this request; its log says why.', 'server_error', 'internal');
   };
-  router.use(badBody);
-  return router;
+  return { checks, rateLimit, body: express.json({ limit: MAX_BODY }), models, completions, unknownRoute, errors: badBody };
 }

@@ -12,7 +12,7 @@
 import type { CallToolResult, ResourceLink } from '@modelcontextprotocol/server';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
-import type { SandboxManager } from '../sandboxes/manager.js';
+import type { SandboxExecution } from '../sandboxes/execution.js';
 import { GatewayError } from '../errors.js';
 import { SandboxError } from '../sandboxes/errors.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
@@ -26,7 +26,7 @@ import { encodePathSegment } from './uri-path.js';
 import type { SkillsDir } from '../skills/skills.js';
 
 /** The slice of the sandbox manager the MCP tools use. */
-export type SandboxAccess = Pick<SandboxManager, 'execute' | 'openWorkspace' | 'ceiling'>;
+export type SandboxAccess = Pick<SandboxExecution, 'execute' | 'openWorkspace' | 'ceiling'>;
 
 /** Process-wide parts, shared by every request. */
 export interface McpDeps {

@@ -83,7 +83,7 @@ export class DockerDriver implements SandboxDriver {
     return {
       name,
       Image: o.image,
-      // The runner; it starts every user process as uid 1000 (runner.py, SANDBOX_UID).
+      // The runner; it starts every user process as uid 1000 (sandgate_runner/parent/settings.py, SANDBOX_UID).
       User: '0:0',
       WorkingDir: '/workspace',
       // Only what the runner needs to know of the ceiling: its Deno flags (no secret, no host

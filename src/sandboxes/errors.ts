@@ -5,8 +5,8 @@
  */
 import { GatewayError } from '../errors.js';
 
-export const SANDBOX_ERROR_REASONS = ['image_missing', 'runtime_missing', 'docker_unreachable', 'start_failed', 'runner_died', 'busy', 'invalid_request'] as const;
-export type SandboxErrorReason = (typeof SANDBOX_ERROR_REASONS)[number];
+import type { SandboxErrorReason } from '../reasons.js';
+export { SANDBOX_ERROR_REASONS, type SandboxErrorReason } from '../reasons.js';
 
 const SANDBOX_STATUS: Record<SandboxErrorReason, number> = {
   image_missing: 503,

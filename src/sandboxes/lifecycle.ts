@@ -1,20 +1,257 @@
 /**
- * When a user's sandbox is stopped without being asked: idle past `idleTimeoutSec`, or
- * older than `maxLifetimeSec` (replaced at its next idle moment). Never while a run is in
- * it or waiting for it.
+ * A sandbox's life from the gateway's side: started for a user on first use (taken from
+ * the warm pool when possible), adopted after a gateway restart, replaced when its user's
+ * permission ceiling changes or it dies, stopped by the reaper when idle or old, and left
+ * running (or stopped) at shutdown. Also what happens while dockerd is away: sandboxes
+ * that died meanwhile are removed when it answers again, and the pool refills.
+ *
+ * A sandbox that dies (OOM, a fork bomb, `stop`) is replaced on the next execution; the
+ * workspace lives on the host and is never lost with it.
  */
-import type { Config } from '../config.js';
-import type { UserSandbox } from './live.js';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
+import { recordSandboxStarted } from './records.js';
+import { claimWorkspace, getUser } from '../accounts/accounts.js';
+import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
+import { routeCalls } from './calls.js';
+import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
+import { forgetCgroup } from './cgroup.js';
+import { SandboxError } from './errors.js';
+import type { Held, PartDeps } from './held.js';
+import type { Idle } from './idle.js';
+import type { Live, UserSandbox } from './live.js';
+import type { Permissions } from './permissions.js';
+import { denoRunFlags } from './run.js';
+import { RunQueue } from './run-queue.js';
+import { reapIntervalMs, stopReason, type Stops } from './stops.js';
+import type { BridgeHandler, SandboxOwner } from './types.js';
+import { recordUse, type ExecutionLog } from './usage.js';
+import { WarmPool } from './warm-pool.js';
 
-/** Why `sb` should stop now, or undefined to keep it. */
-export function stopReason(sb: UserSandbox, config: Config, now = Date.now()): string | undefined {
-  if (sb.running > 0 || sb.queue.waiting > 0) return undefined;
-  if (now - sb.lastActivity > config.idleTimeoutSec * 1000) return 'idle';
-  if (now - sb.startedAt > config.maxLifetimeSec * 1000) return 'maximum lifetime reached';
-  return undefined;
+/** What the gateway (and tests) drive: start, the pool, the reaper, shutdown. */
+export interface SandboxLifecycle {
+  /** Adopts or removes containers left by an earlier run, then fills the pool and starts the reaper. */
+  init(opts?: { reapIntervalMs?: number }): Promise<void>;
+  /** Where calls from code to the gateway's tools go. */
+  setBridgeHandler(handler: BridgeHandler): void;
+  /** Stops idle sandboxes and replaces old ones; never touches a running execution. */
+  reap(now?: number): Promise<void>;
+  /** Starts pooled sandboxes in the background until the pool is full. */
+  fillPool(): void;
+  /** Resolves once the pool is full (for tests and benchmarks). */
+  poolReady(timeoutMs?: number): Promise<void>;
+  readonly poolSize: number;
+  /**
+   * Stops the reaper and the pool. User sandboxes keep running for the next gateway to
+   * adopt, with their workspaces mounted, unless `stopAll` (tests, or an operator who
+   * wants a clean host); every other workspace is unmounted. `releaseVolumes` unmounts
+   * them all. `detachOnly` leaves even the pool running and every mount in place, as a
+   * crash would (for tests of adoption).
+   */
+  shutdown(opts?: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean }): Promise<void>;
 }
 
-/** How often the reaper looks: often enough to stop an idle sandbox within a quarter of the timeout. */
-export function reapIntervalMs(config: Config): number {
-  return Math.min(30_000, (config.idleTimeoutSec * 1000) / 4);
+export class Lifecycle implements SandboxLifecycle {
+  readonly pool: WarmPool;
+  private unwatch?: () => void;
+  private reaper?: NodeJS.Timeout;
+
+  constructor(private readonly deps: PartDeps & { held: Held; idle: Idle; stops: Stops; executions: ExecutionLog }) {
+    const { config, driver, volumes, idle } = deps;
+    this.pool = new WarmPool({
+      size: config.warmPoolSize,
+      preload: config.warmPoolPreload.split(',').map((m) => m.trim()).filter(Boolean),
+      start: () => this.startLive(undefined, volumes.newId(), defaultCeiling(config)),
+      discard: async (live) => {
+        idle.wake(live);
+        await driver.stop(live.handle.id);
+        forgetCgroup(live.handle.id);
+        await volumes.destroy(live.workspaceId);
+      },
+      rested: (live) => idle.rest(live),
+      taken: (live) => idle.wake(live),
+      log: deps.log,
+    });
+  }
+
+  async init(opts: { reapIntervalMs?: number } = {}): Promise<void> {
+    const { driver, db, volumes, log, config } = this.deps;
+    await adoptOrRemove({ driver, db, volumes, log }, (user, handle, c) => {
+      const owner = { userId: user.id, name: user.name };
+      const ceiling = ceilingOf(db, config, owner);
+      this.keep({
+        owner,
+        handle,
+        workspaceId: user.workspaceId!,
+        toolsDir: path.join(this.deps.toolsMountsDir, user.workspaceId!),
+        startedAt: c.createdAt,
+        lastActivity: Date.now(),
+        workspaceWritable: workspaceWritable(ceiling),
+        ceilingKey: ceilingKey(ceiling),
+        hostWrote: true,
+        queue: new RunQueue(),
+        running: 0,
+      });
+    });
+    this.reaper = setInterval(() => void this.reap().catch((e) => log.error({ err: e }, 'reaper failed')), opts.reapIntervalMs ?? reapIntervalMs(config));
+    this.reaper.unref();
+    this.deps.executions.start();
+    this.unwatch = driver.watch?.({ down: () => this.deps.idle.daemonDown(this.lives()), up: () => void this.daemonUp() });
+    this.pool.fill();
+  }
+
+  setBridgeHandler(handler: BridgeHandler): void {
+    this.deps.held.bridge = handler;
+  }
+
+  /** The owner's live sandbox, started (from the pool when possible) if needed. */
+  async sandboxFor(owner: SandboxOwner): Promise<UserSandbox> {
+    const { held, db, config } = this.deps;
+    const have = held.users.get(owner.userId);
+    if (have && !have.handle.exited && have.ceilingKey === ceilingKey(ceilingOf(db, config, owner))) return have;
+    if (have && !have.handle.exited) {
+      // The admin changed this user's ceiling: mounts must follow, so replace it when idle.
+      if (have.running === 0 && have.queue.waiting === 0) await this.deps.stops.stopSandbox(owner.userId, 'permission ceiling changed');
+      else return have;
+    }
+    let p = held.starting.get(owner.userId);
+    if (!p) {
+      p = this.startFor(owner).finally(() => held.starting.delete(owner.userId));
+      held.starting.set(owner.userId, p);
+    }
+    return p;
+  }
+
+  /** The owner's workspace id; with `create`, one is claimed if they have none yet. */
+  workspaceIdFor(owner: SandboxOwner, create: boolean): string | undefined {
+    const user = getUser(this.deps.db, owner.userId);
+    if (!user) throw new SandboxError(`unknown user ${owner.name}`, 'invalid_request');
+    if (user.workspaceId || !create) return user.workspaceId ?? undefined;
+    return claimWorkspace(this.deps.db, owner.userId, this.deps.volumes.newId());
+  }
+
+  fillPool(): void {
+    this.pool.fill();
+  }
+
+  poolReady(timeoutMs?: number): Promise<void> {
+    return this.pool.full(timeoutMs);
+  }
+
+  get poolSize(): number {
+    return this.pool.size;
+  }
+
+  async reap(now = Date.now()): Promise<void> {
+    for (const sb of [...this.deps.held.users.values()]) {
+      const reason = stopReason(sb, this.deps.config, now);
+      if (reason) await this.deps.stops.stopSandbox(sb.owner.userId, reason);
+    }
+    await this.pool.discardOlderThan(this.deps.config.maxLifetimeSec * 1000, now);
+  }
+
+  async shutdown(opts: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean } = {}): Promise<void> {
+    const { held, idle, volumes } = this.deps;
+    held.closed = true;
+    this.unwatch?.();
+    if (this.reaper) clearInterval(this.reaper);
+    this.deps.executions.stop();
+    for (const p of held.starting.values()) await p.catch(() => {});
+    await this.pool.close({ detachOnly: opts.detachOnly });
+    const running = new Set<string>();
+    for (const sb of [...held.users.values()]) {
+      recordUse(this.deps, sb, true);
+      if (opts.stopAll && !opts.detachOnly) {
+        await this.deps.stops.stopSandbox(sb.owner.userId, 'gateway shutdown');
+      } else {
+        // Left for the next gateway to adopt, thawed: docker stop and rm would hang on a frozen one.
+        if (!opts.detachOnly) idle.wake(sb);
+        else idle.stopTimers(sb);
+        sb.handle.detach();
+        running.add(sb.workspaceId);
+      }
+    }
+    held.users.clear();
+    this.deps.executions.flush();
+    if (opts.releaseVolumes) await volumes.releaseAll();
+    else if (!opts.detachOnly) await volumes.releaseAll(running);
+  }
+
+  /** Every sandbox this gateway holds: the users' and the pool's. */
+  private lives(): Live[] {
+    return [...this.deps.held.users.values(), ...this.pool.entries()];
+  }
+
+  /**
+   * dockerd answers again. Sandboxes that died meanwhile (dockerd stops containers when
+   * it stops) could not be removed then: this gateway's stopped containers go now, the
+   * pool refills, and idle sandboxes freeze again.
+   */
+  private async daemonUp(): Promise<void> {
+    if (!this.deps.idle.daemonUp(this.lives())) return;
+    const { driver, log } = this.deps;
+    const stopped = await driver.list().then(
+      (all) => all.filter((c) => (c.state === 'exited' || c.state === 'dead') && (c.labels[LABEL_ROLE] === 'user' || c.labels[LABEL_ROLE] === 'pool')),
+      (e: unknown) => (log.warn({ err: e }, 'could not list sandboxes after dockerd came back'), []),
+    );
+    for (const c of stopped) {
+      await removeLeftover(this.deps, c).catch((e: unknown) => log.warn({ err: e, container: c.id.slice(0, 12) }, 'could not remove a sandbox that stopped while dockerd was away'));
+    }
+    this.pool.fill();
+  }
+
+  private async startFor(owner: SandboxOwner): Promise<UserSandbox> {
+    const { db, config, log } = this.deps;
+    const ceiling = ceilingOf(db, config, owner);
+    const existing = this.workspaceIdFor(owner, false);
+    const poolable = !existing && ceilingKey(ceiling) === ceilingKey(defaultCeiling(config)) && workspaceWritable(ceiling);
+    let live = poolable ? this.pool.take() : undefined;
+    if (live) {
+      claimWorkspace(db, owner.userId, live.workspaceId);
+      await this.deps.prepareTools(live.toolsDir, owner);
+      log.info({ user: owner.name }, 'sandbox taken from the warm pool');
+    } else {
+      live = await this.startLive(owner, this.workspaceIdFor(owner, true)!, ceiling);
+    }
+    this.pool.fill();
+    const sb = this.keep({ ...live, owner, ceilingKey: ceilingKey(ceiling), queue: new RunQueue(), running: 0 });
+    recordSandboxStarted(db, owner.userId, sb.handle.id, sb.startedAt);
+    return sb;
+  }
+
+  /** Starts a container for a workspace; `owner` undefined makes a pooled one. */
+  private async startLive(owner: SandboxOwner | undefined, workspaceId: string, ceiling: Permissions): Promise<Live> {
+    const workspace = await this.deps.volumes.ensure(workspaceId);
+    const toolsDir = path.join(this.deps.toolsMountsDir, workspaceId);
+    await fsp.mkdir(toolsDir, { recursive: true });
+    await this.deps.prepareTools(toolsDir, owner);
+    const mounts = mountsFor(ceiling, { workspace, skills: this.deps.skillsDir, tools: toolsDir });
+    const handle = await this.deps.driver.start({
+      owner,
+      ...mounts,
+      denoCeiling: denoRunFlags(ceiling),
+      denoHostOnFirstUse: this.deps.config.denoHost === 'first-use',
+      labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool' },
+    });
+    const now = Date.now();
+    return { handle, workspaceId, toolsDir, startedAt: now, lastActivity: now, workspaceWritable: mounts.workspaceWritable, hostWrote: true };
+  }
+
+  /** Makes `sb` the owner's sandbox: its calls routed, its death noticed. */
+  private keep(sb: UserSandbox): UserSandbox {
+    const { held, idle, log } = this.deps;
+    held.users.set(sb.owner.userId, sb);
+    routeCalls(sb, () => held.bridge);
+    sb.handle.onExit((reason) => {
+      if (held.users.get(sb.owner.userId) !== sb) return;
+      recordUse(this.deps, sb, true);
+      held.users.delete(sb.owner.userId);
+      log.info({ user: sb.owner.name, reason }, 'sandbox ended');
+      // A dead container is removed now; its workspace stays.
+      idle.stopTimers(sb);
+      void this.deps.driver.stop(sb.handle.id).catch(() => {});
+    });
+    idle.rest(sb);
+    return sb;
+  }
 }

@@ -1,7 +1,7 @@
 /**
  * The runner protocol: newline-delimited JSON over the container's attached stdio.
  * The gateway writes requests to the runner's stdin; the runner writes events to its
- * stdout (and diagnostics, never protocol, to its stderr). sandbox/runner/runner.py is
+ * stdout (and diagnostics, never protocol, to its stderr). sandbox/runner/sandgate_runner is
  * the other side; sandbox/runner/PROTOCOL.md describes the same messages.
  *
  * Ordering: for one execution id, `stdout`/`stderr` events come in the order the
@@ -84,7 +84,7 @@ export interface ExecDone {
 }
 
 export type RunnerEvent =
-  /** `separated`: user code runs as another uid than the runner (see runner.py). */
+  /** `separated`: user code runs as another uid than the runner (see sandgate_runner/parent/settings.py). */
   | { type: 'ready'; pid: number; versions: Record<string, string>; separated?: boolean }
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
@@ -116,7 +116,7 @@ const optionalString = (v: unknown, max: number): string | undefined => (typeof 
 /**
  * A `done` with every field checked and bounded: what the gateway takes of a runner's
  * word. Files that are not workspace paths, and a file list beyond the protocol's 1,000,
- * are dropped; the text fields are cut to the sizes runner.py itself keeps to.
+ * are dropped; the text fields are cut to the sizes the runner itself keeps to.
  */
 function checkedDone(e: Record<string, unknown>, id: string): ExecDone | undefined {
   const truncated = isObject(e.truncated) ? e.truncated : {};

@@ -7,7 +7,8 @@
  * - `SandboxHandle` is one running sandbox: a connected runner plus stats.
  * - `SandboxManager` (manager.ts) owns the lifecycle: one sandbox per user, the warm
  *   pool, idle and lifetime limits, adoption after a restart. Everything above it
- *   (MCP tools, the chat agent, the admin page) talks to the manager only.
+ *   (MCP tools, the chat agent, the admin page) talks to the manager only, each through
+ *   the part it uses (`SandboxExecution`, `SandboxStops`, `SandboxInspection`, ...).
  */
 import type { ExecDone, Language, RunnerEvent } from './protocol.js';
 import type { Permissions } from './permissions.js';

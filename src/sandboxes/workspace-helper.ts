@@ -1,5 +1,5 @@
 /**
- * The client side of workspace_helper.py: one confined helper process per workspace,
+ * The client side of host/workspace_helper.py: one confined helper process per workspace,
  * started on first use and ended after a while without requests, through which every
  * file operation of the gateway on that workspace goes (see workspace_helper.py for the
  * confinement: its own namespaces, chrooted into the workspace, the sandbox's uid with no

@@ -3,7 +3,7 @@
  *
  * The sandbox owns this directory's contents and may change them at any moment, so the
  * gateway never opens a path inside it: every operation here is a request to that
- * workspace's confined helper (workspace-helper.ts, workspace_helper.py), a process
+ * workspace's confined helper (workspace-helper.ts, host/workspace_helper.py), a process
  * chrooted into the workspace that acts as the sandbox's own user with no capability.
  * Even a won race between a check and a use can then reach nothing outside this
  * workspace and can do nothing the sandbox's code could not do itself.
@@ -19,22 +19,8 @@ import { HelperError, type HelperReply, type WorkspaceHelper } from './workspace
 export const SANDBOX_UID = 1000;
 export const SANDBOX_GID = 1000;
 
-export const WORKSPACE_ERROR_CODES = [
-  'ENOENT',
-  'EOUTSIDE',
-  'EISDIR',
-  'ENOTDIR',
-  'ETOOBIG',
-  'ENOSPC',
-  'EEXIST',
-  'EINVAL',
-  'ENAMETOOLONG',
-  'EACCES',
-  'EROFS',
-  'EBUSY',
-  'EUNAVAILABLE',
-] as const;
-export type WorkspaceErrorCode = (typeof WORKSPACE_ERROR_CODES)[number];
+import type { WorkspaceErrorCode } from '../reasons.js';
+export { WORKSPACE_ERROR_CODES, type WorkspaceErrorCode } from '../reasons.js';
 
 /** Each code's reason (src/errors.ts) and HTTP status. */
 const WORKSPACE_REASONS: Record<WorkspaceErrorCode, [string, number]> = {

@@ -12,7 +12,7 @@ import { SKILLS_DIR } from '../paths.js';
 import type { Workspace, WorkspaceEntry } from '../sandboxes/workspace.js';
 import { WorkspaceError } from '../sandboxes/workspace.js';
 import type { Logger } from '../logger.js';
-import type { SandboxManager } from '../sandboxes/manager.js';
+import type { SandboxExecution } from '../sandboxes/execution.js';
 import { allows } from '../sandboxes/permissions.js';
 import type { SandboxOwner } from '../sandboxes/types.js';
 
@@ -188,7 +188,7 @@ export async function userSkills(ws: Workspace): Promise<SkillInfo[]> {
  * agent's system prompt carry.
  */
 export async function skillsFor(
-  deps: { skills: SkillsDir; sandboxes: Pick<SandboxManager, 'ceiling' | 'openWorkspace'>; logger: Logger },
+  deps: { skills: SkillsDir; sandboxes: Pick<SandboxExecution, 'ceiling' | 'openWorkspace'>; logger: Logger },
   owner: SandboxOwner,
 ): Promise<SkillInfo[]> {
   const ceiling = deps.sandboxes.ceiling(owner);

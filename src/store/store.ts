@@ -43,6 +43,8 @@ export interface Store {
   /** Schema version after migrations. */
   version: number;
   file: string;
+  /** Throws when the database cannot answer a query (the readiness check's question). */
+  ping(): void;
   close(): void;
 }
 
@@ -75,7 +77,7 @@ export function openStoreFile(file: string, migrations: readonly Migration[]): S
     db.pragma('busy_timeout = 5000');
     db.pragma('synchronous = NORMAL');
     const version = migrate(db, migrations);
-    return { db, version, file, close: () => db.close() };
+    return { db, version, file, ping: () => void statement(db, 'SELECT 1').get(), close: () => db.close() };
   } catch (e) {
     db.close();
     throw e;

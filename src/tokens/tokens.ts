@@ -30,8 +30,8 @@ export interface Principal {
 }
 
 /** `suspended`: a GitHub membership check said no; `unverified`: a GitHub install has not bound the account to GitHub yet (src/auth/membership.ts). */
-export const TOKEN_FAILURES = ['missing', 'malformed', 'unknown', 'expired', 'revoked', 'disabled', 'suspended', 'unverified'] as const;
-export type TokenFailure = (typeof TOKEN_FAILURES)[number];
+import type { TokenFailure } from '../reasons.js';
+export { TOKEN_FAILURES, type TokenFailure } from '../reasons.js';
 
 export type VerifyResult =
   | { ok: true; principal: Principal }

@@ -1,8 +1,8 @@
 /**
  * The only way out of an upstream server's network namespace: an HTTP proxy on a Unix
  * socket, one per connection, that applies the server's network policy host by host.
- * (launcher.py relays 127.0.0.1:<port> inside the namespace to it; the server finds it
- * through HTTP_PROXY / HTTPS_PROXY.)
+ * (host/upstream_launcher.py relays 127.0.0.1:<port> inside the namespace to it; the
+ * server finds it through HTTP_PROXY / HTTPS_PROXY.)
  *
  * Both proxy forms are served: CONNECT host:port (HTTPS, and what undici uses for every
  * request) and plain HTTP with an absolute URI. For each request the host is resolved

@@ -6,8 +6,8 @@
 import { ErrorCode, McpError } from '@modelcontextprotocol/sdk/types.js';
 import { GatewayError } from '../errors.js';
 
-export const UPSTREAM_ERROR_REASONS = ['unknown_server', 'denied', 'unknown_tool', 'missing_credential', 'unavailable', 'timeout', 'failed', 'rate_limited'] as const;
-export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
+import type { UpstreamErrorReason } from '../reasons.js';
+export { UPSTREAM_ERROR_REASONS, type UpstreamErrorReason } from '../reasons.js';
 
 const UPSTREAM_STATUS: Record<UpstreamErrorReason, number> = {
   unknown_server: 404,

@@ -9,7 +9,6 @@
  * data directory) takes its own block of 65,536 from its id, so two gateways' servers
  * never share a uid (unless their ids share the first three hex digits: 1 in 4,096).
  */
-import type { Migration } from '../store/migrations.js';
 import type { Db } from '../store/store.js';
 
 export const UPSTREAM_UID_BASE = 1_500_000_000;
@@ -19,18 +18,6 @@ const BLOCK = 65_536;
 export function uidBlockOf(gatewayId: string): number {
   return UPSTREAM_UID_BASE + (parseInt(gatewayId.slice(0, 3), 16) || 0) * BLOCK;
 }
-
-export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
-  description: 'a uid of its own for each stdio upstream connection',
-  up(db) {
-    db.exec(`
-      CREATE TABLE upstream_identities (
-        id INTEGER PRIMARY KEY,        -- the uid is the gateway's block (uidBlockOf) + id
-        connection TEXT NOT NULL UNIQUE -- "<server id>/shared" or "<server id>/user-<user id>"
-      );
-    `);
-  },
-};
 
 export interface UpstreamIdentity {
   uid: number;

@@ -1,8 +1,8 @@
 /**
- * How a stdio upstream server is started: never as the gateway's user. launcher.py does
- * the work inside fresh pid, network and IPC namespaces (see there); this module builds
- * its command line and environment, and prepares the connection's home, owned by the
- * connection's own uid (identities.ts).
+ * How a stdio upstream server is started: never as the gateway's user.
+ * host/upstream_launcher.py does the work inside fresh pid, network and IPC namespaces
+ * (see there); this module builds its command line and environment, and prepares the
+ * connection's home, owned by the connection's own uid (identities.ts).
  *
  * A server's network is its `sandgate.network` policy: `none` leaves it an empty network
  * namespace; `public` and `allow` add a relay to the gateway's egress proxy

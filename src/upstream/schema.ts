@@ -1,6 +1,7 @@
 /**
- * The upstream module's table, as a migration the store registers at version 5
- * (src/store/migrations.ts keeps the ordered list).
+ * The upstream module's tables, as migrations (src/migrations.ts keeps the ordered
+ * list): the sealed per-user credentials (credentials.ts) and the uid of each stdio
+ * connection (identities.ts).
  */
 import type { Migration } from '../store/migrations.js';
 
@@ -15,6 +16,18 @@ export const UPSTREAM_MIGRATION: Migration = {
         sealed BLOB NOT NULL,          -- 12-byte IV | 16-byte GCM tag | ciphertext
         updated_at INTEGER NOT NULL,
         PRIMARY KEY (user_id, server, name)
+      );
+    `);
+  },
+};
+
+export const UPSTREAM_IDENTITIES_MIGRATION: Migration = {
+  description: 'a uid of its own for each stdio upstream connection',
+  up(db) {
+    db.exec(`
+      CREATE TABLE upstream_identities (
+        id INTEGER PRIMARY KEY,        -- the uid is the gateway's block (uidBlockOf) + id
+        connection TEXT NOT NULL UNIQUE -- "<server id>/shared" or "<server id>/user-<user id>"
       );
     `);
   },

@@ -10,7 +10,7 @@ import { GatewayError } from '../errors.js';
 import { budgetSpentMessage, userBudgetKey, type RateLimiter } from '../limits/rate-limit.js';
 import { reserveStoreRoom } from '../limits/store-quota.js';
 import type { Db } from '../store/store.js';
-import { userOf } from './sign-in/routes.js';
+import { userOf } from '../auth/session-middleware.js';
 
 /** Takes one request from the user's budget, or answers 429 with Retry-After. */
 export function webRateLimit(limiter: RateLimiter): RequestHandler {

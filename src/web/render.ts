@@ -7,7 +7,7 @@
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { Eta } from 'eta';
-import express, { type RequestHandler, type Response, type Router } from 'express';
+import type { RequestHandler, Response } from 'express';
 import { VIEWS_DIR } from '../paths.js';
 import type { User } from '../accounts/accounts.js';
 import { pathQuery, shownPath } from './files/paths.js';
@@ -69,13 +69,9 @@ const VENDOR: Record<string, string> = {
   'socket.io.min.js': path.join(path.dirname(require.resolve('socket.io/package.json')), 'client-dist/socket.io.min.js'),
 };
 
-/** htmx and the socket.io client, from node_modules: never a CDN. */
-export function vendorRoutes(): Router {
-  const router = express.Router();
-  router.get('/vendor/:file', (req, res, next) => {
-    const file = VENDOR[req.params.file];
-    if (!file) return next();
-    res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } });
-  });
-  return router;
-}
+/** GET /vendor/:file: htmx and the socket.io client, from node_modules: never a CDN. */
+export const vendorFile: RequestHandler = function vendorFile(req, res, next) {
+  const file = VENDOR[req.params.file as string];
+  if (!file) return next();
+  res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } });
+};

@@ -8,7 +8,7 @@
 import type { Config } from '../../config.js';
 import type { Logger } from '../../logger.js';
 import { sampleCgroup } from '../../sandboxes/cgroup.js';
-import type { SandboxManager } from '../../sandboxes/manager.js';
+import type { SandboxInspection } from '../../sandboxes/inspection.js';
 import type { Db } from '../../store/store.js';
 import { getUser } from '../../accounts/accounts.js';
 
@@ -52,7 +52,7 @@ export class SandboxMonitor {
   latest?: SandboxSnapshot;
 
   constructor(
-    private readonly deps: { config: Config; db: Db; sandboxes: SandboxManager; logger: Logger; runtime: () => string },
+    private readonly deps: { config: Config; db: Db; sandboxes: SandboxInspection; logger: Logger; runtime: () => string },
   ) {}
 
   /** A fresh sample (one at a time: callers at the same moment share it). */

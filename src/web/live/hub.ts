@@ -28,7 +28,7 @@ import type { User } from '../../accounts/accounts.js';
 import { sessionKey } from '../../auth/sessions.js';
 import { isImage, titleFor, toolKey, transcript } from '../chat/transcript.js';
 import { allowedHostnames } from '../../http/host-origin.js';
-import type { WebAuth } from '../sign-in/routes.js';
+import type { WebSessions } from '../../auth/session-middleware.js';
 import { escapeHtml, renderPartial } from '../render.js';
 
 export interface Swap {
@@ -51,7 +51,7 @@ export class LiveHub {
   private sweeping = false;
   private unsubscribe?: () => void;
 
-  constructor(private readonly deps: { config: Config; db: Db; logger: Logger; boundary: ModelBoundary; auth: WebAuth }) {
+  constructor(private readonly deps: { config: Config; db: Db; logger: Logger; boundary: ModelBoundary; auth: WebSessions }) {
     this.log = deps.logger.child({ module: 'live' });
   }
 
@@ -218,7 +218,7 @@ export class LiveHub {
           turnId = e.turnId;
           send({ target: '#transcript-empty', swap: 'delete', html: '' });
           send({ target: '#transcript', swap: 'beforeend', html: renderPartial('live/turn-start', { turnId, userText }) });
-          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: true, conversationId }) });
+          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('chat/composer-actions', { running: true, conversationId }) });
           // Its name (the first message's words): the header, its entry in the list and the window's title.
           const title = await titleFor(this.deps.boundary, user, getConversation(this.deps.db, user.id, conversationId));
           if (title) {
@@ -252,17 +252,17 @@ export class LiveHub {
             files: [],
             ...(e.name === 'execute_code' && typeof input.code === 'string' ? { language: String(input.language ?? ''), code: input.code } : { input: JSON.stringify(e.input, null, 2) }),
           };
-          send({ target: live(), swap: 'beforeend', html: renderPartial('tool', { item, live: true }) });
+          send({ target: live(), swap: 'beforeend', html: renderPartial('chat/tool', { item, live: true }) });
           return;
         }
         case 'output':
           send({ target: `#out-${toolKey(e.id)}`, swap: 'beforeend', html: escapeHtml(`${e.text}\n`) });
           return;
         case 'tool_result':
-          send({ target: `#res-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('result', { result: { text: e.text, isError: e.isError } }) });
+          send({ target: `#res-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('chat/result', { result: { text: e.text, isError: e.isError } }) });
           return;
         case 'files':
-          send({ target: `#files-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('files-inline', { files: e.files.map((f) => ({ ...f, image: isImage(f.path) })) }) });
+          send({ target: `#files-${toolKey(e.id)}`, swap: 'innerHTML', html: renderPartial('chat/files-inline', { files: e.files.map((f) => ({ ...f, image: isImage(f.path) })) }) });
           return;
         case 'error':
           inText = false;
@@ -271,8 +271,8 @@ export class LiveHub {
         case 'done': {
           const conversation = getConversation(this.deps.db, user.id, conversationId);
           const [turn] = await transcript(this.deps.db, this.deps.boundary, user, conversation, turnId);
-          if (turn) send({ target: `#turn-${turnId}`, swap: 'outerHTML', html: renderPartial('turn', { turn, running: false }) });
-          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: false, conversationId }) });
+          if (turn) send({ target: `#turn-${turnId}`, swap: 'outerHTML', html: renderPartial('chat/turn', { turn, running: false }) });
+          send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('chat/composer-actions', { running: false, conversationId }) });
           return;
         }
         default:
@@ -287,7 +287,7 @@ export class LiveHub {
           // The page must not stay "running" because the last swap failed: a reload shows the turn as stored.
           if (e.type === 'done') {
             send({ target: live(), swap: 'beforeend', html: renderPartial('notice', { message: 'This answer could not be shown live: reload the page to see it.', error: true }) });
-            send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('composer-actions', { running: false, conversationId }) });
+            send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('chat/composer-actions', { running: false, conversationId }) });
           }
         });
     };

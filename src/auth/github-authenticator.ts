@@ -1,0 +1,117 @@
+/**
+ * Signing in with GitHub (github.com or an Enterprise Server): the OAuth web flow of
+ * passport-github2, run on its own (no passport middleware), then the allow-list and the
+ * binding to GitHub's account id.
+ *
+ * - The OAuth `state` is single-use: kept in the session at start, deleted when the
+ *   callback checks it. A callback with another state is refused.
+ * - Who signed in is what GitHub's /user says for the new token (AllowList.decide, with
+ *   the member's own token, scope read:org), never the profile's fields; Membership.admit
+ *   finds or makes the user bound to that GitHub account and keeps the token sealed for
+ *   the re-checks (src/auth/membership.ts).
+ * - GitHub not answering is a refusal that says so, not an error page.
+ */
+import type { NextFunction, Request, Response } from 'express';
+import type { StrategyCreatedStatic } from 'passport';
+import { Strategy as GitHubStrategy, type Profile } from 'passport-github2';
+import type { User } from '../accounts/accounts.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import { TRY_AGAIN, type Authenticator, type SignInResult } from './authenticator.js';
+import { githubEndpoints } from './github.js';
+import type { Membership } from './membership.js';
+
+/** What one run of the OAuth strategy on a request came to (the calls passport-strategy defines). */
+type StrategyOutcome =
+  | { kind: 'success'; user: User }
+  | { kind: 'fail'; message?: string }
+  | { kind: 'error'; err: unknown }
+  | { kind: 'redirect'; url: string; status: number };
+
+export class GitHubAuthenticator implements Authenticator {
+  readonly name = 'github';
+  readonly label = 'Sign in with GitHub';
+  readonly intro = "Sign in with your GitHub account. Members of this team's allowed users, organisations and teams get in.";
+  private readonly strategy: GitHubStrategy;
+  private readonly log: Logger;
+
+  constructor(deps: { config: Config; membership: Membership; logger: Logger }) {
+    const { config, membership } = deps;
+    const log = (this.log = deps.logger.child({ module: 'web-auth' }));
+    const ep = githubEndpoints(config);
+    this.strategy = new GitHubStrategy(
+      {
+        clientID: config.githubClientId,
+        clientSecret: config.githubClientSecret,
+        callbackURL: `${config.publicUrl.replace(/\/$/, '')}/auth/github/callback`,
+        authorizationURL: ep.authorizationURL,
+        tokenURL: ep.tokenURL,
+        userProfileURL: ep.userProfileURL,
+        userEmailURL: ep.userEmailURL,
+        scope: ['read:org'],
+        // passport-oauth2 takes `state: true` (a single-use state in the session); the types say string.
+        state: true as unknown as string,
+      },
+      // Who signed in is what GitHub's /user says for this token (decide reads it), not the profile's fields.
+      (accessToken: string, _refresh: string, _profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
+        membership.allow.decide(accessToken).then(
+          (d) => {
+            if (!d.allowed) return done(null, false, { message: d.reason });
+            let admitted;
+            try {
+              admitted = membership.admit(accessToken, d);
+            } catch (e) {
+              return done(e);
+            }
+            if (!admitted.ok) return done(null, false, { message: admitted.message });
+            done(null, admitted.user);
+          },
+          (e: unknown) => {
+            log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
+            done(null, false, { message: 'GitHub could not be reached to check your membership: try again in a moment.' });
+          },
+        );
+      },
+    );
+  }
+
+  /** GET /auth/github: to GitHub's authorize page, with a fresh state kept in the session. */
+  start(req: Request, res: Response, next: NextFunction): void {
+    this.run(req).then((o) => {
+      if (o.kind === 'redirect') return void res.status(o.status).set('Location', o.url).set('Content-Length', '0').end();
+      next(o.kind === 'error' ? o.err : new Error(`the GitHub sign-in could not start (${o.kind})`));
+    }, next);
+  }
+
+  async complete(req: Request): Promise<SignInResult | 'restart'> {
+    // GitHub answers with a code or an error; a callback with neither begins again (as passport-oauth2 would).
+    if (!req.query.code && !req.query.error) return 'restart';
+    const o = await this.run(req);
+    if (o.kind === 'success') return { ok: true, user: o.user };
+    if (o.kind === 'fail') {
+      this.log.info({ reason: o.message }, 'GitHub sign-in refused');
+      return { ok: false, message: o.message ?? TRY_AGAIN, reason: o.message ?? 'refused' };
+    }
+    this.log.warn({ err: o.kind === 'error' ? o.err : `an unexpected ${o.kind}` }, 'GitHub sign-in failed');
+    return { ok: false, message: TRY_AGAIN, reason: 'error', why: 'error' };
+  }
+
+  /** One run of the strategy on this request, as passport runs one: a copy of it with the outcomes bound. */
+  private run(req: Request): Promise<StrategyOutcome> {
+    return new Promise((resolve) => {
+      const outcome: StrategyCreatedStatic = {
+        success: (user) => resolve({ kind: 'success', user: user as User }),
+        fail: (challenge?: { message?: string } | string | number) => resolve({ kind: 'fail', ...(typeof challenge === 'object' && challenge?.message ? { message: challenge.message } : {}) }),
+        redirect: (url, status) => resolve({ kind: 'redirect', url, status: status ?? 302 }),
+        pass: () => resolve({ kind: 'error', err: new Error('the GitHub strategy passed') }),
+        error: (err) => resolve({ kind: 'error', err }),
+      };
+      const run = Object.assign(Object.create(this.strategy) as GitHubStrategy, outcome);
+      try {
+        run.authenticate(req, {});
+      } catch (e) {
+        resolve({ kind: 'error', err: e });
+      }
+    });
+  }
+}

@@ -1,0 +1,123 @@
+/**
+ * Running code for a user, and reaching their workspace: what the MCP tools, the chat
+ * agent, skills and the files page use. A run is checked (language, size, timeout,
+ * permissions within the user's ceiling) before anything starts, then queued on the
+ * user's sandbox (started if needed: lifecycle.ts); what the gateway keeps of it is
+ * logged in batches (usage.ts), and listeners hear of the files it changed.
+ */
+import { ceilingOf } from './ceilings.js';
+import { cpuMsNow } from './cgroup.js';
+import { SandboxError } from './errors.js';
+import type { Held, PartDeps } from './held.js';
+import type { Idle } from './idle.js';
+import type { Lifecycle } from './lifecycle.js';
+import { narrowPermissions, networkUnavailable, PermissionError, type Permissions } from './permissions.js';
+import { LANGUAGES } from './protocol.js';
+import { MAX_CODE_BYTES, runOne } from './run.js';
+import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
+import { recordUse, type ExecutionLog } from './usage.js';
+import { Workspace } from './workspace.js';
+
+export type FilesListener = (owner: SandboxOwner, files: ExecuteResult['files']) => void;
+
+/** Code run for an owner, and their workspace. */
+export interface SandboxExecution {
+  /**
+   * Runs code in the owner's sandbox. Rejects (throws) only for requests that cannot
+   * run at all: a bad language, a permission beyond the ceiling, too much code, a full
+   * queue. What happens to the code itself (errors, timeouts, kills) is in the result.
+   */
+  execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
+  /** The user's permission ceiling: their own row, else the configured default. */
+  ceiling(owner: SandboxOwner): Permissions;
+  /** The workspace, created and mounted if needed (file access before any run). */
+  openWorkspace(owner: SandboxOwner): Promise<Workspace>;
+  /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
+  onFilesChanged(listener: FilesListener): () => void;
+}
+
+export class Execution implements SandboxExecution {
+  private readonly filesListeners = new Set<FilesListener>();
+
+  constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {}
+
+  ceiling(owner: SandboxOwner): Permissions {
+    return ceilingOf(this.deps.db, this.deps.config, owner);
+  }
+
+  onFilesChanged(listener: FilesListener): () => void {
+    this.filesListeners.add(listener);
+    return () => this.filesListeners.delete(listener);
+  }
+
+  async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
+    const id = this.deps.lifecycle.workspaceIdFor(owner, true)!;
+    return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
+  }
+
+  async execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
+    const { config: cfg, held, idle, log } = this.deps;
+    if (held.closed) throw new SandboxError('the gateway is shutting down', 'busy');
+    if (!LANGUAGES.includes(opts.language)) {
+      throw new SandboxError(`unknown language "${String(opts.language)}"; use one of ${LANGUAGES.join(', ')}`, 'invalid_request');
+    }
+    if (typeof opts.code !== 'string' || Buffer.byteLength(opts.code) > MAX_CODE_BYTES) {
+      throw new SandboxError(`code must be a string of at most ${MAX_CODE_BYTES} bytes`, 'invalid_request');
+    }
+    const timeoutSec = opts.timeoutSec ?? cfg.execTimeoutSec;
+    if (!(timeoutSec > 0) || timeoutSec > cfg.execMaxTimeoutSec) {
+      throw new SandboxError(`timeout must be between 1 and ${cfg.execMaxTimeoutSec} seconds (SANDGATE_EXEC_MAX_TIMEOUT_SEC)`, 'invalid_request');
+    }
+    const ceiling = this.ceiling(owner);
+    // Network is refused whatever the ceiling says: say why before anything else.
+    const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
+    if (net) throw new PermissionError(net, 'net');
+    const effective = narrowPermissions(ceiling, opts.permissions);
+
+    const sb = await this.deps.lifecycle.sandboxFor(owner);
+    return sb.queue.push(async () => {
+      // The sandbox died while this waited: the run joins its replacement's queue like any
+      // new one (its limit, its order, its timer starting only when the run does).
+      if (sb.handle.exited) return this.execute(owner, opts);
+      idle.wake(sb);
+      const cpuBefore = cpuMsNow(sb.handle.id);
+      const ts = Date.now();
+      sb.run = { language: opts.language, startedAt: ts };
+      try {
+        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus });
+        sb.run = undefined;
+        const cpuAfter = cpuMsNow(sb.handle.id);
+        this.deps.executions.add({
+          userId: owner.userId,
+          ts,
+          language: opts.language,
+          durationMs: result.durationMs,
+          cpuMs: cpuBefore !== undefined && cpuAfter !== undefined ? Math.max(0, cpuAfter - cpuBefore) : null,
+          outcome: result.timedOut ? 'timeout' : result.killed ? 'killed' : result.exitCode === 0 ? 'ok' : 'error',
+        });
+        if (result.files.length) this.filesChanged(owner, result.files);
+        return result;
+      } finally {
+        sb.run = undefined;
+        recordUse(this.deps, sb);
+        idle.rest(sb);
+      }
+    });
+  }
+
+  private filesChanged(owner: SandboxOwner, files: ExecuteResult['files']): void {
+    for (const l of this.filesListeners) {
+      try {
+        l(owner, files);
+      } catch (e) {
+        this.deps.log.warn({ err: e }, 'a files listener failed');
+      }
+    }
+  }
+
+  /** The gateway wrote to this user's workspace: the next execution must scan it afresh. */
+  private touched(owner: SandboxOwner): void {
+    const sb = this.deps.held.users.get(owner.userId);
+    if (sb) sb.hostWrote = true;
+  }
+}

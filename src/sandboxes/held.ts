@@ -1,0 +1,43 @@
+/**
+ * What the sandbox manager is built from, and what it holds at run time: each user's
+ * live sandbox, the starts under way, the stops an admin asked for, and whether the
+ * gateway is shutting down. One `Held` is shared by the parts of the manager
+ * (execution.ts, lifecycle.ts, stops.ts, idle.ts, inspection.ts); only lifecycle.ts and
+ * stops.ts add or remove a user's sandbox.
+ */
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import type { Db } from '../store/store.js';
+import type { UserSandbox } from './live.js';
+import type { BridgeHandler, SandboxDriver, SandboxOwner } from './types.js';
+import type { WorkspaceVolumes } from './volumes.js';
+
+export interface SandboxManagerDeps {
+  config: Config;
+  db: Db;
+  logger: Logger;
+  driver: SandboxDriver;
+  volumes: WorkspaceVolumes;
+  /** Host directory mounted read-only at /skills. */
+  skillsDir: string;
+  /** Host directory where per-sandbox /tools mounts are prepared. */
+  toolsMountsDir: string;
+  /** Fills a sandbox's /tools directory for its owner (undefined owner: a pooled sandbox). */
+  prepareTools: (dir: string, owner: SandboxOwner | undefined) => Promise<void>;
+}
+
+/** The manager's deps with its logger already scoped to sandboxes. */
+export type PartDeps = Omit<SandboxManagerDeps, 'logger'> & { log: Logger };
+
+export class Held {
+  /** Each user's live sandbox, by user id. */
+  readonly users = new Map<number, UserSandbox>();
+  /** Sandboxes being started, by user id (one start per user at a time). */
+  readonly starting = new Map<number, Promise<UserSandbox>>();
+  /** Users whose sandbox an admin is stopping now. */
+  readonly stopping = new Set<number>();
+  /** Where calls from code to the gateway's tools go (set once the tools exist). */
+  bridge?: BridgeHandler;
+  /** The gateway is shutting down: no new run, no freeze, no timer. */
+  closed = false;
+}

@@ -1,0 +1,121 @@
+/**
+ * How a user's sandbox stops. Asked: an admin stops (cancels the run, then removes the
+ * container) or kills it, or the gateway does when a user loses access. Not asked: idle
+ * past `idleTimeoutSec`, or older than `maxLifetimeSec` (replaced at its next idle
+ * moment), never while a run is in it or waiting for it. Either way the workspace is
+ * kept and the next run starts a fresh sandbox.
+ */
+import type { Config } from '../config.js';
+import { forgetSandboxContainer } from './records.js';
+import { forgetCgroup } from './cgroup.js';
+import { SandboxError } from './errors.js';
+import type { Held, PartDeps } from './held.js';
+import type { Idle } from './idle.js';
+import type { UserSandbox } from './live.js';
+import { recordUse } from './usage.js';
+
+/** How long a graceful stop waits for the cancelled run to end before the container goes. */
+const STOP_GRACE_MS = 3_000;
+
+/** Why `sb` should stop now, or undefined to keep it. */
+export function stopReason(sb: UserSandbox, config: Config, now = Date.now()): string | undefined {
+  if (sb.running > 0 || sb.queue.waiting > 0) return undefined;
+  if (now - sb.lastActivity > config.idleTimeoutSec * 1000) return 'idle';
+  if (now - sb.startedAt > config.maxLifetimeSec * 1000) return 'maximum lifetime reached';
+  return undefined;
+}
+
+/** How often the reaper looks: often enough to stop an idle sandbox within a quarter of the timeout. */
+export function reapIntervalMs(config: Config): number {
+  return Math.min(30_000, (config.idleTimeoutSec * 1000) / 4);
+}
+
+/** How a user's sandbox is stopped (`stopUser`). */
+export interface StopOptions {
+  /** Remove the container at once instead of cancelling the run first. */
+  kill?: boolean;
+  /** The admin who asked, named to the user. */
+  by?: string;
+  /** Why, for a stop no admin asked for: the words after "Your sandbox was stopped". */
+  cause?: string;
+}
+
+/** The stops an admin (or the gateway, for a user who lost access) asks for. */
+export interface SandboxStops {
+  /**
+   * Stops (cancels the run, then removes the container) or kills a user's sandbox. `by`
+   * names the admin who asked; `cause` replaces "by an admin" in what the user is told,
+   * for a stop nobody asked for (e.g. "when your access to this gateway ended"). Either
+   * way, the runs it ends say who stopped it. False if there was none, or it is being
+   * stopped already.
+   */
+  stopUser(userId: number, opts?: StopOptions): Promise<boolean>;
+  /** Stops every user sandbox with nothing running or queued; how many. */
+  stopIdle(by?: string): Promise<number>;
+  /** Removes a user's workspace for good (their sandbox must be stopped first; the admin deletes the user next). */
+  destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void>;
+}
+
+export class Stops implements SandboxStops {
+  constructor(private readonly deps: Pick<PartDeps, 'db' | 'driver' | 'volumes' | 'log'> & { held: Held; idle: Idle }) {}
+
+  async stopUser(userId: number, opts: StopOptions = {}): Promise<boolean> {
+    const { stopping, users } = this.deps.held;
+    const sb = users.get(userId);
+    if (!sb) return false;
+    if (stopping.has(userId)) return false;
+    stopping.add(userId);
+    try {
+      return await this.stopUserNow(sb, opts);
+    } finally {
+      stopping.delete(userId);
+    }
+  }
+
+  async stopIdle(by?: string): Promise<number> {
+    let n = 0;
+    for (const sb of [...this.deps.held.users.values()]) {
+      if (sb.running === 0 && sb.queue.waiting === 0 && (await this.stopUser(sb.owner.userId, { by }))) n++;
+    }
+    return n;
+  }
+
+  async destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
+    if (this.deps.held.users.has(user.id)) throw new SandboxError('the user still has a sandbox running', 'busy');
+    if (user.workspaceId) await this.deps.volumes.destroy(user.workspaceId);
+  }
+
+  /** Stops the user's sandbox now, whatever it is doing (its use recorded, its container removed). */
+  async stopSandbox(userId: number, reason: string): Promise<void> {
+    const { held, idle, driver, db, log } = this.deps;
+    const sb = held.users.get(userId);
+    if (!sb) return;
+    recordUse(this.deps, sb, true);
+    held.users.delete(userId);
+    log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
+    idle.wake(sb);
+    await driver.stop(sb.handle.id);
+    forgetCgroup(sb.handle.id);
+    forgetSandboxContainer(db, userId);
+  }
+
+  private async stopUserNow(sb: UserSandbox, opts: StopOptions): Promise<boolean> {
+    const userId = sb.owner.userId;
+    const who = opts.cause ?? `by ${opts.by ? `an admin (${opts.by})` : 'an admin'}`;
+    sb.stopNotice = opts.kill
+      ? `Your sandbox was killed ${who}, so this run ended. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`
+      : `Your sandbox was stopped ${who}, so this run was cancelled. Files in /workspace are kept; the next run starts a fresh sandbox (Python variables are lost).`;
+    this.deps.idle.wake(sb);
+    if (!opts.kill && sb.inFlight) {
+      try {
+        sb.handle.send({ op: 'cancel', id: `c${sb.inFlight}`, target: sb.inFlight });
+      } catch {
+        /* runner gone: stopping settles the run */
+      }
+      const deadline = Date.now() + STOP_GRACE_MS;
+      while (sb.run && Date.now() < deadline) await new Promise((r) => setTimeout(r, 25));
+    }
+    await this.stopSandbox(userId, opts.kill ? `killed ${who}` : `stopped ${who}`);
+    return true;
+  }
+}

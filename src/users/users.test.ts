@@ -1,0 +1,110 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ensureUser, getUser, type User } from '../accounts/accounts.js';
+import { deleteUserSessions, loadSession, saveSession } from '../auth/sessions.js';
+import { MIGRATIONS } from '../migrations.js';
+import { openStore, type Store } from '../store/store.js';
+import { createToken, verifyToken } from '../tokens/tokens.js';
+import { cutOff, deleteUser, disableUser, enableUser, type UserParts } from './users.js';
+
+describe('what is done to a user as a whole', () => {
+  let dir: string;
+  let store: Store;
+  let alice: User;
+  let bob: User;
+  let token: string;
+  /** What the parts were asked, in order. */
+  let calls: string[];
+  const later = () => Date.now() + 3_600_000;
+
+  /** Everything of the gateway process: live pages and running turns too. */
+  const gatewayParts = (): UserParts => ({
+    db: store.db,
+    sessions: { endSessionsOf: (id) => (calls.push(`sessions ${id}`), deleteUserSessions(store.db, id)) },
+    live: { signedOut: (id, everywhere) => calls.push(`live ${id} ${everywhere}`) },
+    turns: { cancelUser: (id) => (calls.push(`turns ${id}`), 1) },
+    sandboxes: { stopUser: async (id, opts) => calls.push(`sandbox ${id} kill=${opts.kill} by=${opts.by}`) },
+  });
+  /** What the command line reaches: the store and the containers. */
+  const cliParts = (): UserParts => ({
+    db: store.db,
+    sessions: { endSessionsOf: (id) => deleteUserSessions(store.db, id) },
+    sandboxes: { stopUser: async (id) => calls.push(`sandbox ${id}`) },
+  });
+  const workspaces = { destroyWorkspaceOf: async (u: User) => void calls.push(`workspace ${u.id}`) };
+  /** A manager that still holds the user's sandbox: it refuses to remove the workspace. */
+  const busyWorkspaces = {
+    destroyWorkspaceOf: async () => {
+      throw new Error('the user still has a sandbox running');
+    },
+  };
+  const sessionsOf = (u: User) => (store.db.prepare('SELECT COUNT(*) AS n FROM sessions WHERE user_id = ?').get(u.id) as { n: number }).n;
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-users-'));
+    store = openStore(dir, MIGRATIONS);
+    alice = ensureUser(store.db, 'alice');
+    bob = ensureUser(store.db, 'bob');
+    saveSession(store.db, 'alice-laptop', '{}', alice.id, later());
+    saveSession(store.db, 'alice-phone', '{}', alice.id, later());
+    saveSession(store.db, 'bob-laptop', '{}', bob.id, later());
+    token = createToken(store.db, { userId: alice.id, name: 'laptop' }).token;
+    calls = [];
+  });
+  afterEach(() => {
+    store.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('cutting off ends the turns, then the sessions, the live pages and the sandbox (killed, naming the admin)', async () => {
+    await cutOff(gatewayParts(), alice, 'root');
+    expect(calls).toEqual([`turns ${alice.id}`, `sessions ${alice.id}`, `live ${alice.id} true`, `sandbox ${alice.id} kill=true by=root`]);
+    expect(sessionsOf(alice)).toBe(0);
+    expect(loadSession(store.db, 'bob-laptop')).toBeDefined();
+    // Cutting off alone disables nothing.
+    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
+  });
+
+  it('disabling ends everything that works now and keeps everything stored; the token is refused, not revoked', async () => {
+    await disableUser(gatewayParts(), alice, 'root');
+    expect(getUser(store.db, alice.id)?.disabledAt).toEqual(expect.any(Number));
+    expect(sessionsOf(alice)).toBe(0);
+    expect(sessionsOf(bob)).toBe(1);
+    expect(calls).toContain(`sandbox ${alice.id} kill=true by=root`);
+    const refused = verifyToken(store.db, token);
+    expect(refused).toMatchObject({ ok: false, reason: 'disabled' });
+
+    enableUser({ db: store.db }, alice);
+    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
+    expect(verifyToken(store.db, token)).toMatchObject({ ok: true });
+    // Sessions ended stay ended: they sign in afresh.
+    expect(sessionsOf(alice)).toBe(0);
+  });
+
+  it('from the command line (no live pages, no turns) the stored state comes out the same', async () => {
+    await disableUser(cliParts(), alice);
+    expect(calls).toEqual([`sandbox ${alice.id}`]);
+    expect(getUser(store.db, alice.id)?.disabledAt).toEqual(expect.any(Number));
+    expect(sessionsOf(alice)).toBe(0);
+    expect(verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
+  });
+
+  it('deleting cuts off, removes the workspace, then every row of the user', async () => {
+    await deleteUser({ ...gatewayParts(), workspaces }, alice, 'root');
+    expect(calls.slice(-2)).toEqual([`sandbox ${alice.id} kill=true by=root`, `workspace ${alice.id}`]);
+    expect(getUser(store.db, alice.id)).toBeUndefined();
+    expect(sessionsOf(alice)).toBe(0);
+    expect((store.db.prepare('SELECT COUNT(*) AS n FROM api_tokens WHERE user_id = ?').get(alice.id) as { n: number }).n).toBe(0);
+    expect(verifyToken(store.db, token)).toMatchObject({ ok: false });
+    expect(getUser(store.db, bob.id)).toBeDefined();
+    expect(sessionsOf(bob)).toBe(1);
+  });
+
+  it('a workspace that cannot be removed leaves the account in place (cut off), so the delete can be tried again', async () => {
+    await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(/still has a sandbox/);
+    expect(getUser(store.db, alice.id)).toBeDefined();
+    expect(sessionsOf(alice)).toBe(0);
+  });
+});

@@ -1,0 +1,80 @@
+/**
+ * What is done to a user as a whole: disable them (every way in closes and everything of
+ * theirs that runs now ends; nothing is deleted), enable them again, delete them with
+ * their data, and the cut-off that disabling and deleting share.
+ *
+ * The admin page and the command line call these same functions, each with the parts it
+ * can reach. The gateway process reaches the live pages, the chat turns running now and
+ * its own sandboxes. The command line runs beside it and reaches the store and the
+ * sandbox containers only. It leaves `live` and `turns` out and says what it could not
+ * end. The stored state comes out the same either way: a disabled user's sessions are
+ * gone, and their tokens and sign-ins are refused (the membership check reads
+ * `disabled_at`).
+ *
+ * Nothing here writes the audit log: the admin page wraps each call in its audit entry,
+ * so the entry's outcome and duration cover the whole use-case.
+ */
+import { deleteUser as deleteAccount, setUserDisabled, type User } from '../accounts/accounts.js';
+import type { Db } from '../store/store.js';
+
+/** The web app's sessions: every one of a user's ends (WebSessions, or the sessions table itself). */
+export interface UserSessions {
+  endSessionsOf(userId: number): void;
+}
+
+/** Pages connected to the live channel (the LiveHub): a user's are disconnected. */
+export interface LivePages {
+  signedOut(userId: number, everywhere: boolean): void;
+}
+
+/** Chat turns running now (the Agent): a user's are cancelled. */
+export interface RunningTurns {
+  cancelUser(userId: number): number;
+}
+
+/** A user's sandbox (the SandboxManager; the command line stops containers through the driver). */
+export interface UserSandboxes {
+  /** `by` names the admin who asked, to the user whose run it ends. */
+  stopUser(userId: number, opts: { kill: true; by?: string }): Promise<unknown>;
+}
+
+/** Workspaces removed for good (the SandboxManager, which refuses while the user's sandbox runs). */
+export interface Workspaces {
+  destroyWorkspaceOf(user: User): Promise<void>;
+}
+
+export interface UserParts {
+  db: Db;
+  sessions: UserSessions;
+  sandboxes: UserSandboxes;
+  /** Left out where no live channel runs: the gateway's membership sweep closes those pages instead. */
+  live?: LivePages;
+  /** Left out outside the gateway process: a turn running there then goes on to its end (nothing new starts: sign-ins and tokens are refused). */
+  turns?: RunningTurns;
+}
+
+/** Ends everything of a user that works now: their turns, sessions, live pages and sandbox. `by`: the admin who asked. */
+export async function cutOff(parts: UserParts, user: User, by?: string): Promise<void> {
+  parts.turns?.cancelUser(user.id);
+  parts.sessions.endSessionsOf(user.id);
+  parts.live?.signedOut(user.id, true);
+  await parts.sandboxes.stopUser(user.id, { kill: true, by });
+}
+
+/** Disables a user: their sessions, tokens and sandbox stop working; nothing of theirs is deleted. */
+export async function disableUser(parts: UserParts, user: User, by?: string): Promise<void> {
+  setUserDisabled(parts.db, user.id, true);
+  await cutOff(parts, user, by);
+}
+
+/** Lets a disabled user in again (their tokens work again; sessions ended stay ended). */
+export function enableUser(parts: Pick<UserParts, 'db'>, user: User): void {
+  setUserDisabled(parts.db, user.id, false);
+}
+
+/** Deletes a user and their data: cut off first, then their workspace, then every row of theirs (the store cascades from users). */
+export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<void> {
+  await cutOff(parts, user, by);
+  await parts.workspaces.destroyWorkspaceOf(user);
+  deleteAccount(parts.db, user.id);
+}

@@ -1,0 +1,196 @@
+/**
+ * What the admin page's templates (views/web/admin) are given: rows of sandboxes, users,
+ * tokens, audit entries, usage and upstream servers, each value already text (times as
+ * "12 s" or a UTC date, sizes as "1.5 MB"). Everything here reads; the handlers in
+ * ./page.ts act. The JSON under /admin/api is built from the same rows.
+ */
+import { usageByUserAndModel } from '../../agent/conversations.js';
+import { AUDIT_KINDS, AUDIT_OUTCOMES, upstreamCallCounts, type AuditKind, type AuditOutcome, type AuditRecord } from '../../audit/audit.js';
+import type { Config } from '../../config.js';
+import { utcText } from '../../dates.js';
+import { GatewayError } from '../../errors.js';
+import type { SandboxInspection } from '../../sandboxes/inspection.js';
+import { executionUsage, sandboxRecord } from '../../sandboxes/records.js';
+import type { Db } from '../../store/store.js';
+import { listUsers } from '../../accounts/accounts.js';
+import { countTokens, listTokens, tokenState } from '../../tokens/tokens.js';
+import type { Upstream } from '../../upstream/index.js';
+import { formatBytes } from '../../text.js';
+import type { SandboxMonitor, SandboxSnapshot } from './sandbox-monitor.js';
+
+/** Audit entries per page, and at most in a CSV export. */
+export const AUDIT_PAGE = 100;
+export const AUDIT_CSV_MAX = 100_000;
+/** Tokens per page of /admin/tokens. */
+const TOKEN_PAGE = 100;
+export const PERIODS: Record<string, number> = { '24h': 86_400_000, '7d': 7 * 86_400_000, '30d': 30 * 86_400_000, all: Number.POSITIVE_INFINITY };
+
+/** A stored time as text: '–' for none, "unknown" for a value no date can hold (an old install may have stored one). */
+const when = (ms: number | null | undefined) => (ms === null || ms === undefined || ms === 0 ? '–' : utcText(ms, 'second'));
+const ago = (ms: number | null | undefined, now = Date.now()) => {
+  if (!ms) return '–';
+  const s = Math.max(0, Math.round((now - ms) / 1000));
+  return s < 90 ? `${s} s` : s < 5400 ? `${Math.round(s / 60)} min` : s < 172_800 ? `${Math.round(s / 3600)} h` : `${Math.round(s / 86_400)} d`;
+};
+export const str = (v: unknown) => (typeof v === 'string' ? v : '');
+
+/** The sandbox rows of one sample. */
+export const sandboxView = (snap: SandboxSnapshot) => ({
+  rows: snap.rows.map((r) => ({
+    ...r,
+    short: r.containerId.slice(0, 12),
+    age: ago(r.startedAt, snap.at),
+    last: ago(r.lastActivity, snap.at),
+    runFor: r.run ? ago(r.run.startedAt, snap.at) : '',
+    cpu: r.cpuPercent === null ? '–' : `${r.cpuPercent.toFixed(1)} %`,
+    mem: r.memoryBytes === null ? '–' : formatBytes(r.memoryBytes),
+    peak: r.memoryPeakBytes === null ? '–' : formatBytes(r.memoryPeakBytes),
+    limit: formatBytes(r.memoryLimitBytes),
+    ws: r.workspace ? `${formatBytes(r.workspace.usedBytes)}${r.workspace.limitBytes ? ` of ${formatBytes(r.workspace.limitBytes)}` : ''}` : '–',
+  })),
+  sampledAt: when(snap.at),
+  runtime: snap.runtime,
+});
+
+/** Containers nobody tracks, and runtime processes whose container is gone. */
+export async function strays(sandboxes: SandboxInspection) {
+  return {
+    orphans: (await sandboxes.orphans().catch(() => [])).map((o) => ({ ...o, short: o.id.slice(0, 12), age: ago(o.createdAt) })),
+    leftovers: (await sandboxes.runtimeLeftovers().catch(() => [])).map((l) => ({ ...l, short: l.containerId.slice(0, 12) })),
+  };
+}
+
+/** Every user with their sign-in, tokens, sandbox and ceiling. */
+export async function usersView(deps: { config: Config; db: Db; monitor: SandboxMonitor }) {
+  const { config, db, monitor } = deps;
+  const snap = monitor.latest ?? (await monitor.sample());
+  const byUser = new Map(snap.rows.filter((r) => r.userId !== null).map((r) => [r.userId!, r]));
+  const tokens = new Map<number, number>();
+  for (const t of listTokens(db)) if (tokenState(t) === 'active') tokens.set(t.userId, (tokens.get(t.userId) ?? 0) + 1);
+  return listUsers(db).map((u) => {
+    const sb = byUser.get(u.id);
+    const rec = sandboxRecord(db, u.id);
+    return {
+      id: u.id,
+      name: u.name,
+      isAdmin: u.isAdmin,
+      disabled: u.disabledAt !== null,
+      /** Why a GitHub membership check took their access away (lifted by their next allowed GitHub sign-in). */
+      lostAccess: u.suspendedAt !== null ? (u.suspendedReason ?? 'a GitHub membership check said no') : null,
+      /** With GitHub sign-in: not yet bound to a GitHub account id (the next sign-in with this login binds it). */
+      unbound: config.githubClientId !== '' && u.githubId === null,
+      signIn: u.signInMethod ? `${u.signInMethod === 'github' ? 'GitHub' : 'one-time link'}, ${ago(u.lastSignInAt)} ago` : 'never signed in',
+      tokens: tokens.get(u.id) ?? 0,
+      sandbox: sb ? sb.state : 'none',
+      executions: rec?.executions ?? 0,
+      workspace: sb?.workspace ? formatBytes(sb.workspace.usedBytes) : '–',
+      permissions: u.permissions ?? '',
+    };
+  });
+}
+
+/** The page number asked for (1 if none or nonsense). */
+export const pageNumber = (raw: unknown) => Math.max(1, Math.floor(Number(raw)) || 1);
+
+/** One page of tokens: active ones first, then revoked and expired, newest first, TOKEN_PAGE a page. */
+export function tokensView(db: Db, pageNo: number) {
+  const now = Date.now();
+  const pages = Math.max(1, Math.ceil(countTokens(db, { includeRevoked: true }) / TOKEN_PAGE));
+  const p = Math.min(pageNo, pages);
+  const tokens = listTokens(db, { includeRevoked: true, activeFirst: true, now, limit: TOKEN_PAGE, offset: (p - 1) * TOKEN_PAGE }).map((t) => ({
+    id: t.id,
+    user: t.userName,
+    name: t.name,
+    created: when(t.createdAt),
+    lastUsed: when(t.lastUsedAt),
+    expires: t.expiresAt === null ? 'never' : when(t.expiresAt),
+    state: tokenState(t, now),
+  }));
+  return { tokens, page: p, pages, prev: p > 1 ? `/admin/tokens?page=${p - 1}` : '', next: p < pages ? `/admin/tokens?page=${p + 1}` : '' };
+}
+
+/** User names by id (audit rows and upstream connections name users). */
+export const userNames = (db: Db) => new Map(listUsers(db).map((u) => [u.id, u.name]));
+
+/** The audit log's filter form as sent, and the query it stands for. */
+export function auditFilter(db: Db, q: Record<string, unknown>) {
+  const user = str(q.user) ? listUsers(db).find((u) => u.name === str(q.user)) : undefined;
+  const date = (v: string, end = false) => {
+    if (!v) return undefined;
+    const t = Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(v) ? `${v}T00:00:00Z` : v);
+    if (!Number.isFinite(t)) throw new GatewayError(`"${v}" is not a date (use YYYY-MM-DD).`, { reason: 'invalid_request', status: 400 });
+    return end && /^\d{4}-\d{2}-\d{2}$/.test(v) ? t + 86_400_000 : t;
+  };
+  const kind = str(q.kind) as AuditKind;
+  const outcome = str(q.outcome) as AuditOutcome;
+  return {
+    form: { user: str(q.user), kind: str(q.kind), tool: str(q.tool), outcome: str(q.outcome), since: str(q.since), until: str(q.until) },
+    query: {
+      // A name that matches nobody matches no entry.
+      userId: str(q.user) ? (user?.id ?? -1) : undefined,
+      kind: AUDIT_KINDS.includes(kind) ? kind : undefined,
+      tool: str(q.tool).slice(0, 100) || undefined,
+      outcome: AUDIT_OUTCOMES.includes(outcome) ? outcome : undefined,
+      since: date(str(q.since)),
+      until: date(str(q.until), true),
+    },
+  };
+}
+
+/** One audit entry as the page and the CSV show it. */
+export const auditRow = (e: AuditRecord, who: Map<number, string>) => ({
+  id: e.id,
+  time: when(e.ts),
+  user: who.get(e.userId) ?? `#${e.userId}`,
+  via: e.via ?? '',
+  token: e.tokenName ?? '',
+  kind: e.kind,
+  action: e.method,
+  tool: e.tool ?? '',
+  target: e.targetUserId ? (who.get(e.targetUserId) ?? `#${e.targetUserId}`) : '',
+  outcome: e.outcome,
+  error: e.errorClass ?? '',
+  ms: e.durationMs.toFixed(1),
+  // The shape of the arguments (types, never values).
+  shape: e.argsShape === null ? '' : JSON.stringify(e.argsShape),
+});
+
+/** Sandbox time and model tokens per user over a period (7 days if the name is not one of PERIODS), with bar widths. */
+export function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: string) {
+  const span = PERIODS[period] ?? PERIODS['7d']!;
+  const until = Date.now() + 1;
+  const since = Number.isFinite(span) ? until - span : 0;
+  deps.sandboxes.flushExecutions();
+  const executions = executionUsage(deps.db, since, until);
+  const models = usageByUserAndModel(deps.db, since);
+  const maxCpu = Math.max(1e-9, ...executions.map((e) => e.cpuSeconds));
+  const maxTokens = Math.max(1, ...models.map((m) => (m.inputTokens ?? 0) + (m.outputTokens ?? 0)));
+  return {
+    period: PERIODS[period] ? period : '7d',
+    since,
+    until,
+    executions: executions.map((e) => ({ ...e, cpu: e.cpuSeconds.toFixed(1), run: e.runSeconds.toFixed(1), bar: Math.round((e.cpuSeconds / maxCpu) * 100) })),
+    models: models.map((m) => ({ ...m, total: (m.inputTokens ?? 0) + (m.outputTokens ?? 0), bar: Math.round((((m.inputTokens ?? 0) + (m.outputTokens ?? 0)) / maxTokens) * 100) })),
+  };
+}
+
+/** Every upstream server: who may use it, its connections and its calls. */
+export function upstreamView(deps: { db: Db; upstream: Upstream }) {
+  const counts = upstreamCallCounts(deps.db);
+  const who = userNames(deps.db);
+  const status = deps.upstream.hub.status();
+  return deps.upstream.hub.servers().map((s) => {
+    const conns = status.filter((c) => c.server === s.name);
+    const c = counts.get(s.name);
+    return {
+      name: s.name,
+      scope: s.scope,
+      who: [...s.allowUsers.map((u) => (u === '*' ? 'everyone' : u)), ...s.allowTeams.map((t) => `team ${t}`)].join(', ') || 'nobody',
+      state: conns.length ? `${conns.filter((x) => x.connected).length} of ${conns.length} connected` : 'not connected (connects on first use)',
+      connections: conns.map((x) => ({ user: x.userId ? (who.get(x.userId) ?? `#${x.userId}`) : 'shared', connected: x.connected, failures: x.failures, lastError: x.lastError ?? '' })),
+      calls: c?.calls ?? 0,
+      failed: c?.failed ?? 0,
+      lastCall: when(c?.lastAt),
+    };
+  });
+}

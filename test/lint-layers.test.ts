@@ -1,0 +1,39 @@
+/**
+ * The structure rules of eslint.config.js hold: an import circle anywhere, or a lower
+ * layer importing a higher one, fails the lint step of `npm test` (and so the build).
+ * Each case lints real code with the project's own configuration; the clean tree
+ * passing is the lint step itself.
+ */
+import path from 'node:path';
+import { ESLint } from 'eslint';
+import { describe, expect, it } from 'vitest';
+
+const root = path.resolve(import.meta.dirname, '..');
+const eslint = new ESLint({ cwd: root, ignore: false });
+
+const ruleIds = (results: ESLint.LintResult[]) => results.flatMap((r) => r.messages.map((m) => m.ruleId));
+
+describe('structure rules', () => {
+  it('refuses an import circle', async () => {
+    const results = await eslint.lintFiles(['test/fixtures/import-cycle/first.ts', 'test/fixtures/import-cycle/second.ts']);
+    expect(ruleIds(results).filter((id) => id === 'import-x/no-cycle')).toHaveLength(2);
+  });
+
+  it('refuses the store importing a domain above it', async () => {
+    const code = "import { recordAudit } from '../audit/audit.js';\nexport const probe = recordAudit;\n";
+    const results = await eslint.lintText(code, { filePath: path.join(root, 'src/store/probe.ts') });
+    expect(results[0]!.messages.map((m) => [m.ruleId, m.message.includes('a lower layer imports a higher one')])).toEqual([['import-x/no-restricted-paths', true]]);
+  });
+
+  it('refuses a domain importing a page, and a type-only import counts', async () => {
+    const code = "import type { WebApp } from '../web/index.js';\nexport type Probe = WebApp;\n";
+    const results = await eslint.lintText(code, { filePath: path.join(root, 'src/sandboxes/probe.ts') });
+    expect(ruleIds(results)).toEqual(['import-x/no-restricted-paths']);
+  });
+
+  it('lets a page import a domain below it', async () => {
+    const code = "import { recordAudit } from '../../audit/audit.js';\nexport const probe = recordAudit;\n";
+    const results = await eslint.lintText(code, { filePath: path.join(root, 'src/web/chat/probe.ts') });
+    expect(ruleIds(results)).toEqual([]);
+  });
+});
