@@ -1,5 +1,7 @@
 // @ts-check
 import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import js from '@eslint/js';
 import tseslint from 'typescript-eslint';
 import importX from 'eslint-plugin-import-x';
@@ -21,7 +23,7 @@ const shippedPatterns = [
  * domain, a domain no page, a page not the composition. Type-only imports count too, so
  * the picture holds for a reader and not only at run time.
  */
-const LAYERS = [
+export const LAYERS = [
   ['src/{errors,reasons,logger,dates,paths,bounded-json,text,config}.ts', 'src/host/**', 'src/secrets/**'],
   ['src/store/**'],
   ['src/accounts/**', 'src/tokens/**', 'src/limits/**'],
@@ -33,8 +35,9 @@ const LAYERS = [
   ['src/{app,routes,gateway,main,migrations}.ts', 'src/cli/**'],
 ];
 /** How import-x finds and reads our modules: TypeScript's resolution (".js" names the ".ts" file). */
+const here = path.dirname(fileURLToPath(import.meta.url));
 const importSettings = {
-  'import-x/resolver-next': [createTypeScriptImportResolver({ project: './tsconfig.json' })],
+  'import-x/resolver-next': [createTypeScriptImportResolver({ project: path.join(here, 'tsconfig.json') })],
   'import-x/extensions': ['.ts', '.js', '.mjs'],
   'import-x/parsers': { '@typescript-eslint/parser': ['.ts'] },
 };
@@ -85,7 +88,7 @@ export default tseslint.config(
   },
   {
     // No import circle anywhere (type-only imports excepted: they vanish at run time).
-    files: ['src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts'],
+    files: ['src/**/*.ts', 'test/**/*.ts', 'bench/**/*.ts', 'scripts/**/*.ts'],
     plugins: { 'import-x': importX },
     settings: importSettings,
     rules: { 'import-x/no-cycle': ['error', { ignoreExternal: true }] },
@@ -96,7 +99,7 @@ export default tseslint.config(
     ignores: ['src/**/*.test.ts'],
     plugins: { 'import-x': importX },
     settings: importSettings,
-    rules: { 'import-x/no-restricted-paths': ['error', { zones: layerZones }] },
+    rules: { 'import-x/no-restricted-paths': ['error', { basePath: here, zones: layerZones }] },
   },
   {
     // The page script runs in browsers.

@@ -4,8 +4,10 @@
  * Each case lints real code with the project's own configuration; the clean tree
  * passing is the lint step itself.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { ESLint } from 'eslint';
+import { minimatch } from 'minimatch';
 import { describe, expect, it } from 'vitest';
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -29,6 +31,18 @@ describe('structure rules', () => {
     const code = "import type { WebApp } from '../web/index.js';\nexport type Probe = WebApp;\n";
     const results = await eslint.lintText(code, { filePath: path.join(root, 'src/sandboxes/probe.ts') });
     expect(ruleIds(results)).toEqual(['import-x/no-restricted-paths']);
+  });
+
+  it('places every shipped file of src/ in exactly one layer, so none escapes the rule', async () => {
+    const { LAYERS } = (await import(path.join(root, 'eslint.config.js'))) as { LAYERS: string[][] };
+    const files = (fs.readdirSync(path.join(root, 'src'), { recursive: true }) as string[])
+      .map((f) => path.posix.join('src', f.split(path.sep).join('/')))
+      .filter((f) => /\.(ts|mjs)$/.test(f) && !f.endsWith('.test.ts'));
+    expect(files.length).toBeGreaterThan(100);
+    const misplaced = files
+      .map((f) => ({ f, layers: LAYERS.flatMap((globs, i) => (globs.some((g) => minimatch(f, g)) ? [i] : [])) }))
+      .filter(({ layers }) => layers.length !== 1);
+    expect(misplaced).toEqual([]);
   });
 
   it('lets a page import a domain below it', async () => {
