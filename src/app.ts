@@ -10,7 +10,7 @@ import type { Logger } from './logger.js';
 import type { Store } from './store/store.js';
 import type { ReadinessCheck } from './http/health.js';
 import type { OpenAiApi } from './http/openai-api.js';
-import { errorHandler, notFound } from './http/errors.js';
+import { errorHandler, notFound, setOwnOrigin } from './http/errors.js';
 import { requestContext } from './http/request-context.js';
 import { routes } from './routes.js';
 import type { WebApp } from './web/index.js';
@@ -35,6 +35,7 @@ export function createApp(deps: AppDeps): express.Express {
   const app = express();
   app.disable('x-powered-by');
   app.set('trust proxy', false);
+  setOwnOrigin(app, deps.config);
   // First, so that everything a request starts can be traced back to it.
   app.use(requestContext());
   deps.mount?.(app);

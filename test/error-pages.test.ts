@@ -4,6 +4,7 @@
  * page refused its visitor (403 on /admin for a member) or nothing is there (404); htmx
  * requests and scripts keep their short answers, and /mcp and /v1 keep their own shapes.
  */
+import request from 'supertest';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureUser, type User } from '../src/accounts/accounts.js';
 import { startGateway, type Gateway } from './support/mcp.js';
@@ -52,6 +53,29 @@ describe('a page refused or missing, in a browser', () => {
     const from = (referer: string) => fetch(`${gw.url}/no/such/page`, { headers: { accept: 'text/html', referer } });
     expect(await expectErrorPage(await from(`${gw.url}/files?dir=a%20b`), 404, 'Not found', '')).toContain('<a class="button" href="/files?dir=a%20b">Back to the previous page</a>');
     expect(await expectErrorPage(await from('https://elsewhere.example/chat'), 404, 'Not found', '')).not.toContain('Back to the previous page');
+  });
+
+  it('never leads to a path a browser reads as another site’s address', async () => {
+    // Each is a Referer of this gateway whose path, put into an href, is `//evil.example/…` or could become it.
+    for (const referer of [`${gw.url}//evil.example/x`, `${gw.url}/\\evil.example/x`, `${gw.url}/files?dir=a\\b`]) {
+      const html = await (await fetch(`${gw.url}/no/such/page`, { headers: { accept: 'text/html', referer } })).text();
+      expect(html, referer).toContain('<h1>Not found</h1>');
+      expect(html, referer).not.toContain('Back to the previous page');
+    }
+  });
+
+  it('takes the page it came from as ours by the public URL, not by the Host a proxy handed on', async () => {
+    const app = gw.gateway.app;
+    const notFoundFrom = (host: string, referer: string) => request(app).get('/no/such/page').set({ accept: 'text/html', host, referer });
+    expect((await notFoundFrom('gateway.internal:8080', `${gw.url}/files`)).text).toContain('href="/files">Back to the previous page</a>');
+    expect((await notFoundFrom('gateway.internal:8080', 'http://gateway.internal:8080/files')).text).not.toContain('Back to the previous page');
+  });
+
+  it('/vendor answers its two files and a 404 for any other name, inherited ones such as constructor too', async () => {
+    expect((await fetch(`${gw.url}/vendor/htmx.min.js`)).status).toBe(200);
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty', 'nope.js']) {
+      await expectErrorPage(await fetch(`${gw.url}/vendor/${name}`, { headers: { accept: 'text/html' } }), 404, 'Not found', 'There is nothing at this address.');
+    }
   });
 });
 

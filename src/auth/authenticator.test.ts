@@ -23,7 +23,7 @@ import { configFor } from '../config.js';
 import { createLogger } from '../logger.js';
 import { MIGRATIONS } from '../migrations.js';
 import { openStore, type Store } from '../store/store.js';
-import type { Authenticator } from './authenticator.js';
+import { TRY_AGAIN, type Authenticator } from './authenticator.js';
 import { authenticatorsFor } from './index.js';
 import { createLoginLink } from './login-links.js';
 import { SESSION_COOKIE, userOf, webSessions } from './session-middleware.js';
@@ -212,5 +212,39 @@ describe.each([
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.message.length).toBeGreaterThan(10);
     expect(await second.signedInAs()).toBeUndefined();
+  });
+});
+
+describe('the GitHub authenticator, on addresses anyone can write', () => {
+  let github: GitHubStandin;
+  let i: Awaited<ReturnType<typeof install>>;
+  beforeAll(async () => {
+    github = await startGitHubStandin();
+    i = await install({ ...github.settings(), SANDGATE_ALLOWED_USERS: 'alice' }, (all) => all.find((a) => a.name === 'github')!);
+  });
+  afterAll(async () => {
+    await i?.close();
+    await github?.close();
+  });
+
+  it('a start that carries an error or a code goes to the sign-in page as a sign-in that did not work: no error, and nobody signed in', async () => {
+    for (const query of ['error=access_denied', 'error=server_error&error_description=boom', 'code=x']) {
+      const r = await new Visitor(i.base).get(`/auth/github?${query}`);
+      expect([query, r.status, r.headers.get('location')]).toEqual([query, 303, '/login?why=error']);
+    }
+    // GitHub's own code and state, brought to the start instead of the callback, sign nobody in.
+    const v = new Visitor(i.base);
+    const callback = new URL(await toGitHubAndBack(v, github, 'alice'));
+    const r = await v.get(`/auth/github${callback.search}`);
+    expect([r.status, r.headers.get('location')]).toEqual([303, '/login?why=error']);
+    expect(await v.signedInAs()).toBeUndefined();
+  });
+
+  it('a callback GitHub ended says so in our words for its code, never in the words of the address', async () => {
+    const said = 'Your account is locked: call support at +1 555 0100.';
+    const denied = await answer(await new Visitor(i.base).get(`/auth/github/callback?${new URLSearchParams({ error: 'access_denied', error_description: said })}`));
+    expect(denied).toEqual({ ok: false, message: 'GitHub did not let you sign in (access denied).', reason: 'GitHub: access_denied' });
+    const other = await answer(await new Visitor(i.base).get(`/auth/github/callback?${new URLSearchParams({ error: 'made_up', error_description: said })}`));
+    expect(other).toEqual({ ok: false, message: TRY_AGAIN, reason: 'error', why: 'error' });
   });
 });

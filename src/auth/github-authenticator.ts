@@ -10,6 +10,9 @@
  *   finds or makes the user bound to that GitHub account and keeps the token sealed for
  *   the re-checks (src/auth/membership.ts).
  * - GitHub not answering is a refusal that says so, not an error page.
+ * - The sign-in page says only words of ours: the refusals the membership check gives,
+ *   or a fixed sentence for GitHub's error code. The callback's `error_description` is
+ *   whatever its address says, and anyone can write an address.
  */
 import type { NextFunction, Request, Response } from 'express';
 import type { StrategyCreatedStatic } from 'passport';
@@ -21,10 +24,22 @@ import { TRY_AGAIN, type Authenticator, type SignInResult } from './authenticato
 import { githubEndpoints } from './github.js';
 import type { Membership } from './membership.js';
 
+/**
+ * A refusal of the verify callback below (the allow-list's, the membership's): the only
+ * `fail` whose words the sign-in page shows. passport-oauth2 fails with words of its own
+ * too, among them a callback's `error_description`, which is the visitor's to choose.
+ */
+class Refusal {
+  constructor(readonly message: string | undefined) {}
+}
+
+/** GitHub's error codes for an authorize request it ended (?error=…), in our words; any other code gets TRY_AGAIN. */
+const GITHUB_ERRORS = new Map([['access_denied', 'GitHub did not let you sign in (access denied).']]);
+
 /** What one run of the OAuth strategy on a request came to (the calls passport-strategy defines). */
 type StrategyOutcome =
   | { kind: 'success'; user: User }
-  | { kind: 'fail'; message?: string }
+  | { kind: 'fail'; refusal?: Refusal; said?: string }
   | { kind: 'error'; err: unknown }
   | { kind: 'redirect'; url: string; status: number };
 
@@ -56,27 +71,33 @@ export class GitHubAuthenticator implements Authenticator {
       (accessToken: string, _refresh: string, _profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
         membership.allow.decide(accessToken).then(
           (d) => {
-            if (!d.allowed) return done(null, false, { message: d.reason });
+            if (!d.allowed) return done(null, false, new Refusal(d.reason));
             let admitted;
             try {
               admitted = membership.admit(accessToken, d);
             } catch (e) {
               return done(e);
             }
-            if (!admitted.ok) return done(null, false, { message: admitted.message });
+            if (!admitted.ok) return done(null, false, new Refusal(admitted.message));
             done(null, admitted.user);
           },
           (e: unknown) => {
             log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
-            done(null, false, { message: 'GitHub could not be reached to check your membership: try again in a moment.' });
+            done(null, false, new Refusal('GitHub could not be reached to check your membership: try again in a moment.'));
           },
         );
       },
     );
   }
 
-  /** GET /auth/github: to GitHub's authorize page, with a fresh state kept in the session. */
+  /**
+   * GET /auth/github: to GitHub's authorize page, with a fresh state kept in the session.
+   * passport-oauth2 takes any request with a `code` or an `error` for a callback, here too;
+   * such a request is no start of a sign-in (GitHub answers at the callback), so it goes to
+   * the sign-in page as a sign-in that did not work, and nothing runs.
+   */
   start(req: Request, res: Response, next: NextFunction): void {
+    if (req.query.code !== undefined || req.query.error !== undefined) return res.redirect(303, '/login?why=error');
     this.run(req).then((o) => {
       if (o.kind === 'redirect') return void res.status(o.status).set('Location', o.url).set('Content-Length', '0').end();
       next(o.kind === 'error' ? o.err : new Error(`the GitHub sign-in could not start (${o.kind})`));
@@ -89,8 +110,13 @@ export class GitHubAuthenticator implements Authenticator {
     const o = await this.run(req);
     if (o.kind === 'success') return { ok: true, user: o.user };
     if (o.kind === 'fail') {
-      this.log.info({ reason: o.message }, 'GitHub sign-in refused');
-      return { ok: false, message: o.message ?? TRY_AGAIN, reason: o.message ?? 'refused' };
+      // Words of ours only: the verify callback's refusal, else GitHub's code named (not its description), else TRY_AGAIN.
+      const code = typeof req.query.error === 'string' ? req.query.error : undefined;
+      const message = o.refusal?.message ?? (code === undefined ? undefined : GITHUB_ERRORS.get(code)) ?? TRY_AGAIN;
+      const reason = o.refusal?.message ?? (code === undefined ? (o.said ?? 'refused') : `GitHub: ${GITHUB_ERRORS.has(code) ? code : 'an unknown error'}`);
+      // What passport-oauth2 said goes to the log only (cut short: it may be the visitor's text).
+      this.log.info({ reason, ...(o.said === undefined ? {} : { said: o.said.slice(0, 200) }) }, 'GitHub sign-in refused');
+      return { ok: false, message, reason };
     }
     this.log.warn({ err: o.kind === 'error' ? o.err : `an unexpected ${o.kind}` }, 'GitHub sign-in failed');
     return { ok: false, message: TRY_AGAIN, reason: 'error', why: 'error' };
@@ -101,7 +127,11 @@ export class GitHubAuthenticator implements Authenticator {
     return new Promise((resolve) => {
       const outcome: StrategyCreatedStatic = {
         success: (user) => resolve({ kind: 'success', user: user as User }),
-        fail: (challenge?: { message?: string } | string | number) => resolve({ kind: 'fail', ...(typeof challenge === 'object' && challenge?.message ? { message: challenge.message } : {}) }),
+        fail: (challenge?: unknown) => {
+          if (challenge instanceof Refusal) return resolve({ kind: 'fail', refusal: challenge });
+          const said = (challenge as { message?: unknown } | undefined)?.message;
+          resolve({ kind: 'fail', ...(typeof said === 'string' ? { said } : {}) });
+        },
         redirect: (url, status) => resolve({ kind: 'redirect', url, status: status ?? 302 }),
         pass: () => resolve({ kind: 'error', err: new Error('the GitHub strategy passed') }),
         error: (err) => resolve({ kind: 'error', err }),

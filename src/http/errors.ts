@@ -8,7 +8,8 @@
  * answered 500 without detail. Express 5 brings a route's rejected promise here as it
  * does a thrown error.
  */
-import type { ErrorRequestHandler, Request, RequestHandler, Response } from 'express';
+import type { ErrorRequestHandler, Express, Request, RequestHandler, Response } from 'express';
+import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { renderPartial, securityHeaders } from '../web/render.js';
@@ -22,14 +23,34 @@ export function wantsPage(req: Request): boolean {
   return req.accepts(['json', 'html']) === 'html';
 }
 
-/** The page this one was reached from, when it is one of ours (its path only): the way back. */
+/**
+ * The gateway's own origin, which a way back on an error page must come from: the one of
+ * SANDGATE_PUBLIC_URL when the operator set it (a reverse proxy may hand on another Host),
+ * else none, and the request's Host stands for it. Kept on the app (its locals), so that
+ * every error page, whoever sends it, reads the same.
+ */
+export function setOwnOrigin(app: Express, config: Pick<Config, 'publicUrl' | 'publicUrlSet'>): void {
+  app.locals.ownOrigin = config.publicUrlSet ? new URL(config.publicUrl).origin : undefined;
+}
+
+/**
+ * The page this one was reached from, when it is one of ours (its path only): the way back.
+ * The path goes into an href as it is, so it must be one a browser reads as a path here:
+ * `//evil.example/x` (which a Referer of `https://gw//evil.example/x` or `/\evil.example`
+ * gives) is another site's address, and a backslash or a control character is read as
+ * a slash or dropped by some browsers.
+ */
 function previousPage(req: Request): string | undefined {
   const referer = req.get('Referer');
   if (!referer) return undefined;
   try {
     const from = new URL(referer);
-    if (from.host !== req.get('Host') || (from.protocol !== 'http:' && from.protocol !== 'https:')) return undefined;
+    if (from.protocol !== 'http:' && from.protocol !== 'https:') return undefined;
+    const own = req.app.locals.ownOrigin as string | undefined;
+    if (own === undefined ? from.host !== req.get('Host') : from.origin !== own) return undefined;
     const back = from.pathname + from.search;
+    // eslint-disable-next-line no-control-regex
+    if (!back.startsWith('/') || back.startsWith('//') || /[\\\x00-\x1f\x7f]/.test(back)) return undefined;
     return back === req.originalUrl ? undefined : back;
   } catch {
     return undefined;

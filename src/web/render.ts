@@ -64,14 +64,15 @@ export function renderPartial(template: string, data: Record<string, unknown>): 
 }
 
 const require = createRequire(import.meta.url);
-const VENDOR: Record<string, string> = {
-  'htmx.min.js': path.join(path.dirname(require.resolve('htmx.org/package.json')), 'dist/htmx.min.js'),
-  'socket.io.min.js': path.join(path.dirname(require.resolve('socket.io/package.json')), 'client-dist/socket.io.min.js'),
-};
+// A Map, so that a name such as `constructor` finds nothing rather than the object's prototype.
+const VENDOR = new Map([
+  ['htmx.min.js', path.join(path.dirname(require.resolve('htmx.org/package.json')), 'dist/htmx.min.js')],
+  ['socket.io.min.js', path.join(path.dirname(require.resolve('socket.io/package.json')), 'client-dist/socket.io.min.js')],
+]);
 
 /** GET /vendor/:file: htmx and the socket.io client, from node_modules: never a CDN. */
 export const vendorFile: RequestHandler = function vendorFile(req, res, next) {
-  const file = VENDOR[req.params.file as string];
+  const file = VENDOR.get(req.params.file as string);
   if (!file) return next();
   res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } });
 };
