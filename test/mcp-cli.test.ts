@@ -7,10 +7,10 @@ import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { argsShape, recordAudit } from '../src/audit/audit.js';
+import { argsShape, listAudit, recordAudit } from '../src/audit/audit.js';
 import { createDriver } from '../src/sandboxes/index.js';
 import { runCli, type CliContext } from '../src/cli/program.js';
-import { findUser } from '../src/accounts/accounts.js';
+import { findUser, suspendUser } from '../src/accounts/accounts.js';
 import { isWellFormedToken } from '../src/tokens/format.js';
 import { verifyToken } from '../src/tokens/tokens.js';
 import { createHarness, type Harness } from './support/harness.js';
@@ -187,12 +187,36 @@ describe('sandgate users disable / enable', () => {
     expect(loadSession(h.store.db, 'dora-browser')).toBeUndefined();
     expect(verifyToken(h.store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
     expect((await cli('sandboxes', 'list')).out).not.toMatch(/dora/);
+    // A turn the gateway let in before (the command line cannot cancel it) runs no more
+    // code for her: the gateway's sandbox manager refuses, and starts no container.
+    await expect(h.manager.execute(dora, { language: 'bash', code: 'echo still here' })).rejects.toMatchObject({ name: 'SandboxError', reason: 'account_disabled', auditClass: 'SandboxError:account_disabled' });
+    expect(h.manager.startingUsers()).not.toContain(dora.userId);
+    expect((await h.manager.list()).map((s) => s.user)).not.toContain('dora');
+    expect((await cli('sandboxes', 'list')).out).not.toMatch(/dora/);
 
     expect((await cli('users', 'enable', 'dora')).out).toBe('dora is enabled again.');
     expect((await cli('users', 'enable', 'dora')).out).toBe('dora is not disabled.');
     expect(verifyToken(h.store.db, token)).toMatchObject({ ok: true });
     expect((await h.manager.execute(dora, { language: 'bash', code: 'cat kept.txt' })).stdout).toBe('kept');
     expect((await cli('users', 'disable', 'nobody')).code).toBe(1);
+
+    // Both are in the audit log as the admin page's are; the command line has no admin
+    // account, so the user acted on is the row's user and its target, with no `via`.
+    const rows = listAudit(h.store.db, dora.userId).filter((e) => e.kind === 'admin');
+    expect(rows.map((e) => e.method)).toEqual(['user/enable', 'user/disable']);
+    for (const e of rows) expect(e).toMatchObject({ userId: dora.userId, targetUserId: dora.userId, via: null, outcome: 'ok', errorClass: null });
+  });
+
+  it('enabling a user GitHub membership also refuses says that they stay out until GitHub lists them', async () => {
+    await cli('users', 'add', 'gus');
+    const gus = h.user('gus');
+    suspendUser(h.store.db, gus.userId, 'no longer in the team');
+    await cli('users', 'disable', 'gus');
+    const still = 'GitHub membership still refuses them: they get in again once GitHub lists them.';
+    expect((await cli('users', 'enable', 'gus')).out).toBe(`gus is enabled, but ${still}`);
+    expect((await cli('users', 'enable', 'gus')).out).toBe(`gus is not disabled, but ${still}`);
+    expect(findUser(h.store.db, 'gus')).toMatchObject({ disabledAt: null, suspendedAt: expect.any(Number) });
+    await expect(h.manager.execute(gus, { language: 'bash', code: 'true' })).rejects.toMatchObject({ reason: 'account_disabled' });
   });
 });
 

@@ -7,7 +7,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { KEYED_PROVIDERS } from '../agent/models.js';
 import { ProviderKeys } from '../agent/provider-keys.js';
 import { createLoginLink } from '../auth/login-links.js';
-import { listAudit } from '../audit/audit.js';
+import { listAudit, recordAudit } from '../audit/audit.js';
 import { dropPiiScope, tokenScopeRef } from '../pii/scopes.js';
 import type { SandboxDriver } from '../sandboxes/types.js';
 import type { Db, Store } from '../store/store.js';
@@ -61,6 +61,27 @@ function requireUser(db: Db, name: string): User {
   const u = findUser(db, name);
   if (!u) throw new CliError(`no user named "${name}". Users appear when they first sign in; to add one now: sandgate users add ${name}`);
   return u;
+}
+
+/**
+ * Runs an admin action done here and records it in the audit log as the admin page
+ * records its own (kind `admin`, the same method, the same outcomes), so the log shows a
+ * disable or enable whichever way it was done. The command line has no admin account and
+ * comes by none of the ways `via` names, so the row gives the user acted on as both its
+ * user and its target, with no `via`: a row the admin page never writes (it always
+ * records the admin and how they came, and refuses to disable an admin's own account).
+ */
+async function auditedHere<T>(db: Db, method: string, user: User, act: () => Promise<T> | T): Promise<T> {
+  const started = performance.now();
+  const entry = { userId: user.id, via: null, kind: 'admin' as const, method, targetUserId: user.id };
+  try {
+    const out = await act();
+    recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'ok' });
+    return out;
+  } catch (e) {
+    recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'error', errorClass: 'internal' });
+    throw e;
+  }
 }
 
 export function buildProgram(ctx: CliContext): Command {
@@ -122,19 +143,21 @@ export function buildProgram(ctx: CliContext): Command {
       // The same use-case as the admin page's, with what this process reaches: the store and the sandbox containers.
       let stopped = 0;
       const sandboxes = { stopUser: async () => (stopped = await stopUserSandbox(ctx.driver(), db(), u)) };
-      await disableUser({ db: db(), sessions: { endSessionsOf: (id) => deleteUserSessions(db(), id) }, sandboxes }, u);
+      await auditedHere(db(), 'user/disable', u, () => disableUser({ db: db(), sessions: { endSessionsOf: (id) => deleteUserSessions(db(), id) }, sandboxes }, u));
       ctx.out(`Disabled ${u.name}: their sessions ended, their tokens and sign-ins are refused${stopped ? `, and ${stopped} sandbox container(s) of theirs stopped` : ''}. Nothing of theirs was deleted.`);
-      ctx.err('A running gateway closes the pages they have open at its next membership check (within 30 s); a chat turn of theirs running there now goes on to its end.');
+      ctx.err('A running gateway closes the pages they have open at its next membership check (within 30 s); a chat turn of theirs running there now goes on to its end, but the gateway runs no more code for them.');
     });
   users
     .command('enable')
     .description('Let a disabled user in again (their tokens work again; they sign in afresh)')
     .argument('<name>', 'login name')
-    .action((name: string) => {
+    .action(async (name: string) => {
       const u = requireUser(db(), name);
-      if (u.disabledAt === null) return ctx.out(`${u.name} is not disabled.`);
-      enableUser({ db: db() }, u);
-      ctx.out(`${u.name} is enabled again.`);
+      // Enabling lifts an admin's disable only: a GitHub membership check that said no still refuses them.
+      const github = u.suspendedAt !== null ? 'GitHub membership still refuses them: they get in again once GitHub lists them' : undefined;
+      if (u.disabledAt === null) return ctx.out(`${u.name} is not disabled${github ? `, but ${github}` : ''}.`);
+      await auditedHere(db(), 'user/enable', u, () => enableUser({ db: db() }, u));
+      ctx.out(github ? `${u.name} is enabled, but ${github}.` : `${u.name} is enabled again.`);
     });
 
   // ---------------------------------------------------------------- tokens

@@ -6,12 +6,17 @@
  */
 import type { Config } from '../config.js';
 import type { Db } from '../store/store.js';
-import { getUser } from '../accounts/accounts.js';
+import { getUser, type User } from '../accounts/accounts.js';
 import { allows, parsePermissions, type Permissions } from './permissions.js';
 import type { SandboxOwner, SandboxSpec } from './types.js';
 
 export function ceilingOf(db: Db, config: Config, owner: SandboxOwner): Permissions {
-  return parsePermissions(getUser(db, owner.userId)?.permissions ?? config.defaultPermissions);
+  return ceilingFrom(getUser(db, owner.userId), config);
+}
+
+/** The ceiling of a user row already read (undefined: an unknown user, who gets the default). */
+export function ceilingFrom(user: Pick<User, 'permissions'> | undefined, config: Config): Permissions {
+  return parsePermissions(user?.permissions ?? config.defaultPermissions);
 }
 
 export function defaultCeiling(config: Config): Permissions {

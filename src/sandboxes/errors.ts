@@ -16,6 +16,8 @@ const SANDBOX_STATUS: Record<SandboxErrorReason, number> = {
   runner_died: 503,
   busy: 429,
   invalid_request: 400,
+  // The account is disabled (or suspended by the GitHub membership check): the user's to know, not the operator's to fix.
+  account_disabled: 403,
 };
 
 export class SandboxError extends GatewayError {

@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, type Harness } from '../../test/support/harness.js';
+import { setUserDisabled, suspendUser } from '../accounts/accounts.js';
 import { PermissionError } from './permissions.js';
 import type { SandboxOwner } from './types.js';
 
@@ -185,6 +186,59 @@ describe('SandboxManager: executions', () => {
     await expect(h.manager.execute(alice, { language: 'cobol' as never, code: '' })).rejects.toThrow(/unknown language/);
     await expect(h.manager.execute(alice, { language: 'python', code: '1', timeoutSec: 100_000 })).rejects.toThrow(/SANDGATE_EXEC_MAX_TIMEOUT_SEC/);
     await expect(h.manager.execute(alice, { language: 'python', code: 'x'.repeat(2_000_000) })).rejects.toThrow(/at most/);
+  });
+
+  describe('an account disabled or suspended', () => {
+    const refused = { name: 'SandboxError', reason: 'account_disabled', status: 403 };
+    /** Every container of the user's, running or not, as Docker lists them. */
+    const containersOf = async (owner: SandboxOwner) => (await h.manager['deps'].driver.list()).filter((c) => c.ownerId === owner.userId);
+    const holds = async (owner: SandboxOwner) => (await h.manager.list()).some((s) => s.userId === owner.userId) || h.manager.startingUsers().includes(owner.userId);
+
+    it('runs no code and opens no workspace, and nothing starts', async () => {
+      const dan = h.user('dan');
+      setUserDisabled(h.store.db, dan.userId, true);
+      await expect(h.manager.execute(dan, { language: 'python', code: '1' })).rejects.toMatchObject({ ...refused, message: expect.stringMatching(/disabled on this gateway/) });
+      await expect(h.manager.openWorkspace(dan)).rejects.toMatchObject(refused);
+      const sue = h.user('sue');
+      suspendUser(h.store.db, sue.userId, 'no longer in the team');
+      await expect(h.manager.execute(sue, { language: 'bash', code: 'true' })).rejects.toMatchObject({ ...refused, message: expect.stringMatching(/lost access/) });
+      for (const who of [dan, sue]) {
+        expect(await holds(who)).toBe(false);
+        expect(await containersOf(who)).toEqual([]);
+      }
+      // Enabled again, the same account runs code as before.
+      setUserDisabled(h.store.db, dan.userId, false);
+      expect((await h.manager.execute(dan, { language: 'bash', code: 'echo back' })).stdout).toBe('back\n');
+      await h.manager.stopUser(dan.userId, { kill: true });
+    });
+
+    it('stops a sandbox whose start was under way when the account was disabled', async () => {
+      const liz = h.user('liz');
+      const run = h.manager.execute(liz, { language: 'bash', code: 'echo started' });
+      // The container is starting now: the admin page's stopUser finds no sandbox to stop yet.
+      expect(h.manager.startingUsers()).toContain(liz.userId);
+      expect(await h.manager.stopUser(liz.userId, { kill: true })).toBe(false);
+      setUserDisabled(h.store.db, liz.userId, true);
+      await expect(run).rejects.toMatchObject(refused);
+      expect(await holds(liz)).toBe(false);
+      expect(await containersOf(liz)).toEqual([]);
+    });
+
+    it('refuses the runs that waited on a sandbox killed because its user was disabled', async () => {
+      const kim = h.user('kim');
+      await h.manager.execute(kim, { language: 'bash', code: 'true' });
+      const first = h.manager.execute(kim, { language: 'bash', code: 'sleep 30' });
+      // Settled while the test awaits the first run: its outcome is caught now, read below.
+      const waiting = h.manager.execute(kim, { language: 'bash', code: 'echo should not run' }).catch((e: unknown) => e);
+      await new Promise((r) => setTimeout(r, 300));
+      setUserDisabled(h.store.db, kim.userId, true);
+      expect(await h.manager.stopUser(kim.userId, { kill: true })).toBe(true);
+      expect(await first).toMatchObject({ killed: true });
+      // It goes back through execute, which refuses it: no fresh sandbox starts for the disabled user.
+      expect(await waiting).toMatchObject(refused);
+      expect(await holds(kim)).toBe(false);
+      expect(await containersOf(kim)).toEqual([]);
+    });
   });
 
   it('cancels an execution through its AbortSignal', async () => {

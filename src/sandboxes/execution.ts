@@ -5,7 +5,8 @@
  * user's sandbox (started if needed: lifecycle.ts); what the gateway keeps of it is
  * logged in batches (usage.ts), and listeners hear of the files it changed.
  */
-import { ceilingOf } from './ceilings.js';
+import { admittedAccount } from './admission.js';
+import { ceilingFrom, ceilingOf } from './ceilings.js';
 import { cpuMsNow } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
@@ -25,12 +26,13 @@ export interface SandboxExecution {
   /**
    * Runs code in the owner's sandbox. Rejects (throws) only for requests that cannot
    * run at all: a bad language, a permission beyond the ceiling, too much code, a full
-   * queue. What happens to the code itself (errors, timeouts, kills) is in the result.
+   * queue, an account disabled or suspended (admission.ts). What happens to the code
+   * itself (errors, timeouts, kills) is in the result.
    */
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
   /** The user's permission ceiling: their own row, else the configured default. */
   ceiling(owner: SandboxOwner): Permissions;
-  /** The workspace, created and mounted if needed (file access before any run). */
+  /** The workspace, created and mounted if needed (file access before any run); refused, like a run, to an account disabled or suspended. */
   openWorkspace(owner: SandboxOwner): Promise<Workspace>;
   /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
   onFilesChanged(listener: FilesListener): () => void;
@@ -51,6 +53,7 @@ export class Execution implements SandboxExecution {
   }
 
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
+    admittedAccount(this.deps.db, owner);
     const id = this.deps.lifecycle.workspaceIdFor(owner, true)!;
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
@@ -68,7 +71,8 @@ export class Execution implements SandboxExecution {
     if (!(timeoutSec > 0) || timeoutSec > cfg.execMaxTimeoutSec) {
       throw new SandboxError(`timeout must be between 1 and ${cfg.execMaxTimeoutSec} seconds (SANDGATE_EXEC_MAX_TIMEOUT_SEC)`, 'invalid_request');
     }
-    const ceiling = this.ceiling(owner);
+    // The user's row, read once: whether their account may run code, and their ceiling.
+    const ceiling = ceilingFrom(admittedAccount(this.deps.db, owner), cfg);
     // Network is refused whatever the ceiling says: say why before anything else.
     const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
     if (net) throw new PermissionError(net, 'net');
@@ -77,7 +81,9 @@ export class Execution implements SandboxExecution {
     const sb = await this.deps.lifecycle.sandboxFor(owner);
     return sb.queue.push(async () => {
       // The sandbox died while this waited: the run joins its replacement's queue like any
-      // new one (its limit, its order, its timer starting only when the run does).
+      // new one (its limit, its order, its timer starting only when the run does). Its
+      // account is checked again there: a sandbox killed because its user was disabled
+      // does not come back for the runs that were waiting on it.
       if (sb.handle.exited) return this.execute(owner, opts);
       idle.wake(sb);
       const cpuBefore = cpuMsNow(sb.handle.id);

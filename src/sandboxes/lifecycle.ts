@@ -12,6 +12,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { recordSandboxStarted } from './records.js';
 import { claimWorkspace, getUser } from '../accounts/accounts.js';
+import { admittedAccount } from './admission.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
@@ -216,6 +217,18 @@ export class Lifecycle implements SandboxLifecycle {
     this.pool.fill();
     const sb = this.keep({ ...live, owner, ceilingKey: ceilingKey(ceiling), queue: new RunQueue(), running: 0 });
     recordSandboxStarted(db, owner.userId, sb.handle.id, sb.startedAt);
+    // The account may have been disabled (or suspended) while this container started.
+    // `stopUser` looks only at the sandboxes held, so it found none to stop then, and the
+    // command line may have listed the containers before this one was recorded as the
+    // user's. From the line above on, both see it; what came before, this check sees (no
+    // await lies between them). So a start never outlives a disable: the container just
+    // made is stopped, and whatever waited for it is refused as `execute` refuses it.
+    try {
+      admittedAccount(db, owner);
+    } catch (e) {
+      await this.deps.stops.stopSandbox(owner.userId, 'its account was disabled while it started').catch((err: unknown) => log.warn({ err, user: owner.name }, 'could not stop a sandbox whose account was disabled while it started'));
+      throw e;
+    }
     return sb;
   }
 

@@ -15,7 +15,7 @@
  * They share held.ts (each user's live sandbox, the starts and stops under way) and
  * usage.ts (what the store learns of use, in batches). Beneath them: run-queue.ts and
  * run.ts (one execution at a time per sandbox), warm-pool.ts, adoption.ts, ceilings.ts,
- * calls.ts (calls from code to the gateway's tools) and records.ts (which container is
+ * admission.ts (no code runs for an account disabled or suspended), calls.ts (calls from code to the gateway's tools) and records.ts (which container is
  * whose). This object exists for the gateway, which builds and wires it, and for tests
  * and benchmarks that drive every part; everything else takes only a part's interface.
  */

@@ -47,7 +47,9 @@ export interface SandboxStops {
    * names the admin who asked; `cause` replaces "by an admin" in what the user is told,
    * for a stop nobody asked for (e.g. "when your access to this gateway ended"). Either
    * way, the runs it ends say who stopped it. False if there was none, or it is being
-   * stopped already.
+   * stopped already. A sandbox still starting is not there to stop yet: for a user who
+   * was disabled or suspended, the start checks the account once its container is up and
+   * stops it itself (lifecycle.ts).
    */
   stopUser(userId: number, opts?: StopOptions): Promise<boolean>;
   /** Stops every user sandbox with nothing running or queued; how many. */
