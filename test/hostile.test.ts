@@ -170,7 +170,7 @@ attempt "lazy umount /skills" 'umount -l /skills; ls -A /skills | grep -q .'
 attempt "unshare + umount" 'unshare -rm sh -c "umount -l /skills; ls -A /skills | grep -q ."'
 attempt "unshare + bind over /workspace" 'unshare -rm sh -c "mount --bind /tmp /workspace"'
 attempt "nsenter the runner" 'nsenter -t 1 -U -m --preserve-credentials touch /workspace/undone'
-attempt "runner visible" 'ps -eo args | grep -q "[r]unner.py"'
+attempt "runner visible" 'ps -eo args | grep -q "[s]andgate_runner.parent"'
 attempt "write /workspace" 'touch /workspace/undone'
 attempt "list /skills" 'ls -A /skills | grep -q .'
 attempt "list /tools" 'ls -A /tools | grep -q .'
@@ -221,5 +221,31 @@ echo end`;
       'import os, subprocess\nout = []\ntry:\n    os.setuid(0)\n    out.append("setuid ok")\nexcept PermissionError:\n    out.append("setuid denied")\nout.append(subprocess.run(["su", "-c", "id"], input=b"", capture_output=True).returncode != 0 and "su denied" or "su ok")\nout.append(open("/proc/self/status").read().split("CapEff:")[1].split()[0])\nout.append(str(os.geteuid()))\nout',
     );
     expect(r.result).toBe("['setuid denied', 'su denied', '0000000000000000', '1000']");
+  });
+
+  it('a .pth file in the workspace never runs as root when the sandbox starts', async () => {
+    // HOME is /workspace, so ~/.local/lib/python3.X/site-packages is the user's: Python
+    // executes every `import` line of a .pth file there in any interpreter that loads user
+    // site-packages. The runner is root in the sandbox; it must not be one of them. The
+    // mark goes into a directory anyone may write to, as root has no DAC_OVERRIDE here.
+    const plant = [
+      'import os, sys',
+      'site = "/workspace/.local/lib/python%d.%d/site-packages" % sys.version_info[:2]',
+      'os.makedirs(site, exist_ok=True)',
+      'os.makedirs("/workspace/pth-marks", exist_ok=True)',
+      'os.chmod("/workspace/pth-marks", 0o777)',
+      'with open(site + "/zz-hostile.pth", "w") as f:',
+      '    f.write("import os; open(\'/workspace/pth-marks/ran-as-\' + str(os.getuid()), \'w\').close()\\n")',
+      'sorted(os.listdir("/workspace/pth-marks"))',
+    ].join('\n');
+    const planted = await underAttack('python', plant);
+    expect(planted.result, planted.stderr).toBe('[]');
+    // The next execution runs in a new container on the same workspace: a fresh runner start.
+    expect(await h.manager.stopUser(mallory.userId, { by: 'root' })).toBe(true);
+    const after = await h.manager.execute(mallory, { language: 'python', code: 'import os\nsorted(os.listdir("/workspace/pth-marks"))' });
+    // The user's own interpreter (uid 1000) loads their site-packages: their own code, run
+    // as them. Root never ran it.
+    expect(after.result, after.stderr).toBe("['ran-as-1000']");
+    await h.manager.execute(mallory, { language: 'bash', code: 'rm -rf /workspace/.local /workspace/pth-marks' });
   });
 });
