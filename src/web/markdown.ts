@@ -18,6 +18,7 @@
  */
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Worker } from 'node:worker_threads';
+import { escapeHtml, renderPartial } from './render.js';
 
 /** Longest text formatted as Markdown; longer text is shown as plain text. */
 export const MARKDOWN_MAX_CHARS = 120_000;
@@ -26,13 +27,11 @@ export const MARKDOWN_TIME_LIMIT_MS = 5_000;
 /** Longest plain text shown in place of Markdown. */
 export const PLAIN_MAX_CHARS = 200_000;
 
-export const escapeHtml = (s: string) => s.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
-
-/** `text` as escaped plain text under a note: what is shown when it is not formatted. */
+/** `text` as escaped plain text under a note (views/web/plain-text.eta): what is shown when it is not formatted. */
 export function plainHtml(text: string, note: string): string {
   const cut = text.length > PLAIN_MAX_CHARS;
   const fullNote = cut ? `${note} Only its first ${PLAIN_MAX_CHARS} characters are shown.` : note;
-  return `<p class="notice" role="status">${escapeHtml(fullNote)}</p>\n<pre class="text">${escapeHtml(cut ? text.slice(0, PLAIN_MAX_CHARS) : text)}</pre>\n`;
+  return renderPartial('plain-text', { note: fullNote, text: cut ? text.slice(0, PLAIN_MAX_CHARS) : text });
 }
 
 /** Texts one owner may have waiting (besides the one being formatted); more are shown as plain text with a note. */

@@ -86,7 +86,7 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
       if (flash) delete req.session.flash;
       // No form on this page, so no CSRF token: a visit stores no session (every visitor
       // who is not signed in lands here).
-      renderPage(res, 'login', { csrf: '' }, {
+      renderPage(res, 'sign-in/page', { csrf: '' }, {
         title: 'Sign in',
         providers: providers.map((a) => ({ name: a.name, label: a.label, intro: a.intro ?? '' })),
         localUser: config.localUser,
