@@ -189,6 +189,11 @@ describe('the admin page', () => {
     expect(annUse.executions).toBeGreaterThanOrEqual(2);
     expect(annUse.cpuSeconds).toBeGreaterThan(0);
     expect(usage.models.some((m) => m.user === 'ann' && m.model === 'openai:gpt-test')).toBe(true);
+    // A period name is looked up among the periods only, never on the object's prototype.
+    for (const period of ['constructor', 'toString', '__proto__', 'nope']) {
+      const r = await fetch(`${gw.url}/admin/api/usage?period=${period}`, { headers: { authorization: `Bearer ${token}` } });
+      expect([r.status, ((await r.json()) as { period: string }).period], period).toEqual([200, '7d']);
+    }
     const sandboxes = (await (await fetch(`${gw.url}/admin/api/sandboxes`, { headers: { authorization: `Bearer ${token}` } })).json()) as { sandboxes: { user: string; memoryBytes: number }[] };
     expect(sandboxes.sandboxes.find((s) => s.user === 'ben')?.memoryBytes).toBeGreaterThan(0);
     const users = (await (await fetch(`${gw.url}/admin/api/users`, { headers: { authorization: `Bearer ${token}` } })).json()) as { users: { name: string }[] };

@@ -16,7 +16,7 @@ import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
 import { deleteUserSessions } from '../auth/sessions.js';
-import { disableUser, enableUser } from '../users/users.js';
+import { disableUser, enableUser, stillRefused } from '../users/users.js';
 import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
 
@@ -153,8 +153,7 @@ export function buildProgram(ctx: CliContext): Command {
     .argument('<name>', 'login name')
     .action(async (name: string) => {
       const u = requireUser(db(), name);
-      // Enabling lifts an admin's disable only: a GitHub membership check that said no still refuses them.
-      const github = u.suspendedAt !== null ? 'GitHub membership still refuses them: they get in again once GitHub lists them' : undefined;
+      const github = stillRefused(u);
       if (u.disabledAt === null) return ctx.out(`${u.name} is not disabled${github ? `, but ${github}` : ''}.`);
       await auditedHere(db(), 'user/enable', u, () => enableUser({ db: db() }, u));
       ctx.out(github ? `${u.name} is enabled, but ${github}.` : `${u.name} is enabled again.`);

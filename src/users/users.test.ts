@@ -2,12 +2,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { ensureUser, getUser, type User } from '../accounts/accounts.js';
+import { ensureUser, getUser, suspendUser, type User } from '../accounts/accounts.js';
 import { deleteUserSessions, loadSession, saveSession } from '../auth/sessions.js';
 import { MIGRATIONS } from '../migrations.js';
 import { openStore, type Store } from '../store/store.js';
 import { createToken, verifyToken } from '../tokens/tokens.js';
-import { cutOff, deleteUser, disableUser, enableUser, type UserParts } from './users.js';
+import { cutOff, deleteUser, disableUser, enableUser, stillRefused, type UserParts } from './users.js';
 
 describe('what is done to a user as a whole', () => {
   let dir: string;
@@ -56,6 +56,15 @@ describe('what is done to a user as a whole', () => {
   afterEach(() => {
     store.close();
     fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('enabling says when GitHub membership still keeps the user out', async () => {
+    await disableUser(cliParts(), alice, 'root');
+    suspendUser(store.db, alice.id, 'not on the allow-list');
+    enableUser(cliParts(), getUser(store.db, alice.id)!);
+    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
+    expect(stillRefused(getUser(store.db, alice.id)!)).toMatch(/GitHub membership still refuses them/);
+    expect(stillRefused(getUser(store.db, bob.id)!)).toBeUndefined();
   });
 
   it('cutting off ends the turns, then the sessions, the live pages and the sandbox (killed, naming the admin)', async () => {

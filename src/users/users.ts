@@ -68,6 +68,14 @@ export async function disableUser(parts: UserParts, user: User, by?: string): Pr
 }
 
 /** Lets a disabled user in again (their tokens work again; sessions ended stay ended). */
+/**
+ * What still keeps an enabled user out, in words for whoever enabled them: enabling lifts
+ * an admin's disable only, and a GitHub membership check that said no still refuses them.
+ */
+export function stillRefused(user: Pick<User, 'suspendedAt'>): string | undefined {
+  return user.suspendedAt !== null ? 'GitHub membership still refuses them: they get in again once GitHub lists them' : undefined;
+}
+
 export function enableUser(parts: Pick<UserParts, 'db'>, user: User): void {
   setUserDisabled(parts.db, user.id, false);
 }

@@ -25,7 +25,7 @@ import type { Db } from '../../store/store.js';
 import { getUser, listUsers, setUserPermissions, type User } from '../../accounts/accounts.js';
 import { getToken, revokeToken } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
-import { deleteUser, disableUser, enableUser, type UserParts } from '../../users/users.js';
+import { deleteUser, disableUser, enableUser, stillRefused, type UserParts } from '../../users/users.js';
 import { SandboxMonitor, type SandboxSnapshot } from './sandbox-monitor.js';
 import { authenticateToken, bearerToken } from '../../auth/bearer.js';
 import type { WebSessions } from '../../auth/session-middleware.js';
@@ -203,7 +203,8 @@ export function adminPage(deps: AdminDeps): AdminPage {
     async enableUser(req, res) {
       const u = userById(req.params.id);
       await audited(req, 'user/enable', u.id, () => enableUser(userParts, u));
-      await usersAnswer(res, `${u.name} is enabled again.`);
+      const github = stillRefused(u);
+      await usersAnswer(res, github ? `${u.name} is enabled, but ${github}.` : `${u.name} is enabled again.`);
     },
     async setPermissions(req, res) {
       const u = userById(req.params.id);

@@ -157,7 +157,9 @@ export const auditRow = (e: AuditRecord, who: Map<number, string>) => ({
 
 /** Sandbox time and model tokens per user over a period (7 days if the name is not one of PERIODS), with bar widths. */
 export function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: string) {
-  const span = PERIODS[period] ?? PERIODS['7d']!;
+  // Object.hasOwn: a name such as `constructor` is not a period.
+  const known = Object.hasOwn(PERIODS, period);
+  const span = known ? PERIODS[period]! : PERIODS['7d']!;
   const until = Date.now() + 1;
   const since = Number.isFinite(span) ? until - span : 0;
   deps.sandboxes.flushExecutions();
@@ -166,7 +168,7 @@ export function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: 
   const maxCpu = Math.max(1e-9, ...executions.map((e) => e.cpuSeconds));
   const maxTokens = Math.max(1, ...models.map((m) => (m.inputTokens ?? 0) + (m.outputTokens ?? 0)));
   return {
-    period: PERIODS[period] ? period : '7d',
+    period: known ? period : '7d',
     since,
     until,
     executions: executions.map((e) => ({ ...e, cpu: e.cpuSeconds.toFixed(1), run: e.runSeconds.toFixed(1), bar: Math.round((e.cpuSeconds / maxCpu) * 100) })),
