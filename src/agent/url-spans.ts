@@ -167,25 +167,11 @@ export class UrlSpans {
           this.mode = { kind: 'destination', depth: 0 };
           continue;
         }
-        case 'destination': {
-          if (SPACE.test(c)) {
-            this.mode = { kind: 'text' };
-            continue;
-          }
-          if (c === '\\') {
-            if (waitFor(i + 1, i)) break scan;
-            add(text.slice(i, i + 2), true);
-            i += 2;
-            continue;
-          }
-          add(c, true);
-          i++;
-          if (c === '(') m.depth++;
-          else if (c === ')' && m.depth-- === 0) this.mode = { kind: 'text' };
-          continue;
-        }
+        case 'destination':
         case 'angle-destination': {
-          if (c === '\n') {
+          // A link's destination: `(dest)` ends at a space or its closing parenthesis,
+          // `<dest>` at `>` or a line end; a backslash escapes the next character in both.
+          if (m.kind === 'destination' ? SPACE.test(c) : c === '\n') {
             this.mode = { kind: 'text' };
             continue;
           }
@@ -197,7 +183,10 @@ export class UrlSpans {
           }
           add(c, true);
           i++;
-          if (c === '>') this.mode = { kind: 'text' };
+          if (m.kind === 'angle-destination') {
+            if (c === '>') this.mode = { kind: 'text' };
+          } else if (c === '(') m.depth++;
+          else if (c === ')' && m.depth-- === 0) this.mode = { kind: 'text' };
           continue;
         }
         case 'tag': {
