@@ -2,7 +2,7 @@
  * A signed-in browser session without a browser: a one-time sign-in link followed over
  * plain HTTP, its cookie kept, and requests sent as the pages' htmx sends them (the
  * session's CSRF token in `x-csrf-token`, `HX-Request: true`). For tests of what a route
- * answers; the pages' own behaviour is tested in Chromium (web.test.ts, admin.test.ts).
+ * answers; the pages' own behaviour is tested in Chromium (test/web.test.ts, src/web/admin/admin.test.ts).
  */
 import type { User } from '../../src/accounts/accounts.js';
 import { createLoginLink } from '../../src/auth/login-links.js';

@@ -8,11 +8,11 @@
 import http from 'node:http';
 import { io as ioClient, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureUser, type User } from '../src/accounts/accounts.js';
-import { createLoginLink } from '../src/auth/login-links.js';
-import { startGateway, type Gateway } from './support/mcp.js';
-import { startStandin, type Standin } from './support/model-standins.js';
-import { until } from './support/until.js';
+import { ensureUser, type User } from '../../accounts/accounts.js';
+import { createLoginLink } from '../../auth/login-links.js';
+import { startGateway, type Gateway } from '../../../test/support/mcp.js';
+import { startStandin, type Standin } from '../../../test/support/model-standins.js';
+import { until } from '../../../test/support/until.js';
 
 const WORKSPACE_MB = 16;
 

@@ -7,11 +7,11 @@
 import fs from 'node:fs';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ensureUser, type User } from '../src/accounts/accounts.js';
-import { WorkspaceError } from '../src/sandboxes/workspace.js';
-import { createLoginLink } from '../src/auth/login-links.js';
-import { startGateway, type Gateway } from './support/mcp.js';
-import { startStandin, type Standin } from './support/model-standins.js';
+import { ensureUser, type User } from '../../accounts/accounts.js';
+import { WorkspaceError } from '../../sandboxes/workspace.js';
+import { createLoginLink } from '../../auth/login-links.js';
+import { startGateway, type Gateway } from '../../../test/support/mcp.js';
+import { startStandin, type Standin } from '../../../test/support/model-standins.js';
 
 const CHROMIUM = process.env.SANDGATE_CHROMIUM ?? '/usr/bin/chromium';
 
