@@ -1,15 +1,67 @@
 import { defineConfig } from 'vitest/config';
 
+/**
+ * The test files that also run against Postgres (the `postgres` project), each with a fresh
+ * database on a throw-away cluster (test/support/postgres.ts). Every test file runs against
+ * SQLite (the `sqlite` project). A file listed here gets its database from testDatabaseUrl().
+ */
+export const POSTGRES_SUITES = [
+  'test/support/postgres.test.ts',
+  'src/store/**/*.test.ts',
+  'src/accounts/**/*.test.ts',
+  'src/tokens/**/*.test.ts',
+  'src/auth/sessions.test.ts',
+  'src/auth/login-links.test.ts',
+  'src/auth/authenticator.test.ts',
+  'src/audit/**/*.test.ts',
+  'src/pii/vault.test.ts',
+  'src/pii/pii-boundary.test.ts',
+  'src/limits/**/*.test.ts',
+  'src/agent/conversations.test.ts',
+  'src/agent/loop.test.ts',
+  'src/upstream/credentials.test.ts',
+  'src/upstream/identities.test.ts',
+  'src/users/**/*.test.ts',
+  'test/mcp-http.test.ts',
+  'test/agent.test.ts',
+  'test/web.test.ts',
+  'test/openai-api.test.ts',
+  'test/api-store.test.ts',
+];
+
+// Not in the root config: a project that extends it would run the setup a second time.
+// Every temporary file of the run goes under one directory, removed at the end; for the
+// postgres project the setup also starts the cluster.
+const globalSetup = ['test/support/global-setup.ts'];
+
 export default defineConfig({
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
-    // Every temporary file of the run goes under one directory, removed at the end.
-    globalSetup: ['test/support/global-setup.ts'],
     // Sandbox tests start real gVisor containers: give them room, and run files one
-    // at a time on these 2-core machines so timings stay honest.
+    // at a time on these 2-core machines so timings stay honest (across projects too).
     testTimeout: 120_000,
     hookTimeout: 180_000,
     fileParallelism: false,
     pool: 'forks',
+    projects: [
+      {
+        extends: true,
+        test: {
+          name: 'sqlite',
+          include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
+          globalSetup,
+          // Set, not left out: a SANDGATE_TEST_DATABASE in the shell must not turn these to Postgres.
+          env: { SANDGATE_TEST_DATABASE: 'sqlite' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'postgres',
+          include: POSTGRES_SUITES,
+          globalSetup,
+          env: { SANDGATE_TEST_DATABASE: 'postgres' },
+        },
+      },
+    ],
   },
 });

@@ -48,15 +48,17 @@ const cookieFrom = (res: Response) => /sandgate\.sid=[^;]+/.exec(res.headers.get
 
 async function main(): Promise<void> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-admin-'));
-  const store = openStore(dataDir, MIGRATIONS);
-  const tokens = Array.from({ length: SANDBOXES }, (_, i) => createToken(store.db, { userId: ensureUser(store.db, `user${i}`).id, name: 'bench' }).token);
-  const link = createLoginLink(store.db, ensureUser(store.db, 'root', { isAdmin: true }).id).secret;
-  store.close();
+  // The gateway below opens the same SQLite store (SANDGATE_DATABASE_URL is cleared for it).
+  const store = await openStore({ dataDir }, MIGRATIONS);
+  const tokens: string[] = [];
+  for (let i = 0; i < SANDBOXES; i++) tokens.push((await createToken(store.db, { userId: (await ensureUser(store.db, `user${i}`)).id, name: 'bench' })).token);
+  const link = (await createLoginLink(store.db, (await ensureUser(store.db, 'root', { isAdmin: true })).id)).secret;
+  await store.close();
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
     cwd: REPO_ROOT,
-    env: { ...process.env, SANDGATE_DATA_DIR: dataDir, SANDGATE_PORT: String(port), SANDGATE_LOG_LEVEL: 'warn', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_UPSTREAM_HOME_DIR: `${dataDir}-homes`, SANDGATE_RATE_LIMIT_BURST: '1000' },
+    env: { ...process.env, SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: '', SANDGATE_PORT: String(port), SANDGATE_LOG_LEVEL: 'warn', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_UPSTREAM_HOME_DIR: `${dataDir}-homes`, SANDGATE_RATE_LIMIT_BURST: '1000' },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const sockets: Socket[] = [];

@@ -62,13 +62,13 @@ async function loopOverhead(): Promise<void> {
     env: { SANDGATE_OPENAI_API_KEY: 'sk-bench', SANDGATE_OPENAI_BASE_URL: standin.baseURL, SANDGATE_MODELS: 'openai:bench', SANDGATE_AGENT_MAX_ROUNDS: '10', SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '100000' },
   });
   try {
-    const user: User = ensureUser(gw.gateway.store.db, 'bench');
+    const user: User = await ensureUser(gw.gateway.store.db, 'bench');
     const agent = gw.gateway.agent;
     let seq = 0;
     const turn = async (rounds: number) => {
       const message = `turn ${++seq}`;
       script = (r) => (r.toolResults < rounds - 1 ? { toolCalls: [{ name: 'list_files', args: {} }] } : { text: ['Here ', 'is ', 'the ', 'answer.'] });
-      const conv = agent.startConversation(user, { model: 'openai:bench', source: 'web' });
+      const conv = await agent.startConversation(user, { model: 'openai:bench', source: 'web' });
       const events: { at: number; e: AgentEvent }[] = [];
       const t0 = performance.now();
       const outcome = await agent.send(user, conv.id, message, (e) => events.push({ at: performance.now(), e }));
@@ -101,7 +101,7 @@ async function loopOverhead(): Promise<void> {
     row('first token: stand-in writes it -> agent sink', ttft);
 
     // The same through /v1 with the openai client, over HTTP.
-    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: gw.tokenFor('bench', 'api'), maxRetries: 0 });
+    const client = new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: await gw.tokenFor('bench', 'api'), maxRetries: 0 });
     script = () => ({ text: ['Here ', 'is ', 'the ', 'answer.'] });
     const viaApi: number[] = [];
     for (let i = 0; i < TURNS / 2 + 20; i++) {
@@ -136,9 +136,11 @@ async function concurrentStreams(): Promise<void> {
     return { text: Array.from({ length: CHUNKS }, (_, i) => `c${i} `), delayMs: CHUNK_MS };
   });
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-agent-'));
-  const store = openStore(dataDir, MIGRATIONS);
-  const tokens = Array.from({ length: 10 }, (_, i) => createToken(store.db, { userId: ensureUser(store.db, `user${i}`).id, name: 'bench' }).token);
-  store.close();
+  // The gateway below opens the same SQLite store (SANDGATE_DATABASE_URL is cleared for it).
+  const store = await openStore({ dataDir }, MIGRATIONS);
+  const tokens: string[] = [];
+  for (let i = 0; i < 10; i++) tokens.push((await createToken(store.db, { userId: (await ensureUser(store.db, `user${i}`)).id, name: 'bench' })).token);
+  await store.close();
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
@@ -146,6 +148,7 @@ async function concurrentStreams(): Promise<void> {
     env: {
       ...process.env,
       SANDGATE_DATA_DIR: dataDir,
+      SANDGATE_DATABASE_URL: '',
       SANDGATE_PORT: String(port),
       SANDGATE_LOG_LEVEL: 'warn',
       SANDGATE_WARM_POOL_SIZE: '0',

@@ -120,7 +120,7 @@ async function main(): Promise<void> {
   console.log(`  ${'total'.padEnd(20)} ${String(toolCount).padStart(4)} tools ${String(upstreamTokens).padStart(8)} tokens`);
 
   // ---- sandgate: its own server, over the same upstream servers
-  const store = openStore(path.join(work, 'data'), MIGRATIONS);
+  const store = await openStore({ dataDir: path.join(work, 'data') }, MIGRATIONS);
   const hub = new UpstreamHub({ servers: serversFrom(mcpServers), dataDir: path.join(work, 'data'), ...hubHomes(path.join(work, 'data'), store.db) });
   const catalog = createToolCatalog(hub);
   const config = configFor({ SANDGATE_DATA_DIR: work });
@@ -168,7 +168,7 @@ async function main(): Promise<void> {
   await client.close();
   await server.close();
   await hub.close();
-  store.close();
+  await store.close();
   fs.rmSync(work, { recursive: true, force: true });
 }
 

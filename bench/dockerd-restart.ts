@@ -13,6 +13,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import { freezeState } from '../src/sandboxes/freezer.js';
 import { createHarness } from '../test/support/harness.js';
+import type { SandboxOwner } from '../src/sandboxes/types.js';
 
 const N = Number(process.env.BENCH_FROZEN ?? 10);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -31,7 +32,8 @@ async function main(): Promise<void> {
   }
   const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '300', SANDGATE_WARM_POOL_SIZE: '1' } });
   try {
-    const users = Array.from({ length: N }, (_, i) => h.user(`u${i}`));
+    const users: SandboxOwner[] = [];
+    for (let i = 0; i < N; i++) users.push(await h.user(`u${i}`));
     for (const u of users) await h.manager.execute(u, { language: 'python', code: 'import numpy' });
     await h.manager.poolReady();
     const ids = (await h.manager.list()).map((s) => s.containerId);

@@ -41,7 +41,7 @@ async function main(): Promise<void> {
   setMaxListeners(0);
   // A bench client calls far faster than the default per-token limit allows.
   const gw = await startGateway({ pii: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '1000000' } });
-  const token = gw.tokenFor('bench');
+  const token = await gw.tokenFor('bench');
   const client = new Client({ name: 'bench', version: '1' });
   await client.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${token}` } } }));
   const call = async (name: string, args: Record<string, unknown>) => {
@@ -57,7 +57,7 @@ async function main(): Promise<void> {
     await time('write_file 4 KiB (MCP)', () => call('write_file', { path: 'bench/write-me.txt', content: TEXT }));
     await time('list_files 20 entries (MCP)', () => call('list_files', { path: 'bench/dir' }));
     await time('execute_code python 1+1 (MCP)', () => call('execute_code', { language: 'python', code: '1+1' }));
-    const owner = gw.harness.user('bench');
+    const owner = await gw.harness.user('bench');
     await time('execute python 1+1 (manager)', () => gw.harness.manager.execute(owner, { language: 'python', code: '1+1' }));
   } finally {
     await client.close();

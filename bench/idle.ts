@@ -77,7 +77,8 @@ async function idleCost(seconds: number, ids: string[]): Promise<{ host: number;
 const idsOf = async (h: Harness) => (await h.manager.list()).map((s) => s.containerId);
 
 async function start(h: Harness, n: number, code: string, prefix: string): Promise<SandboxOwner[]> {
-  const owners = Array.from({ length: n }, (_, i) => h.user(`${prefix}${i}`));
+  const owners: SandboxOwner[] = [];
+  for (let i = 0; i < n; i++) owners.push(await h.user(`${prefix}${i}`));
   let next = 0;
   await Promise.all(
     Array.from({ length: 3 }, async () => {
@@ -122,7 +123,7 @@ async function main(): Promise<void> {
   if (only === 'long') {
     const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
     try {
-      await longIdle(h, h.user('busy'));
+      await longIdle(h, await h.user('busy'));
     } finally {
       await h.close();
     }
@@ -233,7 +234,7 @@ async function fewIdle(baseline: number): Promise<void> {
   // 2. Freeze and thaw on the run's path: a short freeze, then a long idle.
   const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS) } });
   try {
-    const [busy, idler] = [h.user('busy'), h.user('idler')];
+    const [busy, idler] = [await h.user('busy'), await h.user('idler')];
     for (let i = 0; i < 20; i++) {
       await runMs(h, busy);
       await runMs(h, idler);
@@ -271,11 +272,13 @@ async function longIdle(h: Harness, busy: SandboxOwner): Promise<void> {
   const coldH = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: String(FREEZE_AFTER_MS), SANDGATE_FREEZE_REWARM_SEC: '0' } });
   const awakeH = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
   try {
-    const groups = [
-      { name: `frozen, warmed up every ${h.config.freezeRewarmSec} s`, h, ms: [] as number[] },
-      { name: 'frozen, no warm-ups', h: coldH, ms: [] as number[] },
-      { name: 'never frozen', h: awakeH, ms: [] as number[] },
-    ].map((g) => ({ ...g, users: Array.from({ length: LONG_N }, (_, i) => g.h.user(`long${i}`)) }));
+    const groups = await Promise.all(
+      [
+        { name: `frozen, warmed up every ${h.config.freezeRewarmSec} s`, h, ms: [] as number[] },
+        { name: 'frozen, no warm-ups', h: coldH, ms: [] as number[] },
+        { name: 'never frozen', h: awakeH, ms: [] as number[] },
+      ].map(async (g) => ({ ...g, users: await Promise.all(Array.from({ length: LONG_N }, (_, i) => g.h.user(`long${i}`))) })),
+    );
     for (const g of groups) for (const o of g.users) await runMs(g.h, o);
     let lock = Promise.resolve();
     const serial = <T>(f: () => Promise<T>): Promise<T> => {

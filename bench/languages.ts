@@ -39,7 +39,7 @@ async function main(): Promise<void> {
   // Not frozen between runs: this measures the languages, bench/idle.ts the freezing.
   const h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '0' } });
   try {
-    const owner = h.user('bench');
+    const owner = await h.user('bench');
     const run = async (language: Language, code: string) => {
       const t = performance.now();
       const r = await h.manager.execute(owner, { language, code });

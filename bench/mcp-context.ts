@@ -41,7 +41,7 @@ export async function measureContext(mcpUrl: string, token: string): Promise<Con
 async function main(): Promise<void> {
   const gw = await startGateway({ noStart: true });
   try {
-    const figures = await measureContext(gw.mcpUrl, gw.tokenFor('bench', 'context'));
+    const figures = await measureContext(gw.mcpUrl, await gw.tokenFor('bench', 'context'));
     if (process.argv.includes('--json')) {
       console.log(JSON.stringify(figures, null, 2));
       return;

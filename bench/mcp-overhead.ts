@@ -336,8 +336,8 @@ async function main(): Promise<void> {
     const owners: SandboxOwner[] = [];
     const tokens: string[] = [];
     for (let i = 0; i < CLIENTS; i++) {
-      tokens.push(gw.tokenFor(`bench${i}`, 'bench'));
-      owners.push(gw.harness.user(`bench${i}`));
+      tokens.push(await gw.tokenFor(`bench${i}`, 'bench'));
+      owners.push(await gw.harness.user(`bench${i}`));
     }
     process.stderr.write(`starting ${CLIENTS} sandboxes…\n`);
     await Promise.all(owners.map((o) => gw.harness.manager.execute(o, ARGS)));
@@ -365,9 +365,9 @@ async function main(): Promise<void> {
     // The gateway's own view of each MCP call: the audit log's duration, from arrival
     // (before authentication) to the response being sent.
     const db = gw.harness.store.db;
-    let lastAuditId = (db.prepare('SELECT COALESCE(MAX(id), 0) AS id FROM audit_log').get() as { id: number }).id;
-    const gatewayTimes = (): Timed => {
-      const rows = db.prepare("SELECT id, duration_ms FROM audit_log WHERE id > ? AND method = 'tools/call'").all(lastAuditId) as { id: number; duration_ms: number }[];
+    let lastAuditId = (await db.selectFrom('audit_log').select((eb) => eb.fn.coalesce(eb.fn.max('id'), eb.lit(0)).as('id')).executeTakeFirstOrThrow()).id;
+    const gatewayTimes = async (): Promise<Timed> => {
+      const rows = await db.selectFrom('audit_log').select(['id', 'duration_ms']).where('id', '>', lastAuditId).where('method', '=', 'tools/call').orderBy('id').execute();
       if (rows.length) lastAuditId = rows[rows.length - 1]!.id;
       return { times: rows.map((r) => r.duration_ms), wallMs: 0, cpuMs: NaN };
     };
@@ -385,13 +385,13 @@ async function main(): Promise<void> {
         // Totals across clients and rounds: each client makes its share per round.
         const calls = Math.ceil(total / clients / ROUNDS);
         add(totals, `direct|${label}`, await timeCalls(clients, calls, direct, every));
-        gatewayTimes();
+        await gatewayTimes();
         add(totals, `raw|${label}`, await load.run({ kind: 'raw', clients, calls, intervalMs: every }));
-        add(totals, `gw-raw|${label}`, gatewayTimes());
+        add(totals, `gw-raw|${label}`, await gatewayTimes());
         add(totals, `raw26|${label}`, await load.run({ kind: 'raw26', clients, calls, intervalMs: every }));
-        add(totals, `gw-raw26|${label}`, gatewayTimes());
+        add(totals, `gw-raw26|${label}`, await gatewayTimes());
         add(totals, `sdk|${label}`, await load.run({ kind: 'sdk', clients, calls, intervalMs: every }));
-        add(totals, `gw-sdk|${label}`, gatewayTimes());
+        add(totals, `gw-sdk|${label}`, await gatewayTimes());
         add(totals, `local|${label}`, await timeCalls(clients, calls, inProcess, every));
         add(totals, `noop|${label}`, await load.run({ kind: 'noop', clients, calls, intervalMs: every }));
       }

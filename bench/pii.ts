@@ -37,13 +37,13 @@ function cpuMs(): number {
   return (u.user + u.system) / 1000;
 }
 
-/** Median MB/s of `fn` over `text`, per CPU second of this process. */
-function throughput(text: string, fn: (text: string) => unknown, runs = RUNS): number {
-  fn(text.slice(0, 200_000)); // warm-up: JIT, lazily loaded word knowledge
+/** Median MB/s of `fn` over `text`, per CPU second of this process (an asynchronous `fn` is awaited). */
+async function throughput(text: string, fn: (text: string) => unknown, runs = RUNS): Promise<number> {
+  await fn(text.slice(0, 200_000)); // warm-up: JIT, lazily loaded word knowledge
   const times: number[] = [];
   for (let i = 0; i < runs; i++) {
     const t0 = cpuMs();
-    fn(text);
+    await fn(text);
     times.push(cpuMs() - t0);
   }
   return Buffer.byteLength(text) / 1e6 / (median(times) / 1000);
@@ -80,8 +80,8 @@ const workloads: Array<[string, string]> = [
 
 preloadWordKnowledge();
 const detector = createDetector();
-const vault = openTestVault();
-const userId = vault.userId('bench');
+const vault = await openTestVault();
+const userId = await vault.userId('bench');
 const boundary = createPiiBoundary(vault.vault);
 const callerWith = (p: { tokenId: number; tokenName: string }): Caller => ({ user: { id: userId, name: 'bench' } as User, via: { kind: 'token', ...p } });
 
@@ -93,30 +93,31 @@ let scopeN = 0;
 let tokenN = 1_000_000;
 for (const [name, text] of workloads) {
   const values = detector.detect(text).length;
-  const detect = throughput(text, (t) => detector.detect(t));
+  const detect = await throughput(text, (t) => detector.detect(t));
   // Tokenize with values already in the vault (a new PiiScope object per run, as per
   // MCP request) and with a fresh scope per run (every value new: hashed, sealed, stored).
   const warmRef = { userId, kind: 'token' as const, id: `warm-${scopeN++}` };
-  vault.vault.scope(warmRef).tokenize(text);
-  const tokenizeWarm = throughput(text, (t) => vault.vault.scope(warmRef).tokenize(t));
-  const tokenizeNew = throughput(text, (t) => vault.vault.scope({ userId, kind: 'token', id: `new-${scopeN++}` }).tokenize(t), Math.min(RUNS, 3));
-  const stream = throughput(text, (t) => {
-    const s = vault.vault.scope(warmRef).stream();
-    for (let i = 0; i < t.length; i += 4096) s.push(t.slice(i, i + 4096));
-    s.end();
+  await (await vault.vault.scope(warmRef)).tokenize(text);
+  const tokenizeWarm = await throughput(text, async (t) => (await vault.vault.scope(warmRef)).tokenize(t));
+  const tokenizeNew = await throughput(text, async (t) => (await vault.vault.scope({ userId, kind: 'token', id: `new-${scopeN++}` })).tokenize(t), Math.min(RUNS, 3));
+  // Each chunk awaited before the next is pushed, as output is forwarded.
+  const stream = await throughput(text, async (t) => {
+    const s = (await vault.vault.scope(warmRef)).stream();
+    for (let i = 0; i < t.length; i += 4096) await s.push(t.slice(i, i + 4096));
+    await s.end();
   });
   // As the MCP endpoint does it: one boundary call (a scope lookup) per tool result.
   const results = (t: string) => toolResults(t, 4096);
   const warmPrincipal = { tokenId: tokenN++, tokenName: 'warm' };
-  for (const r of results(text)) boundary.toModel(callerWith(warmPrincipal), r);
-  const mcpWarm = throughput(text, (t) => {
-    for (const r of results(t)) boundary.toModel(callerWith(warmPrincipal), r);
+  for (const r of results(text)) await boundary.toModel(callerWith(warmPrincipal), r);
+  const mcpWarm = await throughput(text, async (t) => {
+    for (const r of results(t)) await boundary.toModel(callerWith(warmPrincipal), r);
   });
-  const mcpNew = throughput(
+  const mcpNew = await throughput(
     text,
-    (t) => {
+    async (t) => {
       const principal = { tokenId: tokenN++, tokenName: 'new' };
-      for (const r of results(t)) boundary.toModel(callerWith(principal), r);
+      for (const r of results(t)) await boundary.toModel(callerWith(principal), r);
     },
     Math.min(RUNS, 3),
   );
@@ -170,7 +171,7 @@ const { SyncRedactor } = require('redact-pii') as { SyncRedactor: new () => { re
 const requireMs = performance.now() - t0;
 const redactor = new SyncRedactor();
 const sample = workloads[3][1].slice(0, quick ? 100_000 : 300_000);
-const redactPiiMBs = throughput(sample, (t) => redactor.redact(t), 3);
+const redactPiiMBs = await throughput(sample, (t) => redactor.redact(t), 3);
 console.log(`\nredact-pii SyncRedactor (full pipeline): require('redact-pii') ${requireMs.toFixed(0)} ms (it loads @google-cloud/dlp), ${redactPiiMBs.toFixed(2)} MB/s on mixed tool output`);
 
-vault.cleanup();
+await vault.cleanup();

@@ -149,16 +149,21 @@ async function main(): Promise<void> {
   );
 
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-render-'));
-  const { openStore } = (await import(path.join(GATEWAY_DIR, 'src/store/store.ts'))) as typeof import('../src/store/store.js');
+  const storeModule = (await import(path.join(GATEWAY_DIR, 'src/store/store.ts'))) as typeof import('../src/store/store.js');
   const { MIGRATIONS } = (await import(path.join(GATEWAY_DIR, 'src/migrations.ts'))) as typeof import('../src/migrations.js');
   const { ensureUser } = (await import(path.join(GATEWAY_DIR, 'src/accounts/accounts.ts'))) as typeof import('../src/accounts/accounts.js');
   const { createLoginLink } = (await import(path.join(GATEWAY_DIR, 'src/auth/login-links.ts'))) as typeof import('../src/auth/login-links.js');
   const { createToken } = (await import(path.join(GATEWAY_DIR, 'src/tokens/tokens.ts'))) as typeof import('../src/tokens/tokens.js');
-  const store = openStore(dataDir, MIGRATIONS);
-  const user = ensureUser(store.db, 'mallory');
-  const secrets = [createLoginLink(store.db, user.id).secret, createLoginLink(store.db, user.id).secret];
-  const token = createToken(store.db, { userId: user.id, name: 'bench' }).token;
-  store.close();
+  // An earlier checkout's store opened synchronously from its directory; this one's opens
+  // asynchronously from its options. Awaiting serves both (a plain value awaits as itself).
+  const legacy = !('serializable' in storeModule);
+  const open = storeModule.openStore as (where: unknown, migrations: typeof MIGRATIONS) => ReturnType<typeof storeModule.openStore>;
+  // The gateway below opens the same SQLite store (SANDGATE_DATABASE_URL is cleared for it).
+  const store = await open(legacy ? dataDir : { dataDir }, MIGRATIONS);
+  const user = await ensureUser(store.db, 'mallory');
+  const secrets = [(await createLoginLink(store.db, user.id)).secret, (await createLoginLink(store.db, user.id)).secret];
+  const token = (await createToken(store.db, { userId: user.id, name: 'bench' })).token;
+  await store.close();
 
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
@@ -167,6 +172,7 @@ async function main(): Promise<void> {
     env: {
       ...process.env,
       SANDGATE_DATA_DIR: dataDir,
+      SANDGATE_DATABASE_URL: '',
       SANDGATE_PORT: String(port),
       SANDGATE_PUBLIC_URL: url,
       SANDGATE_LOG_LEVEL: 'warn',

@@ -69,7 +69,7 @@ async function main() {
   console.log(`sandgate sandbox bench (${quick ? 'quick' : 'full'}), ${new Date().toISOString()}`);
   const h = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'silent' } });
   try {
-    const owner = h.user('bench');
+    const owner = await h.user('bench');
     await h.manager.execute(owner, { language: 'python', code: '1' });
 
     // Memory first, while the sandbox has run nothing but the runner's own start.
@@ -130,15 +130,15 @@ async function marginalMemory(n: number): Promise<{ bare: number; stack: number;
   const hm = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'silent' } });
   const settle = () => new Promise((r) => setTimeout(r, 3000));
   try {
-    await hm.manager.execute(hm.user('mem-first'), { language: 'python', code: 'import numpy, pandas' });
+    await hm.manager.execute(await hm.user('mem-first'), { language: 'python', code: 'import numpy, pandas' });
     await settle();
     const before = hostUsedMb();
     const busyBefore = await hostBusyMsPerSec(10_000);
-    for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: '1' });
+    for (let i = 0; i < n; i++) await hm.manager.execute(await hm.user(`mem${i}`), { language: 'python', code: '1' });
     await settle();
     const bare = (hostUsedMb() - before) / n;
     const idleCpu = ((await hostBusyMsPerSec(10_000)) - busyBefore) / n;
-    for (let i = 0; i < n; i++) await hm.manager.execute(hm.user(`mem${i}`), { language: 'python', code: 'import numpy, pandas' });
+    for (let i = 0; i < n; i++) await hm.manager.execute(await hm.user(`mem${i}`), { language: 'python', code: 'import numpy, pandas' });
     await settle();
     return { bare, stack: (hostUsedMb() - before) / n, idleCpu };
   } finally {
@@ -152,12 +152,13 @@ async function firstRun(pool: number): Promise<number[]> {
   try {
     for (let i = 0; i < (quick ? 3 : 10); i++) {
       if (pool) await hp.manager.poolReady();
+      const owner = await hp.user(`new${pool}x${i}`);
       const t0 = performance.now();
-      const r = await hp.manager.execute(hp.user(`new${pool}x${i}`), { language: 'python', code: 'import numpy, pandas\n1+1' });
+      const r = await hp.manager.execute(owner, { language: 'python', code: 'import numpy, pandas\n1+1' });
       out.push(performance.now() - t0);
       if (r.result !== '2') throw new Error(JSON.stringify(r));
       // Stop it so sandboxes do not pile up on a 2-core machine.
-      await hp.manager.stopUser(hp.user(`new${pool}x${i}`).userId);
+      await hp.manager.stopUser(owner.userId);
     }
   } finally {
     await hp.close();

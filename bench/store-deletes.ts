@@ -22,15 +22,15 @@ import { ensureUser } from '../src/accounts/accounts.js';
 
 const MESSAGES = Number(process.env.BENCH_MESSAGES ?? 50_000);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-store-'));
-const store = openStore(dir, MIGRATIONS);
+const store = await openStore({ dataDir: dir }, MIGRATIONS);
 const db = store.db;
-const user = ensureUser(db, 'bench');
+const user = await ensureUser(db, 'bench');
 
-function fill(): string {
-  const c = createConversation(db, { userId: user.id, model: 'openai:gpt-test', source: 'api' });
-  db.transaction(() => {
-    for (let i = 0; i < MESSAGES; i++) addMessage(db, { conversationId: c.id, message: { role: i % 2 ? 'assistant' : 'user', content: `message ${i} ${'x'.repeat(40)}` } });
-  })();
+async function fill(): Promise<string> {
+  const c = await createConversation(db, { userId: user.id, model: 'openai:gpt-test', source: 'api' });
+  await db.transaction().execute(async (tx) => {
+    for (let i = 0; i < MESSAGES; i++) await addMessage(tx, { conversationId: c.id, message: { role: i % 2 ? 'assistant' : 'user', content: `message ${i} ${'x'.repeat(40)}` } });
+  });
   return c.id;
 }
 
@@ -58,19 +58,19 @@ async function held(fn: () => unknown): Promise<{ worstMs: number; totalMs: numb
 }
 
 const fmt = (n: number) => `${n.toFixed(1)} ms`;
-const first = fill();
+const first = await fill();
 const one = await held(() => deleteConversation(db, user.id, first));
-const second = fill();
+const second = await fill();
 const steps = await held(() => deleteConversationInSteps(db, user.id, second));
-fill();
+await fill();
 const t = performance.now();
 const N = 1000;
-for (let i = 0; i < N; i++) storeUsage(db, { storeQuotaMb: 256 }, user.id);
+for (let i = 0; i < N; i++) await storeUsage(db, { storeQuotaMb: 256 }, user.id);
 const usageUs = ((performance.now() - t) / N) * 1000;
 
 console.log(`deleting a conversation of ${MESSAGES.toLocaleString('en')} messages`);
 console.log(`  one statement:  loop held up to ${fmt(one.worstMs)}, ${fmt(one.totalMs)} in all`);
 console.log(`  in steps:       loop held up to ${fmt(steps.worstMs)}, ${fmt(steps.totalMs)} in all`);
 console.log(`storeUsage with ${MESSAGES.toLocaleString('en')} messages stored: ${usageUs.toFixed(1)} µs a call`);
-store.close();
+await store.close();
 fs.rmSync(dir, { recursive: true, force: true });

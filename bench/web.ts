@@ -110,9 +110,11 @@ async function main(): Promise<void> {
   });
 
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-web-'));
-  const store = openStore(dataDir, MIGRATIONS);
-  const secrets = Array.from({ length: BROWSERS + 2 }, (_, i) => createLoginLink(store.db, ensureUser(store.db, `user${i}`).id).secret);
-  store.close();
+  // The gateway below opens the same SQLite store (SANDGATE_DATABASE_URL is cleared for it).
+  const store = await openStore({ dataDir }, MIGRATIONS);
+  const secrets: string[] = [];
+  for (let i = 0; i < BROWSERS + 2; i++) secrets.push((await createLoginLink(store.db, (await ensureUser(store.db, `user${i}`)).id)).secret);
+  await store.close();
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
   const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
@@ -120,6 +122,7 @@ async function main(): Promise<void> {
     env: {
       ...process.env,
       SANDGATE_DATA_DIR: dataDir,
+      SANDGATE_DATABASE_URL: '',
       SANDGATE_PORT: String(port),
       SANDGATE_LOG_LEVEL: 'warn',
       SANDGATE_WARM_POOL_SIZE: '0',

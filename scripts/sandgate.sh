@@ -4,8 +4,9 @@
 #   npm test    -> prepare, then type check, lint and every test
 #   npm run bench
 # "prepare" makes a fresh Debian machine with Node and root ready: npm dependencies,
-# Docker with gVisor (scripts/setup-runtime.sh) and the sandbox image
-# (scripts/build-sandbox-image.sh). Every step skips what is already done.
+# Debian's Postgres server (for the tests' throw-away clusters), Docker with gVisor
+# (scripts/setup-runtime.sh) and the sandbox image (scripts/build-sandbox-image.sh).
+# Every step skips what is already done.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -20,6 +21,10 @@ prepare() {
   command -v losetup >/dev/null 2>&1 || need+=(mount)
   # Debian's python3 (not one under a home folder): host helpers run it as unprivileged users.
   [ -x /usr/bin/python3 ] || need+=(python3)
+  # Debian's Postgres server (its initdb is off PATH, in /usr/lib/postgresql/<version>/bin): the
+  # tests start throw-away clusters of their own with it (test/support/postgres.ts). The
+  # package may start a default cluster of its own; nothing here uses or stops it.
+  command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
   [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     log "installing npm dependencies (better-sqlite3 may build from source for a minute)"

@@ -6,12 +6,11 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { createApp } from './app.js';
 import { configFor } from './config.js';
 import { createLogger } from './logger.js';
-import { openStore } from './store/store.js';
-import { MIGRATIONS } from './migrations.js';
+import { openTestStore } from '../test/support/store.js';
 
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-app-'));
 const config = configFor({ SANDGATE_DATA_DIR: dir });
-const store = openStore(dir, MIGRATIONS);
+const store = await openTestStore(dir);
 const logger = createLogger('silent');
 afterAll(() => store.close());
 
@@ -39,6 +38,13 @@ describe('app', () => {
     const up = await request(app).get('/readyz');
     expect(up.status).toBe(200);
     expect(up.body.status).toBe('ready');
+  });
+
+  it('/readyz is 503 when the store does not answer', async () => {
+    const away = { ...store, ping: async () => Promise.reject(new Error('connection refused')) };
+    const res = await request(createApp({ config, store: away, logger })).get('/readyz');
+    expect(res.status).toBe(503);
+    expect(res.body.checks.store).toEqual({ ok: false, detail: 'connection refused' });
   });
 
   it('a check that throws is reported, not fatal', async () => {

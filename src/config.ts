@@ -32,7 +32,10 @@ export const SETTINGS = [
   setting('host', 'SANDGATE_HOST', '127.0.0.1', z.string().min(1), 'Address to listen on. Binding beyond loopback needs SANDGATE_PUBLIC_URL.'),
   setting('port', 'SANDGATE_PORT', '8787', int(0, 65535), 'TCP port to listen on (0 picks a free one).'),
   setting('publicUrl', 'SANDGATE_PUBLIC_URL', '', z.union([z.literal(''), z.string().url()]), 'URL users reach the gateway at (https in production). Defaults to http://HOST:PORT.'),
-  setting('dataDir', 'SANDGATE_DATA_DIR', './data', z.string().min(1), 'Directory for the SQLite database, workspaces and keys.'),
+  setting('dataDir', 'SANDGATE_DATA_DIR', './data', z.string().min(1), 'Directory for the keys, the workspaces and (with SANDGATE_DATABASE_URL empty) the SQLite database sandgate.db.'),
+  setting('databaseUrl', 'SANDGATE_DATABASE_URL', '', z.union([z.literal(''), z.string().regex(/^postgres(ql)?:\/\/./, 'must be empty or a postgres:// URL')]), 'Where sandgate keeps its data. Empty: a SQLite file in SANDGATE_DATA_DIR (one host). postgres://user:password@host:5432/db: that Postgres database, which several gateways can share (TLS with ?sslmode=verify-full, or see SANDGATE_DATABASE_CA_FILE). Moving an install: sandgate db copy.'),
+  setting('databasePoolSize', 'SANDGATE_DATABASE_POOL_SIZE', '10', int(1, 1000), 'Connections each gateway may hold open to Postgres.'),
+  setting('databaseCaFile', 'SANDGATE_DATABASE_CA_FILE', '', z.string(), 'PEM file of the certificate authority that signed the Postgres server\'s certificate; set, the connection uses TLS and checks the server against it.'),
   setting('logLevel', 'SANDGATE_LOG_LEVEL', 'info', z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']), 'pino log level.'),
   setting('sandboxImage', 'SANDGATE_SANDBOX_IMAGE', 'sandgate/sandbox:latest', z.string().min(1), 'Docker image of the sandbox (built by scripts/build-sandbox-image.sh).'),
   setting('sandboxRuntime', 'SANDGATE_SANDBOX_RUNTIME', 'runsc', z.string().min(1), 'OCI runtime for sandboxes. Anything but runsc needs SANDGATE_UNSAFE_ALLOW_NON_GVISOR=true.'),
@@ -155,6 +158,18 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
     }
     const h = config.host.includes(':') ? `[${config.host}]` : config.host;
     config.publicUrl = `http://${h}:${config.port}`;
+  }
+  if (config.databaseUrl) {
+    let host = '';
+    try {
+      host = new URL(config.databaseUrl).hostname;
+    } catch {
+      errors.push('SANDGATE_DATABASE_URL is not a URL: write it as postgres://user:password@host:5432/database.');
+    }
+    const local = host === '' || ['localhost', '127.0.0.1', '[::1]', '::1'].includes(host) || host.startsWith('/');
+    if (host && !local && !config.databaseCaFile && !/[?&]sslmode=(require|verify-ca|verify-full)\b/.test(config.databaseUrl)) {
+      warnings.push(`SANDGATE_DATABASE_URL reaches ${host} without TLS: everything sandgate stores crosses the network in clear. Add ?sslmode=verify-full, or set SANDGATE_DATABASE_CA_FILE.`);
+    }
   }
   if (config.sandboxRuntime === 'runsc' && config.runscPlatform === 'ptrace') {
     warnings.push('SANDGATE_RUNSC_PLATFORM=ptrace: sandboxes run on gVisor\'s ptrace platform (same isolation, syscall-heavy code 6-25x slower; upstream calls it unsupported).');

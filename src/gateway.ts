@@ -101,8 +101,19 @@ const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 /** How soon a failed full health check may run again (readiness asks often; a check starts a container). */
 export const PREFLIGHT_RETRY_MS = 10_000;
 
-export function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Gateway {
-  const store = openStore(config.dataDir, MIGRATIONS);
+/** Opens the store (SQLite in the data directory, or SANDGATE_DATABASE_URL) and composes the gateway on it. */
+export async function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Promise<Gateway> {
+  const store = await openStore(config, MIGRATIONS);
+  try {
+    return compose(config, logger, parts, store);
+  } catch (e) {
+    // A part that cannot be built (a damaged key, a bad upstream file): the pool of a Postgres store would keep the process alive.
+    await store.close().catch(() => {});
+    throw e;
+  }
+}
+
+function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): Gateway {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools });
@@ -164,20 +175,27 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
 
   let purge: NodeJS.Timeout | undefined;
   let expireApi: NodeJS.Timeout | undefined;
+  /** The hourly purges under way: close waits for them before it closes the store. */
+  const sweeping = new Set<Promise<void>>();
+  /** Runs a purge now, its failure logged (a database away for a moment is tried again at the next hour). */
+  const sweepNow = (work: () => Promise<void>, failure: string) => {
+    const p = work().catch((err: unknown) => logger.error({ err }, failure));
+    sweeping.add(p);
+    void p.finally(() => sweeping.delete(p));
+    return p;
+  };
   /** Hourly, vault or not: API conversations past SANDGATE_API_CONVERSATION_DAYS, token rows past TOKEN_RETENTION_MS. */
-  const sweepStore = () => {
-    try {
-      const n = sweepApiConversations(store.db, { days: config.apiConversationDays });
-      if (n) logger.info({ conversations: n, days: config.apiConversationDays }, 'deleted API conversations past SANDGATE_API_CONVERSATION_DAYS');
-    } catch (err) {
-      logger.error({ err }, 'could not delete old API conversations');
-    }
-    try {
-      const n = purgeOldTokens(store.db);
-      if (n) logger.info({ tokens: n }, 'deleted the rows of tokens revoked or expired longer ago than they are kept');
-    } catch (err) {
-      logger.error({ err }, 'could not delete old revoked tokens');
-    }
+  const sweepStore = async () => {
+    await Promise.all([
+      sweepNow(async () => {
+        const n = await sweepApiConversations(store.db, { days: config.apiConversationDays });
+        if (n) logger.info({ conversations: n, days: config.apiConversationDays }, 'deleted API conversations past SANDGATE_API_CONVERSATION_DAYS');
+      }, 'could not delete old API conversations'),
+      sweepNow(async () => {
+        const n = await purgeOldTokens(store.db);
+        if (n) logger.info({ tokens: n }, 'deleted the rows of tokens revoked or expired longer ago than they are kept');
+      }, 'could not delete old revoked tokens'),
+    ]);
   };
   return {
     config,
@@ -198,18 +216,19 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
     async start() {
       if (vault) {
         preloadWordKnowledge();
-        const sweep = () => {
-          dropInactiveTokenScopes(store.db, vault);
-          vault!.purgeExpired();
-        };
-        sweep();
-        purge = setInterval(sweep, PURGE_INTERVAL_MS);
+        const sweep = () =>
+          sweepNow(async () => {
+            await dropInactiveTokenScopes(store.db, vault);
+            await vault.purgeExpired();
+          }, 'could not purge the PII vault');
+        await sweep();
+        purge = setInterval(() => void sweep(), PURGE_INTERVAL_MS);
         purge.unref();
       }
-      agent.init();
+      await agent.init();
       // After init: a turn a restart left 'running' is marked interrupted, so its conversation can go.
-      sweepStore();
-      expireApi = setInterval(sweepStore, PURGE_INTERVAL_MS);
+      await sweepStore();
+      expireApi = setInterval(() => void sweepStore(), PURGE_INTERVAL_MS);
       expireApi.unref();
       // Before anything asks dockerd: it cannot start while a container of ours is frozen.
       manager.thawLeftFrozen();
@@ -224,7 +243,8 @@ export function createGateway(config: Config, logger: Logger, parts: GatewayPart
       await running?.catch(() => undefined);
       await manager.shutdown(opts);
       await upstream.close();
-      store.close();
+      await Promise.all(sweeping);
+      await store.close();
     },
   };
 }

@@ -47,7 +47,7 @@ async function main(): Promise<void> {
 
   let gateway;
   try {
-    gateway = createGateway(config, logger);
+    gateway = await createGateway(config, logger);
   } catch (e) {
     // Problems an operator fixes (the store, a key, the upstream config): what and where, no stack trace.
     if (e instanceof GatewayError) {
@@ -60,13 +60,14 @@ async function main(): Promise<void> {
     logger.warn({ unsafe: true }, w);
     process.stderr.write(`\n  !!! ${w}\n\n`);
   }
-  logger.info({ file: gateway.store.file, schema: gateway.store.version }, 'store open');
+  logger.info({ store: gateway.store.location, database: gateway.store.dialect, schema: gateway.store.version }, 'store open');
   await gateway.start();
   const app = gateway.app;
 
   const server = http.createServer(app);
   gateway.attach(server);
-  server.listen(config.port, config.host, () => {
+  /** What the operator reads once the gateway listens: where it is and how to sign in. */
+  const greet = async () => {
     const addr = server.address();
     const port = typeof addr === 'object' && addr ? addr.port : config.port;
     // The public URL as set; only a default one takes the port picked at listen (SANDGATE_PORT=0).
@@ -76,8 +77,8 @@ async function main(): Promise<void> {
     // Without a GitHub app, sign-in is a one-time link for the local user, as Jupyter prints its token URL.
     let signIn = `  sign in with GitHub at ${url}/login\n`;
     if (!config.githubClientId) {
-      const local = ensureUser(gateway.store.db, config.localUser, { isAdmin: true });
-      const link = createLoginLink(gateway.store.db, local.id);
+      const local = await ensureUser(gateway.store.db, config.localUser, { isAdmin: true });
+      const link = await createLoginLink(gateway.store.db, local.id);
       signIn = `  sign in as ${local.name} (once, within 15 minutes): ${url}/login/link/${link.secret}\n` + `  a fresh link later: npx sandgate users login-link ${local.name}\n`;
     }
     process.stdout.write(
@@ -89,6 +90,9 @@ async function main(): Promise<void> {
         `                  npx sandgate tokens create --user <your-name> --name laptop\n` +
         `  connect a client: docs/mcp-clients.md   health: ${url}/readyz\n\n`,
     );
+  };
+  server.listen(config.port, config.host, () => {
+    greet().catch((e: unknown) => logger.error({ err: e }, 'could not make the sign-in link: run npx sandgate users login-link to get one'));
   });
 
   let stopping = false;

@@ -5,13 +5,14 @@
  * scripted to call tools.
  */
 import fs from 'node:fs';
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { AgentEvent } from '../src/agent/events.js';
 import type { TurnOutcome } from '../src/agent/loop.js';
 import { messagesOf, turnsOf } from '../src/agent/conversations.js';
 import { listAudit } from '../src/audit/audit.js';
 import { ensureUser, type User } from '../src/accounts/accounts.js';
+import { openStore } from '../src/store/store.js';
+import { MIGRATIONS } from '../src/migrations.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { startStandin, type ProviderKind, type Script, type Standin } from './support/model-standins.js';
 import { card, createFakers, person, phone } from './support/pii-corpus-values.js';
@@ -86,7 +87,7 @@ interface Asked {
 
 async function ask(user: User, model: string, message: string, o: { conversationId?: string; onEvent?: (e: AgentEvent) => void } = {}): Promise<Asked> {
   const agent = gw.gateway.agent;
-  const conversationId = o.conversationId ?? agent.startConversation(user, { model, source: 'web' }).id;
+  const conversationId = o.conversationId ?? (await agent.startConversation(user, { model, source: 'web' })).id;
   const events: AgentEvent[] = [];
   const outcome = await agent.send(user, conversationId, message, (e) => {
     events.push(e);
@@ -109,7 +110,7 @@ beforeAll(async () => {
     compatible: await startStandin('openai', analysis),
   };
   gw = await startGateway({ pii: true, env: env(standins) });
-  ana = ensureUser(gw.gateway.store.db, 'ana');
+  ana = await ensureUser(gw.gateway.store.db, 'ana');
   const ws = await gw.gateway.manager.openWorkspace({ userId: ana.id, name: ana.name });
   await ws.write('orders.csv', CSV);
 }, 120_000);
@@ -153,7 +154,7 @@ describe('a full task on each provider', () => {
     expect(rawIn(second.raw)).toEqual([]);
 
     // The store keeps the model's side; each round's usage is counted.
-    const stored = messagesOf(gw.gateway.store.db, r.conversationId);
+    const stored = await messagesOf(gw.gateway.store.db, r.conversationId);
     expect(stored.map((m) => m.message.role)).toEqual(['user', 'assistant', 'tool', 'assistant']);
     expect(rawIn(JSON.stringify(stored))).toEqual([]);
     expect(stored.filter((m) => m.message.role === 'assistant').map((m) => [m.model, m.usage.inputTokens, m.usage.outputTokens])).toEqual([
@@ -161,7 +162,7 @@ describe('a full task on each provider', () => {
       [model, 100, 20],
     ]);
     // The tool call is audited as the conversation's.
-    const audited = listAudit(gw.gateway.store.db, ana.id, { limit: 20 }).filter((a) => a.conversationId === r.conversationId && a.method === 'tools/call');
+    const audited = (await listAudit(gw.gateway.store.db, ana.id, { limit: 20 })).filter((a) => a.conversationId === r.conversationId && a.method === 'tools/call');
     expect(audited.map((a) => [a.via, a.tool, a.outcome])).toEqual([['agent', 'execute_code', 'ok']]);
   });
 });
@@ -176,7 +177,7 @@ describe('bounds and failures', () => {
     expect(standins.openai.requests.length - before).toBe(4);
     expect(r.events.filter((e) => e.type === 'tool_result')).toHaveLength(3);
     expect(r.events.at(-1)).toMatchObject({ type: 'done', reason: 'max_rounds', message: expect.stringMatching(/limit of 4 model round trips \(SANDGATE_AGENT_MAX_ROUNDS\)/) });
-    const turns = turnsOf(gw.gateway.store.db, r.conversationId);
+    const turns = await turnsOf(gw.gateway.store.db, r.conversationId);
     expect(turns.map((t) => [t.status, t.rounds])).toEqual([['stopped', 4]]);
     // The calls the bound stopped are answered in the history, so the conversation can go on.
     standins.openai.setScript(() => ({ text: ['fine'] }));
@@ -239,15 +240,15 @@ describe('bounds and failures', () => {
     );
     const before = standins.compatible.requests.length;
     const agent = gw.gateway.agent;
-    const conv = agent.startConversation(ana, { model: MODELS.compatible, source: 'web' });
+    const conv = await agent.startConversation(ana, { model: MODELS.compatible, source: 'web' });
     const events: AgentEvent[] = [];
     const turn = agent.send(ana, conv.id, 'sleep', (e) => events.push(e));
     await until(() => events.some((e) => e.type === 'output' && e.text.includes('started')), 30_000);
-    expect(agent.cancel(ana, conv.id)).toBe(true);
+    expect(await agent.cancel(ana, conv.id)).toBe(true);
     const outcome = await turn;
     expect(outcome.reason).toBe('cancelled');
     expect(standins.compatible.requests.length - before).toBe(1);
-    expect(turnsOf(gw.gateway.store.db, conv.id).map((t) => [t.status, t.note])).toEqual([['cancelled', 'Stopped by you.']]);
+    expect((await turnsOf(gw.gateway.store.db, conv.id)).map((t) => [t.status, t.note])).toEqual([['cancelled', 'Stopped by you.']]);
     const owner = { userId: ana.id, name: ana.name };
     const check = await gw.gateway.manager.execute(owner, {
       language: 'python',
@@ -267,7 +268,7 @@ describe('personal data, end to end', () => {
     const r = await ask(ana, MODELS.openai, message);
     expect(rawIn(standins.openai.requests.at(-1)!.raw)).toEqual([]);
     expect(r.text).toBe(`You gave me ${PASTED.email} and ${PASTED.phone}.`);
-    const stored = JSON.stringify(messagesOf(gw.gateway.store.db, r.conversationId));
+    const stored = JSON.stringify(await messagesOf(gw.gateway.store.db, r.conversationId));
     expect(rawIn(stored)).toEqual([]);
   });
 
@@ -310,14 +311,15 @@ describe('personal data, end to end', () => {
 
 describe('keys', () => {
   it("a user's own key is used for them and only them", async () => {
-    const kim = ensureUser(gw.gateway.store.db, 'kim');
-    gw.gateway.providerKeys.set(kim.id, 'openai', 'sk-kim-own');
+    const kim = await ensureUser(gw.gateway.store.db, 'kim');
+    await gw.gateway.providerKeys.set(kim.id, 'openai', 'sk-kim-own');
     standins.openai.setScript(() => ({ text: ['hi'] }));
     await ask(kim, MODELS.openai, 'hello');
     expect(standins.openai.requests.at(-1)!.headers.authorization).toBe('Bearer sk-kim-own');
     await ask(ana, MODELS.openai, 'hello');
     expect(standins.openai.requests.at(-1)!.headers.authorization).toBe('Bearer sk-team-openai');
-    const rows = new Database(`${gw.dataDir}/sandgate.db`, { readonly: true }).prepare('SELECT sealed FROM provider_keys').all() as { sealed: Buffer }[];
+    const rows = await gw.gateway.store.db.selectFrom('provider_keys').select('sealed').execute();
+    expect(rows).toHaveLength(1);
     expect(rows.some((r) => r.sealed.includes('sk-kim-own'))).toBe(false);
     expect(fs.statSync(`${gw.dataDir}/provider-keys.key`).mode & 0o777).toBe(0o600);
   });
@@ -329,8 +331,8 @@ describe('a restart', () => {
     const extra = { SANDGATE_OPENAI_BASE_URL: s.baseURL, SANDGATE_MODELS: 'openai:gpt-test', SANDGATE_COMPATIBLE_BASE_URL: '' };
     const first = await startGateway({ pii: true, noStart: false, env: env(standins, extra) });
     const dataDir = first.dataDir;
-    const user = ensureUser(first.gateway.store.db, 'rey');
-    const conv = first.gateway.agent.startConversation(user, { model: 'openai:gpt-test', source: 'web' });
+    const user = await ensureUser(first.gateway.store.db, 'rey');
+    const conv = await first.gateway.agent.startConversation(user, { model: 'openai:gpt-test', source: 'web' });
     await first.gateway.agent.send(user, conv.id, 'one', () => {});
     // A turn in flight when the gateway stops.
     s.setScript(() => ({ text: ['slow', ' answer', ' never', ' finished'], delayMs: 2000 }));
@@ -339,15 +341,16 @@ describe('a restart', () => {
     await until(() => events.some((e) => e.type === 'text'), 10_000);
     await first.close({ keepData: true });
     await cut;
-    // And one a crash left running.
-    const db = new Database(`${dataDir}/sandgate.db`);
-    db.prepare("INSERT INTO turns (conversation_id, model, status, started_at) VALUES (?, 'openai:gpt-test', 'running', ?)").run(conv.id, Date.now());
-    db.close();
+    // And one a crash left running, in the same database (the data directory's file, or the Postgres database the gateway used).
+    const databaseUrl = first.harness.config.databaseUrl;
+    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
+    await store.db.insertInto('turns').values({ conversation_id: conv.id, model: 'openai:gpt-test', status: 'running', started_at: Date.now() }).execute();
+    await store.close();
 
     s.setScript((req) => ({ text: [`answer to ${req.lastUserText}`] }));
-    const second = await startGateway({ pii: true, dataDir, env: env(standins, extra) });
+    const second = await startGateway({ pii: true, dataDir, env: { ...env(standins, extra), ...(databaseUrl ? { SANDGATE_DATABASE_URL: databaseUrl } : {}) } });
     try {
-      const turns = turnsOf(second.gateway.store.db, conv.id);
+      const turns = await turnsOf(second.gateway.store.db, conv.id);
       expect(turns.map((t) => t.status)).toEqual(['complete', 'interrupted', 'interrupted']);
       expect(turns[1]!.note).toBe('The gateway stopped during this turn.');
       expect(turns[2]!.note).toMatch(/^The gateway restarted during this turn/);

@@ -9,7 +9,7 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { conversationBytes, listConversations, messagesOf } from '../src/agent/conversations.js';
-import { openStore } from '../src/store/store.js';
+import { openStore, type Db } from '../src/store/store.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { ensureUser } from '../src/accounts/accounts.js';
 import { startGateway, type Gateway } from './support/mcp.js';
@@ -34,6 +34,10 @@ const modelEnv = () => ({ SANDGATE_ANTHROPIC_API_KEY: 'sk-team', SANDGATE_ANTHRO
 const clientOf = (gw: Gateway, token: string) => new OpenAI({ baseURL: `${gw.url}/v1`, apiKey: token, maxRetries: 0 });
 type Message = OpenAI.Chat.Completions.ChatCompletionMessageParam;
 
+/** PII scopes of conversation `id` (0 or 1). */
+const scopesOf = async (db: Db, id: string) =>
+  Number((await db.selectFrom('pii_scopes').select((eb) => eb.fn.countAll<number>().as('n')).where('kind', '=', 'conversation').where('ref', '=', id).executeTakeFirstOrThrow()).n);
+
 describe('a client that resends its history', () => {
   let gw: Gateway;
   beforeAll(async () => {
@@ -45,8 +49,8 @@ describe('a client that resends its history', () => {
 
   it('stores each message once: ten requests with a growing history store about the new messages only', async () => {
     const db = gw.gateway.store.db;
-    const client = clientOf(gw, gw.tokenFor('hana', 'openwebui'));
-    const hana = ensureUser(db, 'hana');
+    const client = clientOf(gw, await gw.tokenFor('hana', 'openwebui'));
+    const hana = await ensureUser(db, 'hana');
     const messages: Message[] = [{ role: 'system', content: 'Answer briefly.' }];
     let newBytes = 0;
     for (let i = 1; i <= 10; i++) {
@@ -59,8 +63,8 @@ describe('a client that resends its history', () => {
       messages.push({ role: 'assistant', content: answer });
       newBytes += Buffer.byteLength(note) + Buffer.byteLength(answer);
     }
-    expect(listConversations(db, hana.id, { source: 'api' })).toHaveLength(1);
-    const stored = conversationBytes(db, hana.id).api;
+    expect(await listConversations(db, hana.id, { source: 'api' })).toHaveLength(1);
+    const stored = (await conversationBytes(db, hana.id)).api;
     // Each message once, with its JSON framing; storing each history again would be about 5.5 times as much.
     expect(stored).toBeGreaterThan(newBytes * 0.9);
     expect(stored).toBeLessThan(newBytes * 1.2);
@@ -69,13 +73,13 @@ describe('a client that resends its history', () => {
     const edited = messages.map((m, i) => (i === 2 ? { role: 'assistant' as const, content: 'An answer I rewrote.' } : m));
     const r = await client.chat.completions.create({ model: MODEL, messages: [...edited, { role: 'user', content: 'And now?' }] });
     expect(r.choices[0]!.message.content).toBe('Read 21 messages.');
-    expect(listConversations(db, hana.id, { source: 'api' })).toHaveLength(2);
+    expect(await listConversations(db, hana.id, { source: 'api' })).toHaveLength(2);
   });
 
   it('continues a streamed conversation too, and two requests with the same history do not share one', async () => {
     const db = gw.gateway.store.db;
-    const client = clientOf(gw, gw.tokenFor('ivo', 'librechat'));
-    const ivo = ensureUser(db, 'ivo');
+    const client = clientOf(gw, await gw.tokenFor('ivo', 'librechat'));
+    const ivo = await ensureUser(db, 'ivo');
     const first: Message[] = [{ role: 'user', content: 'Hello there.' }];
     let answer = '';
     for await (const chunk of await client.chat.completions.create({ model: MODEL, messages: first, stream: true })) answer += chunk.choices[0]?.delta.content ?? '';
@@ -84,9 +88,9 @@ describe('a client that resends its history', () => {
     const [a, b] = await Promise.all([client.chat.completions.create({ model: MODEL, messages: next }), client.chat.completions.create({ model: MODEL, messages: next })]);
     // One continued the conversation, the other started its own from the history; both saw all three messages.
     expect([a.choices[0]!.message.content, b.choices[0]!.message.content]).toEqual(['Read 3 messages.', 'Read 3 messages.']);
-    const conversations = listConversations(db, ivo.id, { source: 'api' });
+    const conversations = await listConversations(db, ivo.id, { source: 'api' });
     expect(conversations).toHaveLength(2);
-    expect(conversations.map((c) => messagesOf(db, c.id).length).sort()).toEqual([4, 4]);
+    expect((await Promise.all(conversations.map(async (c) => (await messagesOf(db, c.id)).length))).sort()).toEqual([4, 4]);
   });
 });
 
@@ -95,45 +99,46 @@ describe('retention of API conversations', () => {
     const env = { ...modelEnv(), SANDGATE_API_CONVERSATION_DAYS: '30' };
     const first = await startGateway({ pii: true, env });
     const dataDir = first.dataDir;
-    const token = first.tokenFor('rita', 'app');
+    const token = await first.tokenFor('rita', 'app');
+    const databaseUrl = first.harness.config.databaseUrl;
     const old: Message[] = [{ role: 'user', content: 'Write to rita@example.com about the old plan.' }];
     const recent: Message[] = [{ role: 'user', content: 'What about the new plan?' }];
     let oldAnswer: string;
     try {
       oldAnswer = (await clientOf(first, token).chat.completions.create({ model: MODEL, messages: old })).choices[0]!.message.content!;
       await clientOf(first, token).chat.completions.create({ model: MODEL, messages: recent });
-      const rita = ensureUser(first.gateway.store.db, 'rita');
-      first.gateway.agent.startConversation(rita, { source: 'web' });
+      const rita = await ensureUser(first.gateway.store.db, 'rita');
+      await first.gateway.agent.startConversation(rita, { source: 'web' });
     } finally {
       await first.close({ keepData: true });
     }
 
     // Time passes: the first API conversation and the web chat were last used 31 days ago, the other API one 29.
-    const store = openStore(dataDir, MIGRATIONS);
-    const rita = ensureUser(store.db, 'rita');
-    const api = listConversations(store.db, rita.id, { source: 'api' });
-    const oldId = api.find((c) => messagesOf(store.db, c.id)[0]!.message.content.toString().includes('old plan'))!.id;
+    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
+    const rita = await ensureUser(store.db, 'rita');
+    const api = await listConversations(store.db, rita.id, { source: 'api' });
+    const firstMessages = await Promise.all(api.map(async (c) => ({ id: c.id, first: (await messagesOf(store.db, c.id))[0]! })));
+    const oldId = firstMessages.find((c) => c.first.message.content.toString().includes('old plan'))!.id;
     const recentId = api.find((c) => c.id !== oldId)!.id;
-    const webId = listConversations(store.db, rita.id, { source: 'web' })[0]!.id;
-    const setAge = (id: string, days: number) => store.db.prepare('UPDATE conversations SET updated_at = ? WHERE id = ?').run(Date.now() - days * DAY_MS, id);
-    setAge(oldId, 31);
-    setAge(recentId, 29);
-    setAge(webId, 31);
-    const scopeOf = (id: string) => store.db.prepare("SELECT COUNT(*) FROM pii_scopes WHERE kind = 'conversation' AND ref = ?").pluck().get(id) as number;
-    expect(scopeOf(oldId)).toBe(1);
-    store.close();
+    const webId = (await listConversations(store.db, rita.id, { source: 'web' }))[0]!.id;
+    const setAge = (id: string, days: number) => store.db.updateTable('conversations').set({ updated_at: Date.now() - days * DAY_MS }).where('id', '=', id).execute();
+    await setAge(oldId, 31);
+    await setAge(recentId, 29);
+    await setAge(webId, 31);
+    expect(await scopesOf(store.db, oldId)).toBe(1);
+    await store.close();
 
-    const gw = await startGateway({ pii: true, env, dataDir });
+    const gw = await startGateway({ pii: true, env: { ...env, ...(databaseUrl ? { SANDGATE_DATABASE_URL: databaseUrl } : {}) }, dataDir });
     try {
       const db = gw.gateway.store.db;
-      expect(listConversations(db, rita.id, { source: 'api' }).map((c) => c.id)).toEqual([recentId]);
-      expect(listConversations(db, rita.id, { source: 'web' }).map((c) => c.id)).toEqual([webId]);
-      expect(messagesOf(db, oldId)).toEqual([]);
-      expect(db.prepare("SELECT COUNT(*) FROM pii_scopes WHERE kind = 'conversation' AND ref = ?").pluck().get(oldId)).toBe(0);
+      expect((await listConversations(db, rita.id, { source: 'api' })).map((c) => c.id)).toEqual([recentId]);
+      expect((await listConversations(db, rita.id, { source: 'web' })).map((c) => c.id)).toEqual([webId]);
+      expect(await messagesOf(db, oldId)).toEqual([]);
+      expect(await scopesOf(db, oldId)).toBe(0);
       // The client still holds that history: it goes on, in a new conversation started from it.
       const r = await clientOf(gw, token).chat.completions.create({ model: MODEL, messages: [...old, { role: 'assistant', content: oldAnswer! }, { role: 'user', content: 'Send it.' }] });
       expect(r.choices[0]!.message.content).toBe('Read 3 messages.');
-      expect(listConversations(db, rita.id, { source: 'api' })).toHaveLength(2);
+      expect(await listConversations(db, rita.id, { source: 'api' })).toHaveLength(2);
     } finally {
       await gw.close();
     }
@@ -152,8 +157,8 @@ describe('the store quota', () => {
 
   it('refuses a full user clearly on /v1 and in the web chat, stores nothing and loses nothing, while another user keeps working', async () => {
     const db = gw.gateway.store.db;
-    const quinn = ensureUser(db, 'quinn');
-    const quinnApi = clientOf(gw, gw.tokenFor('quinn', 'app'));
+    const quinn = await ensureUser(db, 'quinn');
+    const quinnApi = clientOf(gw, await gw.tokenFor('quinn', 'app'));
     // 900 kB of history: under the 1 MiB quota.
     const big: Message[] = [
       { role: 'user', content: `Here is the log: ${'a'.repeat(450_000)}` },
@@ -162,7 +167,7 @@ describe('the store quota', () => {
     ];
     const bigAnswer = (await quinnApi.chat.completions.create({ model: MODEL, messages: big })).choices[0]!.message.content!;
     expect(bigAnswer).toBe('Read 3 messages.');
-    const before = { bytes: conversationBytes(db, quinn.id), conversations: listConversations(db, quinn.id).length };
+    const before = { bytes: await conversationBytes(db, quinn.id), conversations: (await listConversations(db, quinn.id)).length };
 
     // Another 200 kB would go past it.
     const more: Message[] = [
@@ -176,7 +181,7 @@ describe('the store quota', () => {
     const message = (refused as Error).message;
     expect(message).toMatch(/of your 1\.0 MiB quota \(SANDGATE_STORE_QUOTA_MB=1\), and this would store 195 KiB more, so nothing was stored/);
     expect(message).toContain(`chats at ${gw.url}/chat, API conversations at ${gw.url}/tokens`);
-    expect({ bytes: conversationBytes(db, quinn.id), conversations: listConversations(db, quinn.id).length }).toEqual(before);
+    expect({ bytes: await conversationBytes(db, quinn.id), conversations: (await listConversations(db, quinn.id)).length }).toEqual(before);
 
     // What is stored stays usable: the conversation goes on with a short message.
     const next = await quinnApi.chat.completions.create({ model: MODEL, messages: [...big, { role: 'assistant', content: bigAnswer }, { role: 'user', content: 'Thanks.' }] });
@@ -190,20 +195,20 @@ describe('the store quota', () => {
     const sent = await web.post(`${chat}/send`, { text: 'd'.repeat(200_000) });
     expect(sent.status).toBe(403);
     expect(await sent.text()).toMatch(/^<div class="notice error" role="alert">Your stored conversations take .* \(SANDGATE_STORE_QUOTA_MB=1\).*Delete conversations you no longer need/);
-    expect(messagesOf(db, chat.slice('/c/'.length))).toEqual([]);
+    expect(await messagesOf(db, chat.slice('/c/'.length))).toEqual([]);
 
     // Another user is not affected.
-    const rosa = ensureUser(db, 'rosa');
-    const rosaAnswer = await clientOf(gw, gw.tokenFor('rosa', 'app')).chat.completions.create({ model: MODEL, messages: more });
+    const rosa = await ensureUser(db, 'rosa');
+    const rosaAnswer = await clientOf(gw, await gw.tokenFor('rosa', 'app')).chat.completions.create({ model: MODEL, messages: more });
     expect(rosaAnswer.choices[0]!.message.content).toBe('Read 3 messages.');
-    expect(listConversations(db, rosa.id, { source: 'api' })).toHaveLength(1);
+    expect(await listConversations(db, rosa.id, { source: 'api' })).toHaveLength(1);
 
     // The tokens page shows the usage and deletes the API conversations; then there is room again.
     const page = await (await web.get('/tokens', { htmx: false })).text();
     expect(page).toMatch(/The gateway keeps <strong>[\d.]+ KiB<\/strong> for you, of your quota of 1\.0 MiB/);
     const deleted = await web.post('/tokens/api-conversations/delete');
     expect(await deleted.text()).toContain('Deleted 1 API conversation.');
-    expect(listConversations(db, quinn.id, { source: 'api' })).toEqual([]);
+    expect(await listConversations(db, quinn.id, { source: 'api' })).toEqual([]);
     expect((await quinnApi.chat.completions.create({ model: MODEL, messages: more })).choices[0]!.message.content).toBe('Read 3 messages.');
   });
 });

@@ -86,7 +86,7 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
 
   it('a running gateway thaws them as dockerd stops, so it stops at once and starts again; users lose no file and their next run works', async () => {
     h = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '300', SANDGATE_WARM_POOL_SIZE: '1' } });
-    const ann = h.user('ann');
+    const ann = await h.user('ann');
     await h.manager.execute(ann, { language: 'python', code: 'open("/workspace/kept.txt", "w").write("still here")\nx = 1' });
     await h.manager.poolReady();
     const mine = async () => docker.listContainers({ all: true, filters: { label: [`org.sandgate.gateway=${gatewayIdFor(h!.dataDir)}`] } });
@@ -148,7 +148,7 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
     const h1 = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: '300' } });
     const h2Env = { SANDGATE_FREEZE_AFTER_MS: '300' };
     let h2: Harness | undefined;
-    const bo = h1.user('bo');
+    const bo = await h1.user('bo');
     try {
       await h1.manager.execute(bo, { language: 'python', code: 'print(1)' });
       const [id] = (await h1.manager.list()).map((s) => s.containerId);
@@ -167,12 +167,12 @@ describe.skipIf(!canRestart)('dockerd restarting with frozen sandboxes', () => {
       expect(h2.manager.thawLeftFrozen()).toBe(1);
       await untilAsync(() => answers(), 60_000, 'dockerd comes up');
       await h2.manager.init();
-      const r = await h2.manager.execute(h2.user('bo'), { language: 'python', code: 'print(2)' });
+      const r = await h2.manager.execute(await h2.user('bo'), { language: 'python', code: 'print(2)' });
       expect(r.stdout.trim()).toBe('2');
     } finally {
       await dockerdBack();
       await h2?.close();
-      h1.store.close();
+      await h1.store.close();
     }
   });
 

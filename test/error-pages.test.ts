@@ -16,7 +16,7 @@ let page: WebSession;
 
 beforeAll(async () => {
   gw = await startGateway({ noStart: true });
-  member = ensureUser(gw.gateway.store.db, 'mia');
+  member = await ensureUser(gw.gateway.store.db, 'mia');
   page = await webSession(gw, member);
 });
 
@@ -89,7 +89,7 @@ describe('answers that are not pages stay as they were', () => {
   });
 
   it('/mcp answers JSON, whatever the client accepts', async () => {
-    const token = gw.tokenFor('mia');
+    const token = await gw.tokenFor('mia');
     const unknown = await fetch(`${gw.mcpUrl}/nope`, { headers: { authorization: `Bearer ${token}`, accept: 'text/html' } });
     expect([unknown.status, await unknown.json()]).toEqual([404, { error: 'not found' }]);
     const anonymous = await fetch(`${gw.mcpUrl}/nope`, { headers: { accept: 'text/html' } });
@@ -101,7 +101,7 @@ describe('answers that are not pages stay as they were', () => {
   });
 
   it('/v1 answers in OpenAI’s shape, whatever the client accepts', async () => {
-    const token = gw.tokenFor('mia');
+    const token = await gw.tokenFor('mia');
     const unknown = await fetch(`${gw.url}/v1/nope`, { headers: { authorization: `Bearer ${token}`, accept: 'text/html' } });
     expect([unknown.status, await unknown.json()]).toEqual([404, { error: { message: 'Unknown API route GET /v1/nope: this gateway serves GET /v1/models and POST /v1/chat/completions.', type: 'not_found_error', param: null, code: 'unknown_route' } }]);
     const bad = await fetch(`${gw.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'text/html' }, body: '{' });

@@ -46,11 +46,11 @@ describe('a gateway whose sandboxes fail', () => {
   it('never ready: a run gets a clear error, over MCP as a tool result, and nothing is left running', async () => {
     const driver = new NeverReadyDriver();
     gw = await startGateway({ parts: { driver } });
-    const owner = gw.harness.user('nora');
+    const owner = await gw.harness.user('nora');
     await expect(gw.harness.manager.execute(owner, { language: 'python', code: '1' })).rejects.toThrow(/did not start/);
     const r = await fetch(gw.mcpUrl, {
       method: 'POST',
-      headers: { authorization: `Bearer ${gw.tokenFor('nora')}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
+      headers: { authorization: `Bearer ${await gw.tokenFor('nora')}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': '2025-06-18' },
       body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'execute_code', arguments: { language: 'python', code: '1' } } }),
     });
     const text = await r.text();
@@ -62,7 +62,7 @@ describe('a gateway whose sandboxes fail', () => {
   it('a sandbox that dies mid-run: the run says so, and runs queued behind it join the replacement\'s queue one at a time', async () => {
     const driver = new CrashingDriver(100);
     gw = await startGateway({ parts: { driver } });
-    const owner = gw.harness.user('cora');
+    const owner = await gw.harness.user('cora');
     const crash = gw.harness.manager.execute(owner, { language: 'python', code: 'crash' });
     const queued = ['b', 'c', 'd'].map((code) => gw!.harness.manager.execute(owner, { language: 'python', code }));
     const died = await crash;
@@ -81,7 +81,7 @@ describe('a gateway whose sandboxes fail', () => {
   it('the queue limit holds for runs moved to a replacement too', async () => {
     const driver = new CrashingDriver(200);
     gw = await startGateway({ parts: { driver } });
-    const owner = gw.harness.user('quinn');
+    const owner = await gw.harness.user('quinn');
     const crash = gw.harness.manager.execute(owner, { language: 'python', code: 'crash' });
     // Once it runs, the crashing one no longer holds a place in the queue.
     await until(() => (driver.started[0] as ScriptedSandbox | undefined)?.received.some((q) => q.op === 'exec') ?? false, 10_000);

@@ -35,7 +35,7 @@ async function containerOf(harness: Harness, name: string): Promise<string> {
 
 /** A user whose sandbox has run `code`, and that sandbox's container id. */
 async function userWithSandbox(harness: Harness, name: string, code: string): Promise<[SandboxOwner, string]> {
-  const owner = harness.user(name);
+  const owner = await harness.user(name);
   await harness.manager.execute(owner, { language: 'python', code });
   return [owner, await containerOf(harness, name)];
 }
@@ -90,18 +90,19 @@ describe('freezing idle sandboxes', () => {
 
   it('stops, kills and reaps frozen sandboxes within seconds, and the CLI removes one', async () => {
     const names = ['cy', 'di', 'ed', 'fay'];
-    for (const n of names) await h.manager.execute(h.user(n), { language: 'python', code: 'pass' });
+    for (const n of names) await h.manager.execute(await h.user(n), { language: 'python', code: 'pass' });
     const ids = await Promise.all(names.map((n) => containerOf(h, n)));
     for (const id of ids) await frozenSoon(id);
     const docker = dockerClient(h.config);
     const gone = async (id: string) => !(await docker.listContainers({ all: true })).some((c) => c.Id === id);
 
-    const [stopped, stopMs] = await timed(() => h.manager.stopUser(h.user('cy').userId, { by: 'root' }));
+    const [cy, di, fay] = [await h.user('cy'), await h.user('di'), await h.user('fay')];
+    const [stopped, stopMs] = await timed(() => h.manager.stopUser(cy.userId, { by: 'root' }));
     expect(stopped).toBe(true);
     expect(stopMs).toBeLessThan(5_000);
     expect(await gone(ids[0]!)).toBe(true);
 
-    const [killed, killMs] = await timed(() => h.manager.stopUser(h.user('di').userId, { kill: true, by: 'root' }));
+    const [killed, killMs] = await timed(() => h.manager.stopUser(di.userId, { kill: true, by: 'root' }));
     expect(killed).toBe(true);
     expect(killMs).toBeLessThan(5_000);
     expect(await gone(ids[1]!)).toBe(true);
@@ -113,21 +114,22 @@ describe('freezing idle sandboxes', () => {
     expect((await h.manager.list()).map((s) => s.user)).not.toContain('ed');
 
     // fay was reaped too; start her again, let her freeze, and stop her from the CLI's code path.
-    await h.manager.execute(h.user('fay'), { language: 'python', code: 'pass' });
+    await h.manager.execute(fay, { language: 'python', code: 'pass' });
     const fayId = await containerOf(h, 'fay');
     await frozenSoon(fayId);
-    const [n, cliMs] = await timed(() => stopUserSandbox(h.manager['deps'].driver, h.store.db, getUser(h.store.db, h.user('fay').userId)!));
+    const fayUser = (await getUser(h.store.db, fay.userId))!;
+    const [n, cliMs] = await timed(() => stopUserSandbox(h.manager['deps'].driver, h.store.db, fayUser));
     expect(n).toBe(1);
     expect(cliMs).toBeLessThan(5_000);
     expect(await gone(fayId)).toBe(true);
     // The manager hears its runner go, and the next run starts afresh.
-    expect((await h.manager.execute(h.user('fay'), { language: 'python', code: 'print(3)' })).stdout.trim()).toBe('3');
+    expect((await h.manager.execute(fay, { language: 'python', code: 'print(3)' })).stdout.trim()).toBe('3');
   });
 
   it('after a crash with sandboxes frozen, the next start thaws and adopts them, and nothing is stuck', async () => {
     const first = await createHarness({ env: { SANDGATE_FREEZE_AFTER_MS: DELAY, SANDGATE_WARM_POOL_SIZE: '1' } });
     const dataDir = first.dataDir;
-    const gina = first.user('gina');
+    const gina = await first.user('gina');
     await first.manager.execute(gina, { language: 'python', code: 'survivor = "still here"' });
     await first.manager.poolReady();
     const id = await containerOf(first, 'gina');
@@ -136,13 +138,13 @@ describe('freezing idle sandboxes', () => {
     await frozenSoon(poolId);
     // A crash: nothing is thawed, stopped or unmounted.
     await first.manager.shutdown({ detachOnly: true });
-    first.store.close();
+    await first.store.close();
     expect(freezeState(id)).toBe('frozen');
 
     const [second, startMs] = await timed(() => createHarness({ dataDir, env: { SANDGATE_FREEZE_AFTER_MS: DELAY } }));
     try {
       expect(startMs).toBeLessThan(30_000);
-      const r = await second.manager.execute(second.user('gina'), { language: 'python', code: 'survivor' });
+      const r = await second.manager.execute(await second.user('gina'), { language: 'python', code: 'survivor' });
       expect(r.result).toBe("'still here'");
       const docker = dockerClient(second.config);
       const left = await docker.listContainers({ all: true, filters: { label: [`org.sandgate.gateway=${gatewayIdFor(dataDir)}`] } });
@@ -161,7 +163,8 @@ describe('freezing idle sandboxes', () => {
       const id = pooled.manager.pooled()[0]!.containerId;
       await frozenSoon(id);
       await until(() => pooled.manager.pooled()[0]?.frozen === true);
-      const [r, ms] = await timed(() => pooled.manager.execute(pooled.user('hal'), { language: 'python', code: 'print("from the pool")' }));
+      const hal = await pooled.user('hal');
+      const [r, ms] = await timed(() => pooled.manager.execute(hal, { language: 'python', code: 'print("from the pool")' }));
       expect(r.stdout.trim()).toBe('from the pool');
       expect(await containerOf(pooled, 'hal')).toBe(id);
       expect(ms).toBeLessThan(2_000);
@@ -177,11 +180,12 @@ describe('the runsc platform setting', () => {
     try {
       const checks = await ptrace.manager['deps'].driver.health({ full: true });
       expect(checks.runtime).toEqual({ ok: true, detail: 'runsc-ptrace runs hardened containers (platform ptrace)' });
-      const r = await ptrace.manager.execute(ptrace.user('ivy'), { language: 'python', code: 'x = 7\nprint(x * 6)' });
+      const ivy = await ptrace.user('ivy');
+      const r = await ptrace.manager.execute(ivy, { language: 'python', code: 'x = 7\nprint(x * 6)' });
       expect(r.stdout.trim()).toBe('42');
       // Frozen and thawed the same way.
       await frozenSoon(await containerOf(ptrace, 'ivy'));
-      expect((await ptrace.manager.execute(ptrace.user('ivy'), { language: 'python', code: 'print(x)' })).stdout.trim()).toBe('7');
+      expect((await ptrace.manager.execute(ivy, { language: 'python', code: 'print(x)' })).stdout.trim()).toBe('7');
     } finally {
       await ptrace.close();
     }
@@ -239,7 +243,7 @@ describe('keeping frozen sandboxes warm', () => {
   });
 
   it('a Python kernel that ends while its sandbox idles is reported by the next run, though warm-ups started another meanwhile', async () => {
-    const ned = w.user('ned');
+    const ned = await w.user('ned');
     await w.manager.execute(ned, { language: 'python', code: 'z = 1\nimport os, threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(5))).start()' });
     // Frozen, then warmed up once or twice: the first warm-up finds the kernel gone.
     await new Promise((r) => setTimeout(r, 2_500));

@@ -45,7 +45,7 @@ function fingerprint(dir: string): Record<string, string> {
 
 beforeAll(async () => {
   gw = await startGateway({ env: { SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_RATE_LIMIT_PER_MIN: '100000', SANDGATE_RATE_LIMIT_BURST: '10000' } });
-  const token = gw.tokenFor('mallory');
+  const token = await gw.tokenFor('mallory');
   mallory = await connect(token);
   mallory2 = await connect(token);
   canary = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-canary-'));
@@ -62,11 +62,11 @@ afterAll(async () => {
 
 describe('file tools racing a sandbox that swaps folders for symlinks', () => {
   it('a won race reaches nothing outside the workspace and never acts as root', async () => {
-    const victimToken = gw.tokenFor('victim');
+    const victimToken = await gw.tokenFor('victim');
     const victim = await connect(victimToken);
     await callTool(victim, 'write_file', { path: 'x.txt', content: 'victim data' });
     await callTool(victim, 'write_file', { path: 'victim-secret.txt', content: 'victim data' });
-    const victimWs = path.join(gw.harness.dataDir, 'workspaces', getUser(gw.harness.store.db, findUser(gw.harness.store.db, 'victim')!.id)!.workspaceId!);
+    const victimWs = path.join(gw.harness.dataDir, 'workspaces', (await getUser(gw.harness.store.db, (await findUser(gw.harness.store.db, 'victim'))!.id))!.workspaceId!);
     await victim.close();
     await run(mallory, 'bash', 'mkdir -p race/d race/parked && echo mine > race/d/x.txt');
     const before = { canary: fingerprint(canary), victim: fingerprint(victimWs), data: fingerprint(gw.harness.dataDir) };
@@ -211,7 +211,7 @@ describe('the audit log keeps shapes, never names code chose', () => {
     const { result } = await run(mallory, 'python', 'ann_lee_at_example_com = type("ann_lee_at_example_com", (Exception,), {})\nraise ann_lee_at_example_com("x")');
     expect(result.isError).toBe(true);
     await new Promise((r) => setTimeout(r, 200)); // audit rows are written after the response
-    const rows = listAudit(gw.harness.store.db, findUser(gw.harness.store.db, 'mallory')!.id, { limit: 5 });
+    const rows = await listAudit(gw.harness.store.db, (await findUser(gw.harness.store.db, 'mallory'))!.id, { limit: 5 });
     expect(rows[0]).toMatchObject({ method: 'tools/call', tool: 'execute_code', outcome: 'error', errorClass: 'code:other' });
     expect(JSON.stringify(rows)).not.toMatch(/ann_lee|example/);
   });

@@ -48,7 +48,7 @@ function hostile(req: { lastUserText: string; lastToolResult?: string }) {
 beforeAll(async () => {
   model = await startStandin('openai', hostile);
   gw = await startGateway({ pii: true, env: { SANDGATE_OPENAI_API_KEY: 'sk-team', SANDGATE_OPENAI_BASE_URL: model.baseURL, SANDGATE_MODELS: 'openai:gpt-hostile' } });
-  mallory = ensureUser(gw.gateway.store.db, 'mallory');
+  mallory = await ensureUser(gw.gateway.store.db, 'mallory');
 }, 180_000);
 
 afterAll(async () => {
@@ -59,7 +59,7 @@ afterAll(async () => {
 
 async function ask(message: string, conversationId?: string) {
   const agent = gw.gateway.agent;
-  const id = conversationId ?? agent.startConversation(mallory, { source: 'web' }).id;
+  const id = conversationId ?? (await agent.startConversation(mallory, { source: 'web' })).id;
   const events: AgentEvent[] = [];
   const outcome = await agent.send(mallory, id, message, (e) => events.push(e));
   return { id, events, outcome };
@@ -67,7 +67,7 @@ async function ask(message: string, conversationId?: string) {
 
 /** A signed-in session's cookie, by one-time link, as a browser gets it. */
 async function signIn(user: User): Promise<string> {
-  const secret = createLoginLink(gw.gateway.store.db, user.id).secret;
+  const secret = (await createLoginLink(gw.gateway.store.db, user.id)).secret;
   const cookieOf = (r: Response) => /sandgate\.sid=[^;]+/.exec(r.headers.getSetCookie().join('\n'))?.[0] ?? '';
   const page = await fetch(`${gw.url}/login/link/${secret}`);
   const csrf = /name="_csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
@@ -86,7 +86,7 @@ async function getPage(cookie: string, path: string): Promise<{ status: number; 
   return { status: r.status, html: await r.text() };
 }
 
-const storedChars = (conversationId: string) => JSON.stringify(messagesOf(gw.gateway.store.db, conversationId)).length;
+const storedChars = async (conversationId: string) => JSON.stringify(await messagesOf(gw.gateway.store.db, conversationId)).length;
 
 describe('a hostile model', () => {
   let cookie: string;
@@ -103,12 +103,12 @@ describe('a hostile model', () => {
     const second = model.requests[before + 1]!;
     expect(second.lastToolResult).toMatch(/^This execute_code call was not run: its arguments were refused, as they are nested more than 32 levels deep/);
     // Nothing ran, and what is stored of the call is a note.
-    expect(listAudit(gw.gateway.store.db, mallory.id, { limit: 50 }).filter((a) => a.conversationId === r.id && a.method === 'tools/call')).toEqual([]);
-    const call = messagesOf(gw.gateway.store.db, r.id)
+    expect((await listAudit(gw.gateway.store.db, mallory.id, { limit: 50 })).filter((a) => a.conversationId === r.id && a.method === 'tools/call')).toEqual([]);
+    const call = (await messagesOf(gw.gateway.store.db, r.id))
       .flatMap((m) => (m.message.role === 'assistant' && Array.isArray(m.message.content) ? m.message.content : []))
       .find((p) => p.type === 'tool-call');
     expect(call).toMatchObject({ toolName: 'execute_code', input: { _cut: 'These arguments were not kept: they are nested more than 32 levels deep.' } });
-    expect(storedChars(r.id)).toBeLessThan(5_000);
+    expect(await storedChars(r.id)).toBeLessThan(5_000);
     // Every later load of the conversation is a small page that says what happened.
     const page = await getPage(cookie, `/c/${r.id}`);
     expect(page.status).toBe(200);
@@ -124,7 +124,7 @@ describe('a hostile model', () => {
       'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset). Call it again with arguments that match it.',
     );
     expect(r.events.filter((e) => e.type === 'tool_call' || e.type === 'tool_result')).toEqual([]);
-    expect(listAudit(gw.gateway.store.db, mallory.id, { limit: 50 }).filter((a) => a.conversationId === r.id && a.method === 'tools/call')).toEqual([]);
+    expect((await listAudit(gw.gateway.store.db, mallory.id, { limit: 50 })).filter((a) => a.conversationId === r.id && a.method === 'tools/call')).toEqual([]);
     const page = await getPage(cookie, `/c/${r.id}`);
     expect(page.html).toContain('may not have &quot;extra&quot;');
   });
@@ -132,14 +132,14 @@ describe('a hostile model', () => {
   it('makes 500 tool calls in one round: the round keeps the first 32 and one note, and the page loads', async () => {
     const r = await ask('many calls');
     expect(r.outcome.reason).toBe('complete');
-    const stored = messagesOf(gw.gateway.store.db, r.id);
+    const stored = await messagesOf(gw.gateway.store.db, r.id);
     const calls = stored.flatMap((m) => (m.message.role === 'assistant' && Array.isArray(m.message.content) ? m.message.content : [])).filter((p) => p.type === 'tool-call');
     const results = stored.flatMap((m) => (m.message.role === 'tool' ? m.message.content : []));
     expect(calls).toHaveLength(MAX_TOOL_CALLS_PER_ROUND);
     expect(results).toHaveLength(MAX_TOOL_CALLS_PER_ROUND);
     const note = `(468 more tool calls of this answer were dropped, neither run nor kept: one round may make at most ${MAX_TOOL_CALLS_PER_ROUND}. Make the others in the next round.)`;
     expect(JSON.stringify(stored[1]!.message)).toContain(note);
-    expect(storedChars(r.id)).toBeLessThan(40_000);
+    expect(await storedChars(r.id)).toBeLessThan(40_000);
     const page = await getPage(cookie, `/c/${r.id}`);
     expect(page.status).toBe(200);
     expect(page.html).toContain(note);
@@ -151,7 +151,7 @@ describe('a hostile model', () => {
     const streamed = r.events.flatMap((e) => (e.type === 'text' ? [e.delta] : [])).join('');
     expect(streamed.length).toBeLessThan(MAX_ROUND_TEXT_CHARS + 500);
     expect(streamed).toMatch(/\(This answer was cut here: 4094304 more characters were not kept or shown, as one answer keeps at most 100000\.\)$/);
-    const stored = messagesOf(gw.gateway.store.db, r.id).filter((m) => m.message.role === 'assistant');
+    const stored = (await messagesOf(gw.gateway.store.db, r.id)).filter((m) => m.message.role === 'assistant');
     expect(stored).toHaveLength(1);
     expect(JSON.stringify(stored[0]!.message).length).toBeLessThan(MAX_ROUND_TEXT_CHARS + 500);
     expect(stored[0]!.html).toBeUndefined();
@@ -161,9 +161,9 @@ describe('a hostile model', () => {
     expect(first.html.length).toBeLessThan(3 * MAX_ROUND_TEXT_CHARS);
     expect(first.html).toContain('(This answer was cut here: 4094304 more characters were not kept or shown');
     // Rendered at the first load and kept: later loads show what was kept, and render nothing.
-    const kept = messagesOf(gw.gateway.store.db, r.id).find((m) => m.message.role === 'assistant')!;
+    const kept = (await messagesOf(gw.gateway.store.db, r.id)).find((m) => m.message.role === 'assistant')!;
     expect(kept.html).toBeDefined();
-    setMessageHtml(gw.gateway.store.db, kept.id, JSON.stringify({ v: 1, parts: ['<p>as kept in the store</p>'] }));
+    await setMessageHtml(gw.gateway.store.db, kept.id, JSON.stringify({ v: 1, parts: ['<p>as kept in the store</p>'] }));
     const later = await getPage(cookie, `/c/${r.id}`);
     expect(later.html).toContain('<p>as kept in the store</p>');
     expect(later.html).not.toContain('[[[[');
@@ -200,7 +200,7 @@ describe('a workspace file', () => {
     const ws = await gw.gateway.manager.openWorkspace({ userId: mallory.id, name: mallory.name });
     const names = Array.from({ length: 8 }, (_, i) => `slow-${i}.md`);
     for (const [i, name] of names.entries()) await ws.write(name, `${'![a'.repeat(20_000)} ${i}`);
-    const other = ensureUser(gw.gateway.store.db, 'olga');
+    const other = await ensureUser(gw.gateway.store.db, 'olga');
     await (await gw.gateway.manager.openWorkspace({ userId: other.id, name: other.name })).write('notes.md', '**mine**');
     const otherCookie = await signIn(other);
 
@@ -231,13 +231,13 @@ describe('a workspace file', () => {
 
 describe("links the model writes with the user's personal data", () => {
   it('keep the token in their destination, while the text shows the value: live at the end of the turn, and after a reload', async () => {
-    const user = ensureUser(gw.gateway.store.db, 'ines');
+    const user = await ensureUser(gw.gateway.store.db, 'ines');
     const cookie = await signIn(user);
     browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
     const context = await browser.newContext();
     await context.addCookies([{ name: 'sandgate.sid', value: cookie.split('=')[1]!, domain: '127.0.0.1', path: '/', httpOnly: true, sameSite: 'Lax' }]);
     const page = await context.newPage();
-    const id = gw.gateway.agent.startConversation(user, { source: 'web' }).id;
+    const id = (await gw.gateway.agent.startConversation(user, { source: 'web' })).id;
     await page.goto(`${gw.url}/c/${id}`);
     await page.waitForSelector('body[data-live-state=watching]');
     await page.fill('#message', `link for ${EMAIL} please`);

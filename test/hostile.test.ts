@@ -28,8 +28,8 @@ beforeAll(async () => {
       SANDGATE_EXEC_TIMEOUT_SEC: '20',
     },
   });
-  mallory = h.user('mallory');
-  victim = h.user('victim');
+  mallory = await h.user('mallory');
+  victim = await h.user('victim');
   await h.manager.execute(victim, { language: 'bash', code: 'echo mine > precious.txt' });
   await h.manager.execute(mallory, { language: 'bash', code: 'echo mine > precious.txt' });
 });

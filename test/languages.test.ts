@@ -15,7 +15,7 @@ describe('languages kept warm in the sandbox', () => {
 
   beforeAll(async () => {
     h = await createHarness();
-    alice = h.user('alice');
+    alice = await h.user('alice');
   });
   afterAll(async () => {
     await h?.close();

@@ -22,6 +22,9 @@ import { loadSession, saveSession } from '../src/auth/sessions.js';
 
 let h: Harness;
 
+/** Another handle on the harness's database, as a command would open it. */
+const reopenStore = () => openStore({ dataDir: h.dataDir, databaseUrl: h.config.databaseUrl }, MIGRATIONS);
+
 async function cli(...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   return cliWithInput('', ...argv);
 }
@@ -35,7 +38,7 @@ async function cliIn(extra: Partial<CliContext>, stdin: string, ...argv: string[
   const err: string[] = [];
   const ctx: CliContext = {
     ...extra,
-    openStore: () => openStore(h.dataDir, MIGRATIONS),
+    openStore: () => reopenStore(),
     dataDir: h.dataDir,
     publicUrl: 'https://gate.example.com',
     readSecret: async () => stdin,
@@ -72,7 +75,7 @@ describe('sandgate tokens', () => {
     expect(r.code).toBe(0);
     expect(isWellFormedToken(r.out)).toBe(true);
     expect(r.err).toMatch(/Created token "laptop" for alice \(id \d+, expires \d{4}-.*\)\.\nCopy it now/);
-    const v = verifyToken(h.store.db, r.out);
+    const v = await verifyToken(h.store.db, r.out);
     expect(v.ok && v.principal.user.name).toBe('alice');
   });
 
@@ -102,16 +105,27 @@ describe('sandgate tokens', () => {
     const ids = JSON.parse((await cli('tokens', 'list', '--json')).out) as { id: number; name: string }[];
     const id1 = ids.find((t) => t.name === 'one')!.id;
     // What each token's client was shown (a PII vault scope) goes with the token.
-    const alice = findUser(h.store.db, 'alice')!.id;
-    const addScope = h.store.db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', ?, 0)");
-    for (const t of ids) addScope.run(alice, String(t.id));
-    const scopes = () => h.store.db.prepare("SELECT COUNT(*) FROM pii_scopes WHERE kind = 'token' AND ref IN (SELECT CAST(id AS TEXT) FROM api_tokens WHERE name IN ('one', 'two', 'three'))").pluck().get();
-    expect(scopes()).toBe(3);
+    const alice = (await findUser(h.store.db, 'alice'))!.id;
+    await h.store.db
+      .insertInto('pii_scopes')
+      .values(ids.map((t) => ({ user_id: alice, kind: 'token' as const, ref: String(t.id), created_at: 0 })))
+      .execute();
+    const revoked = ids.filter((t) => ['one', 'two', 'three'].includes(t.name)).map((t) => String(t.id));
+    const scopes = async () =>
+      (
+        await h.store.db
+          .selectFrom('pii_scopes')
+          .select((eb) => eb.fn.countAll<number>().as('n'))
+          .where('kind', '=', 'token')
+          .where('ref', 'in', revoked)
+          .executeTakeFirstOrThrow()
+      ).n;
+    expect(await scopes()).toBe(3);
     expect((await cli('tokens', 'revoke', String(id1))).out).toBe(`Revoked token ${id1} ("one" of alice).`);
     expect((await cli('tokens', 'revoke', '--user', 'alice', '--name', 'two')).out).toBe('Revoked token "two" of alice.');
     expect((await cli('tokens', 'revoke', t3)).out).toMatch(/^Revoked token \d+ \("three" of alice\)\.$/);
-    for (const t of [t1, t2, t3]) expect(verifyToken(h.store.db, t)).toMatchObject({ ok: false, reason: 'revoked' });
-    expect(scopes()).toBe(0);
+    for (const t of [t1, t2, t3]) expect(await verifyToken(h.store.db, t)).toMatchObject({ ok: false, reason: 'revoked' });
+    expect(await scopes()).toBe(0);
     expect((await cli('tokens', 'revoke', String(id1))).out).toMatch(/already revoked/);
     expect((await cli('tokens', 'list', '--all')).out).toMatch(/one\s+revoked/);
     expect(await cli('tokens', 'revoke')).toMatchObject({ code: 1, err: expect.stringMatching(/say which token/) });
@@ -121,7 +135,7 @@ describe('sandgate tokens', () => {
 
 describe('sandgate sandboxes', () => {
   it('lists and stops a user’s sandbox; the next run gets a fresh one and the files survive', async () => {
-    const alice = h.user('alice');
+    const alice = await h.user('alice');
     await h.manager.execute(alice, { language: 'python', code: 'open("kept.txt", "w").write("kept")' });
     const listed = await cli('sandboxes', 'list');
     expect(listed.out).toMatch(/^USER\s+CONTAINER\s+STATE\s+CREATED\nalice\s+[0-9a-f]{12}\s+running/);
@@ -136,8 +150,8 @@ describe('sandgate sandboxes', () => {
 
 describe('sandgate audit', () => {
   it('shows one user’s entries with argument shapes', async () => {
-    const alice = findUser(h.store.db, 'alice')!;
-    recordAudit(h.store.db, { userId: alice.id, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', argsShape: argsShape({ code: 'print(42)' }, { properties: { code: {} } }), durationMs: 3.2, outcome: 'ok' });
+    const alice = (await findUser(h.store.db, 'alice'))!;
+    await recordAudit(h.store.db, { userId: alice.id, tokenName: 'laptop', kind: 'mcp', method: 'tools/call', tool: 'execute_code', argsShape: argsShape({ code: 'print(42)' }, { properties: { code: {} } }), durationMs: 3.2, outcome: 'ok' });
     const r = await cli('audit', '--user', 'alice');
     expect(r.out).toMatch(/^TIME\s+TOKEN\s+KIND\s+METHOD\s+TOOL\s+MS\s+OUTCOME\s+ARGS\n\S+\s+laptop\s+mcp\s+tools\/call\s+execute_code\s+3\s+ok\s+\{"code":"string\(9\)"\}/);
     expect((await cli('audit', '--user', 'root')).out).toBe('No audit entries for root.');
@@ -160,10 +174,10 @@ describe('sandgate provider-keys', () => {
     const listed = await cli('provider-keys', 'list', '--user', 'pia');
     expect(listed.out).toMatch(/^PROVIDER\s+SET\nopenai\s+\d{4}-/);
     expect(listed.out).not.toContain('sk-pia');
-    const store = openStore(h.dataDir, MIGRATIONS);
-    const pia = findUser(store.db, 'pia')!;
-    expect(new ProviderKeys(store.db, h.dataDir).get(pia.id, 'openai')).toBe('sk-pia-secret');
-    store.close();
+    const store = await reopenStore();
+    const pia = (await findUser(store.db, 'pia'))!;
+    expect(await new ProviderKeys(store.db, h.dataDir).get(pia.id, 'openai')).toBe('sk-pia-secret');
+    await store.close();
     expect(await cliWithInput('', 'provider-keys', 'set', '--user', 'pia', '--provider', 'openai')).toMatchObject({ code: 1, err: expect.stringMatching(/no key on standard input/) });
     expect((await cli('provider-keys', 'set', '--user', 'pia', '--provider', 'mistral')).code).toBe(2);
     expect((await cli('provider-keys', 'delete', '--user', 'pia', '--provider', 'openai')).out).toBe('Deleted pia’s openai key.');
@@ -175,17 +189,17 @@ describe('sandgate users disable / enable', () => {
   it('disables a user as the admin page does (sessions ended, tokens refused, sandbox stopped, nothing deleted) and enables them again', async () => {
     await cli('users', 'add', 'dora');
     const token = (await cli('tokens', 'create', '--user', 'dora', '--name', 'laptop')).out;
-    const dora = h.user('dora');
+    const dora = await h.user('dora');
     await h.manager.execute(dora, { language: 'python', code: 'open("kept.txt", "w").write("kept")' });
-    saveSession(h.store.db, 'dora-browser', '{}', dora.userId, Date.now() + 3_600_000);
+    await saveSession(h.store.db, 'dora-browser', '{}', dora.userId, Date.now() + 3_600_000);
 
     const off = await cli('users', 'disable', 'dora');
     expect(off).toMatchObject({ code: 0, out: 'Disabled dora: their sessions ended, their tokens and sign-ins are refused, and 1 sandbox container(s) of theirs stopped. Nothing of theirs was deleted.' });
     // What it cannot reach from outside the gateway, it says.
     expect(off.err).toMatch(/pages they have open at its next membership check.*chat turn/);
-    expect(findUser(h.store.db, 'dora')?.disabledAt).toEqual(expect.any(Number));
-    expect(loadSession(h.store.db, 'dora-browser')).toBeUndefined();
-    expect(verifyToken(h.store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
+    expect((await findUser(h.store.db, 'dora'))?.disabledAt).toEqual(expect.any(Number));
+    expect(await loadSession(h.store.db, 'dora-browser')).toBeUndefined();
+    expect(await verifyToken(h.store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
     expect((await cli('sandboxes', 'list')).out).not.toMatch(/dora/);
     // A turn the gateway let in before (the command line cannot cancel it) runs no more
     // code for her: the gateway's sandbox manager refuses, and starts no container.
@@ -196,26 +210,26 @@ describe('sandgate users disable / enable', () => {
 
     expect((await cli('users', 'enable', 'dora')).out).toBe('dora is enabled again.');
     expect((await cli('users', 'enable', 'dora')).out).toBe('dora is not disabled.');
-    expect(verifyToken(h.store.db, token)).toMatchObject({ ok: true });
+    expect(await verifyToken(h.store.db, token)).toMatchObject({ ok: true });
     expect((await h.manager.execute(dora, { language: 'bash', code: 'cat kept.txt' })).stdout).toBe('kept');
     expect((await cli('users', 'disable', 'nobody')).code).toBe(1);
 
     // Both are in the audit log as the admin page's are; the command line has no admin
     // account, so the user acted on is the row's user and its target, with no `via`.
-    const rows = listAudit(h.store.db, dora.userId).filter((e) => e.kind === 'admin');
+    const rows = (await listAudit(h.store.db, dora.userId)).filter((e) => e.kind === 'admin');
     expect(rows.map((e) => e.method)).toEqual(['user/enable', 'user/disable']);
     for (const e of rows) expect(e).toMatchObject({ userId: dora.userId, targetUserId: dora.userId, via: null, outcome: 'ok', errorClass: null });
   });
 
   it('enabling a user GitHub membership also refuses says that they stay out until GitHub lists them', async () => {
     await cli('users', 'add', 'gus');
-    const gus = h.user('gus');
-    suspendUser(h.store.db, gus.userId, 'no longer in the team');
+    const gus = await h.user('gus');
+    await suspendUser(h.store.db, gus.userId, 'no longer in the team');
     await cli('users', 'disable', 'gus');
     const still = 'GitHub membership still refuses them: they get in again once GitHub lists them.';
     expect((await cli('users', 'enable', 'gus')).out).toBe(`gus is enabled, but ${still}`);
     expect((await cli('users', 'enable', 'gus')).out).toBe(`gus is not disabled, but ${still}`);
-    expect(findUser(h.store.db, 'gus')).toMatchObject({ disabledAt: null, suspendedAt: expect.any(Number) });
+    expect(await findUser(h.store.db, 'gus')).toMatchObject({ disabledAt: null, suspendedAt: expect.any(Number) });
     await expect(h.manager.execute(gus, { language: 'bash', code: 'true' })).rejects.toMatchObject({ reason: 'account_disabled' });
   });
 });
@@ -228,10 +242,10 @@ describe('sandgate users login-link', () => {
     const m = /^https:\/\/gate\.example\.com\/login\/link\/([A-Za-z0-9_-]{32})$/.exec(r.out);
     expect(m).not.toBeNull();
     expect(r.err).toMatch(/^Signs in as lena, once, until \d{4}-/);
-    const store = openStore(h.dataDir, MIGRATIONS);
-    expect(consumeLoginLink(store.db, m![1]!)).toMatchObject({ ok: true });
-    expect(consumeLoginLink(store.db, m![1]!)).toEqual({ ok: false, reason: 'used' });
-    store.close();
+    const store = await reopenStore();
+    expect(await consumeLoginLink(store.db, m![1]!)).toMatchObject({ ok: true });
+    expect(await consumeLoginLink(store.db, m![1]!)).toEqual({ ok: false, reason: 'used' });
+    await store.close();
     expect((await cli('users', 'login-link', 'nobody')).code).toBe(1);
   });
 });

@@ -14,7 +14,7 @@ let client: Client;
 beforeAll(async () => {
   gw = await startGateway();
   client = new Client({ name: 'sandgate-test', version: '1.0.0' });
-  await client.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${gw.tokenFor('nora', 'laptop')}` } } }));
+  await client.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${await gw.tokenFor('nora', 'laptop')}` } } }));
 });
 afterAll(async () => {
   await client?.close();

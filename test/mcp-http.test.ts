@@ -5,7 +5,7 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import { NO_UPSTREAM_SERVERS } from '../src/mcp/tools/search-tools.js';
@@ -29,8 +29,8 @@ const call = callTool<CallToolResult>;
 
 beforeAll(async () => {
   gw = await startGateway();
-  aliceToken = gw.tokenFor('alice', 'laptop');
-  bobToken = gw.tokenFor('bob', 'desktop');
+  aliceToken = await gw.tokenFor('alice', 'laptop');
+  bobToken = await gw.tokenFor('bob', 'desktop');
 });
 afterAll(async () => {
   await gw?.close();
@@ -63,23 +63,25 @@ describe('authentication', () => {
   });
 
   it('refuses an expired token, and audits it for its owner', async () => {
-    const token = gw.tokenFor('carol', 'old', { expiresAt: Date.now() + 300 });
+    const token = await gw.tokenFor('carol', 'old', { expiresAt: Date.now() + 300 });
     await new Promise((r) => setTimeout(r, 400));
     const r = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${token}` }, body: initializeBody(LATEST_PROTOCOL_VERSION) });
     expect(r.status).toBe(401);
     expect(r.headers['www-authenticate']).toMatch(/The token has expired/);
     expect((r.messages[0]!.error as { message: string }).message).toMatch(/The token "old" expired at .*sandgate tokens create/);
-    const carol = findUser(gw.harness.store.db, 'carol')!;
-    expect(listAudit(gw.harness.store.db, carol.id)[0]).toMatchObject({ method: 'authenticate', outcome: 'denied', errorClass: 'expired', tokenName: 'old' });
+    const carol = (await findUser(gw.harness.store.db, 'carol'))!;
+    // The row may be written after the answer went out.
+    await vi.waitUntil(async () => (await listAudit(gw.harness.store.db, carol.id)).length > 0, { timeout: 5000, interval: 50 });
+    expect((await listAudit(gw.harness.store.db, carol.id))[0]).toMatchObject({ method: 'authenticate', outcome: 'denied', errorClass: 'expired', tokenName: 'old' });
     // The same old token sent in a loop: each request refused, but one audit row a second at most.
-    const rows = () => listAudit(gw.harness.store.db, carol.id).filter((a) => a.method === 'authenticate').length;
-    const before = rows();
+    const rows = async () => (await listAudit(gw.harness.store.db, carol.id)).filter((a) => a.method === 'authenticate').length;
+    const before = await rows();
     const t0 = Date.now();
     for (let i = 0; i < 50; i++) {
       const again = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${token}` }, body: initializeBody(LATEST_PROTOCOL_VERSION) });
       expect(again.status).toBe(401);
     }
-    expect(rows() - before).toBeLessThanOrEqual(Math.ceil((Date.now() - t0) / 1000));
+    expect((await rows()) - before).toBeLessThanOrEqual(Math.ceil((Date.now() - t0) / 1000));
   });
 
   it('the SDK client shows the message when its token is refused', async () => {
@@ -87,12 +89,12 @@ describe('authentication', () => {
   });
 
   it('revocation takes effect on the very next request, and last use is recorded', async () => {
-    const token = gw.tokenFor('dave', 'phone');
+    const token = await gw.tokenFor('dave', 'phone');
     const client = await connect(token);
     expect((await client.listTools()).tools).toHaveLength(TOOL_NAMES.length);
-    const record = findTokenBySecret(gw.harness.store.db, token)!;
+    const record = (await findTokenBySecret(gw.harness.store.db, token))!;
     expect(record.lastUsedAt).toBeGreaterThan(Date.now() - 10_000);
-    revokeToken(gw.harness.store.db, record.id);
+    await revokeToken(gw.harness.store.db, record.id);
     await expect(client.listTools()).rejects.toThrow(/401|revoked/);
     await client.close();
   });
@@ -213,8 +215,8 @@ describe('rate limits', () => {
   it('answers 429 with Retry-After once a user has used their burst, whichever of their tokens sent it', async () => {
     const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '6', SANDGATE_RATE_LIMIT_BURST: '3' } });
     try {
-      const t1 = limited.tokenFor('erin', 'a');
-      const t2 = limited.tokenFor('erin', 'b');
+      const t1 = await limited.tokenFor('erin', 'a');
+      const t2 = await limited.tokenFor('erin', 'b');
       const list = { jsonrpc: '2.0', id: 1, method: 'tools/list' };
       for (let i = 0; i < 3; i++) expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t1}` }, body: list })).status).toBe(200);
       const r = await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t1}` }, body: list });
@@ -224,9 +226,9 @@ describe('rate limits', () => {
       expect((r.messages[0]!.error as { message: string }).message).toMatch(/Rate limit exceeded for erin: retry after \d+ s\. Each user has one budget across all their tokens and pages: 6 a minute, in bursts of up to 3/);
       // The user's other token shares the budget; another user has their own.
       expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${t2}` }, body: list })).status).toBe(429);
-      expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${limited.tokenFor('gus')}` }, body: list })).status).toBe(200);
-      const erin = findUser(limited.harness.store.db, 'erin')!;
-      expect(listAudit(limited.harness.store.db, erin.id).find((e) => e.outcome === 'rate_limited')).toMatchObject({ method: 'tools/list', tokenName: 'a' });
+      expect((await rawRequest(limited.mcpUrl, { headers: { authorization: `Bearer ${await limited.tokenFor('gus')}` }, body: list })).status).toBe(200);
+      const erin = (await findUser(limited.harness.store.db, 'erin'))!;
+      expect((await listAudit(limited.harness.store.db, erin.id)).find((e) => e.outcome === 'rate_limited')).toMatchObject({ method: 'tools/list', tokenName: 'a' });
     } finally {
       await limited.close();
     }
@@ -235,7 +237,7 @@ describe('rate limits', () => {
   it('charges every message of a batch: 100 messages are 100, not one burst', async () => {
     const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '60', SANDGATE_RATE_LIMIT_BURST: '10' } });
     try {
-      const auth = { authorization: `Bearer ${limited.tokenFor('fay')}`, 'mcp-protocol-version': '2025-03-26' };
+      const auth = { authorization: `Bearer ${await limited.tokenFor('fay')}`, 'mcp-protocol-version': '2025-03-26' };
       const batch = (n: number) => Array.from({ length: n }, (_, i) => ({ jsonrpc: '2.0', id: i + 1, method: 'ping' }));
       const big = await rawRequest(limited.mcpUrl, { headers: auth, body: batch(100) });
       expect(big.status).toBe(429);
@@ -246,8 +248,8 @@ describe('rate limits', () => {
       expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(4) })).status).toBe(200);
       // A refusal costs its sender nothing, so it costs the audit log one row, not one per message.
       for (let i = 0; i < 3; i++) expect((await rawRequest(limited.mcpUrl, { headers: auth, body: batch(5000) })).status).toBe(429);
-      const fay = findUser(limited.harness.store.db, 'fay')!;
-      const refused = listAudit(limited.harness.store.db, fay.id, { limit: 1000 }).filter((e) => e.outcome === 'rate_limited');
+      const fay = (await findUser(limited.harness.store.db, 'fay'))!;
+      const refused = (await listAudit(limited.harness.store.db, fay.id, { limit: 1000 })).filter((e) => e.outcome === 'rate_limited');
       expect(refused.length).toBeLessThanOrEqual(3);
       expect(refused.length).toBeGreaterThanOrEqual(1);
       expect(refused.at(-1)).toMatchObject({ method: 'ping', argsShape: { batch: 100 } });
@@ -435,7 +437,7 @@ describe('tools', () => {
 
   it('audits every request with its argument shape, never the values', async () => {
     const db = gw.harness.store.db;
-    const entries = listAudit(db, findUser(db, 'alice')!.id, { limit: 1000 });
+    const entries = await listAudit(db, (await findUser(db, 'alice'))!.id, { limit: 1000 });
     const calls = entries.filter((e) => e.method === 'tools/call');
     expect(calls.length).toBeGreaterThan(10);
     const zero = calls.find((e) => e.tool === 'execute_code' && e.outcome === 'error' && e.errorClass === 'code:ZeroDivisionError');
@@ -495,7 +497,7 @@ describe('isolation across users', () => {
   });
 
   it("A cannot climb into B's workspace through any path", async () => {
-    const bobWs = findUser(gw.harness.store.db, 'bob')!.workspaceId!;
+    const bobWs = (await findUser(gw.harness.store.db, 'bob'))!.workspaceId!;
     for (const path of [`../${bobWs}/secret.txt`, `/workspace/../${bobWs}/secret.txt`, `../../workspaces/${bobWs}/secret.txt`]) {
       const r = await call(alice, 'read_file', { path });
       expect(r.isError, path).toBe(true);
@@ -516,8 +518,8 @@ describe('isolation across users', () => {
 
   it("A's requests are audited to A, B's to B, and neither sees the other's", async () => {
     const db = gw.harness.store.db;
-    const a = listAudit(db, findUser(db, 'alice')!.id, { limit: 1000 });
-    const b = listAudit(db, findUser(db, 'bob')!.id, { limit: 1000 });
+    const a = await listAudit(db, (await findUser(db, 'alice'))!.id, { limit: 1000 });
+    const b = await listAudit(db, (await findUser(db, 'bob'))!.id, { limit: 1000 });
     expect(a.length).toBeGreaterThan(0);
     expect(b.length).toBeGreaterThan(0);
     expect(a.every((e) => e.tokenName === 'laptop')).toBe(true);

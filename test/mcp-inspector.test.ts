@@ -25,7 +25,7 @@ async function inspector(args: string[], opts: { token?: string } = {}): Promise
 
 beforeAll(async () => {
   gw = await startGateway();
-  token = gw.tokenFor('inspector-user', 'inspector');
+  token = await gw.tokenFor('inspector-user', 'inspector');
 });
 afterAll(async () => {
   await gw?.close();

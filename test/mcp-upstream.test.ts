@@ -7,8 +7,8 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { listAudit } from '../src/audit/audit.js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { listAudit, type AuditRecord } from '../src/audit/audit.js';
 import { findUser } from '../src/accounts/accounts.js';
 import { NO_UPSTREAM_SERVERS_FOR_YOU } from '../src/mcp/tools/search-tools.js';
 import { MEMORY_SERVER, nodeServer } from './support/upstream.js';
@@ -39,8 +39,8 @@ beforeAll(async () => {
       }),
     },
   });
-  alice = await connect(gw.tokenFor('alice', 'laptop'));
-  bob = await connect(gw.tokenFor('bob', 'laptop'));
+  alice = await connect(await gw.tokenFor('alice', 'laptop'));
+  bob = await connect(await gw.tokenFor('bob', 'laptop'));
 });
 afterAll(async () => {
   await alice?.close();
@@ -73,6 +73,15 @@ describe('search_tools over the real upstream hub', () => {
   });
 });
 
+/** A user's audit rows of upstream calls, once there are at least `atLeast` (each is written off the call's path). */
+async function upstreamAudit(name: string, atLeast: number): Promise<AuditRecord[]> {
+  const db = gw.harness.store.db;
+  const id = (await findUser(db, name))!.id;
+  const rows = async () => (await listAudit(db, id, { limit: 100 })).filter((e) => e.kind === 'upstream');
+  await vi.waitUntil(async () => (await rows()).length >= atLeast, { timeout: 5000, interval: 50 });
+  return rows();
+}
+
 describe('upstream calls from code', () => {
   it('alice calls the tool from Python through its wrapper; the call is audited to her, by shape', async () => {
     const r = await call(alice, 'execute_code', {
@@ -85,8 +94,7 @@ describe('upstream calls from code', () => {
     });
     expect(r.isError, r.text).toBe(false);
     expect(r.text).toMatch(/\[result\] 1/);
-    const db = gw.harness.store.db;
-    const upstream = listAudit(db, findUser(db, 'alice')!.id, { limit: 100 }).filter((e) => e.kind === 'upstream');
+    const upstream = await upstreamAudit('alice', 2);
     expect(upstream.map((e) => e.outcome)).toEqual(['ok', 'ok']);
     expect(upstream.find((e) => e.tool?.endsWith('create_entities'))?.argsShape).toMatchObject({ entities: { array: 1 } });
     expect(JSON.stringify(upstream)).not.toMatch(/Ada|first program/);
@@ -101,11 +109,10 @@ describe('upstream calls from code', () => {
     });
     expect(r.isError).toBe(true);
     expect(r.text).not.toMatch(/Ada/);
-    const db = gw.harness.store.db;
-    const bobs = listAudit(db, findUser(db, 'bob')!.id, { limit: 100 }).filter((e) => e.kind === 'upstream');
+    const bobs = await upstreamAudit('bob', 1);
     expect(bobs.length).toBeGreaterThan(0);
     expect(bobs.every((e) => e.outcome !== 'ok')).toBe(true);
     // Bob's refused call is his alone: alice's log still holds just her two calls.
-    expect(listAudit(db, findUser(db, 'alice')!.id, { limit: 100 }).filter((e) => e.kind === 'upstream')).toHaveLength(2);
+    expect(await upstreamAudit('alice', 2)).toHaveLength(2);
   });
 });

@@ -6,7 +6,7 @@
  * with its `_meta` envelope; the same gateway still serves 2025 clients (mcp-http.test.ts).
  */
 import { Client, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, PROTOCOL_VERSION_META_KEY, StreamableHTTPClientTransport, type CallToolResult } from '@modelcontextprotocol/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { TOOL_NAMES } from '../src/mcp/server.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
@@ -51,9 +51,9 @@ beforeAll(async () => {
   ({ gateway, mcpUrl } = served);
   expect(gateway.config.piiTokenize).toBe(true);
   expect(served.preflight?.ok, JSON.stringify(served.preflight)).toBe(true);
-  const a = ensureUser(gateway.store.db, 'alice');
+  const a = await ensureUser(gateway.store.db, 'alice');
   alice = { userId: a.id, name: a.name };
-  aliceToken = createToken(gateway.store.db, { userId: a.id, name: 'v2-laptop' }).token;
+  aliceToken = (await createToken(gateway.store.db, { userId: a.id, name: 'v2-laptop' })).token;
 });
 
 afterAll(async () => {
@@ -128,9 +128,12 @@ describe('a 2026-07-28 client', () => {
     expect(text(r)).toMatch(/ZeroDivisionError/);
   });
 
-  it('audits each request to the token, with argument shapes only', () => {
+  it('audits each request to the token, with argument shapes only', async () => {
     const db = gateway.store.db;
-    const entries = listAudit(db, findUser(db, 'alice')!.id, { limit: 1000 });
+    const id = (await findUser(db, 'alice'))!.id;
+    // Each row is written once its response is on the way: wait for the last test's.
+    await vi.waitUntil(async () => (await listAudit(db, id, { limit: 1000 })).some((e) => e.errorClass === 'code:ZeroDivisionError'), { timeout: 5000, interval: 50 });
+    const entries = await listAudit(db, id, { limit: 1000 });
     expect(entries.every((e) => e.tokenName === 'v2-laptop' && e.kind === 'mcp')).toBe(true);
     expect(entries.find((e) => e.method === 'server/discover' && e.outcome === 'ok')).toBeDefined();
     expect(entries.find((e) => e.method === 'tools/list' && e.outcome === 'ok')).toBeDefined();
@@ -175,10 +178,10 @@ describe('2026-07-28 requests pass the same gates', () => {
   });
 
   it('a revoked token stops working on the next request', async () => {
-    const token = createToken(gateway.store.db, { userId: alice.userId, name: 'v2-phone' }).token;
+    const token = (await createToken(gateway.store.db, { userId: alice.userId, name: 'v2-phone' })).token;
     const client = await connect(token);
     expect((await client.listTools()).tools).toHaveLength(TOOL_NAMES.length);
-    revokeToken(gateway.store.db, findTokenBySecret(gateway.store.db, token)!.id);
+    await revokeToken(gateway.store.db, (await findTokenBySecret(gateway.store.db, token))!.id);
     await expect(client.listTools()).rejects.toThrow(/401|revoked/);
     await client.close();
   });
@@ -197,7 +200,7 @@ describe('2026-07-28 requests pass the same gates', () => {
   it('answers 429 with Retry-After once the token has used its burst', async () => {
     const limited = await startGateway({ noStart: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '6', SANDGATE_RATE_LIMIT_BURST: '3' } });
     try {
-      const token = limited.tokenFor('erin', 'v2');
+      const token = await limited.tokenFor('erin', 'v2');
       const client = await connect(token, limited.mcpUrl); // server/discover: 1 of 3
       await client.listTools();
       await client.listResourceTemplates();

@@ -112,8 +112,8 @@ describe('a member removed from the allowed team', () => {
     team().add('dave');
     const one = await signedInAs('dave');
     const two = await signedInAs('dave');
-    const dave = findUser(gw.gateway.store.db, 'dave')!;
-    const token = gw.tokenFor('dave', 'laptop');
+    const dave = (await findUser(gw.gateway.store.db, 'dave'))!;
+    const token = await gw.tokenFor('dave', 'laptop');
     expect((await v1(token, '/v1/models')).status).toBe(200);
     expect((await mcp(token)).status).toBe(200);
     for (const s of [one, two]) {
@@ -149,8 +149,8 @@ describe('a member removed from the allowed team', () => {
       expect(page.headers().location).toBe('/login');
     }
     // Suspended, not revoked: the token is still theirs.
-    expect(listTokens(gw.gateway.store.db, { userId: dave.id }).map((t) => t.name)).toEqual(['laptop']);
-    expect(queryAudit(gw.gateway.store.db, { userId: dave.id, kind: 'web' }).map((e) => [e.method, e.outcome])).toContainEqual(['membership/removed', 'denied']);
+    expect((await listTokens(gw.gateway.store.db, { userId: dave.id })).map((t) => t.name)).toEqual(['laptop']);
+    expect((await queryAudit(gw.gateway.store.db, { userId: dave.id, kind: 'web' })).map((e) => [e.method, e.outcome])).toContainEqual(['membership/removed', 'denied']);
     // Admins see that, and why, on the users page and in its JSON.
     team().add('gus');
     const admin = await signedInAs('gus');
@@ -173,7 +173,7 @@ describe('a member removed from the allowed team', () => {
   it('as an admin, loses the admin API and the live admin table at the re-check, with no request of theirs', async () => {
     team().add('erin');
     const { context, page } = await signedInAs('erin');
-    const token = gw.tokenFor('erin', 'script');
+    const token = await gw.tokenFor('erin', 'script');
     expect((await fetch(`${gw.url}/admin/api/users`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(200);
     await page.goto(`${gw.url}/admin`);
     await page.waitForSelector('body[data-live-state=watching]');
@@ -193,7 +193,7 @@ describe('a member removed from the allowed team', () => {
     const api = await fetch(`${gw.url}/admin/api/users`, { headers: { authorization: `Bearer ${token}` } });
     expect(api.status).toBe(401);
     expect((await fetch(`${gw.url}/admin/api/users`, { headers: { cookie } })).status).toBe(401);
-    expect(findUser(gw.gateway.store.db, 'erin')!.isAdmin).toBe(false);
+    expect((await findUser(gw.gateway.store.db, 'erin'))!.isAdmin).toBe(false);
     await context.close();
   });
 });
@@ -207,7 +207,7 @@ describe('admin rights', () => {
       const { context } = await signedInAs('gus', first.url);
       const cookie = await cookieOf(context);
       await context.close();
-      const token = first.tokenFor('gus', 'script');
+      const token = await first.tokenFor('gus', 'script');
       const users = (g: Gateway, headers: Record<string, string>) => fetch(`${g.url}/admin/api/users`, { headers });
       expect((await users(first, { authorization: `Bearer ${token}` })).status).toBe(200);
       expect((await users(first, { cookie })).status).toBe(200);
@@ -218,7 +218,7 @@ describe('admin rights', () => {
       expect((await users(second, { cookie })).status).toBe(403);
       // Still a member: everything else of theirs works.
       expect((await v1(token, '/v1/models', second.url)).status).toBe(200);
-      expect(findUser(second.gateway.store.db, 'gus')!.isAdmin).toBe(false);
+      expect((await findUser(second.gateway.store.db, 'gus'))!.isAdmin).toBe(false);
     } finally {
       await second?.close();
       if (!second) await first.close().catch(() => undefined);
@@ -233,7 +233,7 @@ describe('when GitHub does not answer', () => {
     const cookie = await cookieOf(context);
     const signedInAt = Date.now();
     await context.close();
-    const token = gw.tokenFor('hal', 'laptop');
+    const token = await gw.tokenFor('hal', 'laptop');
     github.down = true;
     try {
       await sleep(signedInAt + RECHECK_MS + 300 - Date.now());
@@ -254,7 +254,7 @@ describe('when GitHub does not answer', () => {
     while (Date.now() < end && (status = (await v1(token, '/v1/models')).status) !== 200) await sleep(250);
     expect(status).toBe(200);
     expect((await fetch(`${gw.url}/chat`, { headers: { cookie }, redirect: 'manual' })).status).toBe(200);
-    expect(findUser(gw.gateway.store.db, 'hal')!.suspendedAt).toBeNull();
+    expect((await findUser(gw.gateway.store.db, 'hal'))!.suspendedAt).toBeNull();
   });
 });
 
@@ -266,8 +266,8 @@ describe('accounts follow GitHub’s account id, not its login', () => {
     await ivy.page.waitForURL(/\/c\/[^/]+$/);
     const conversation = new URL(ivy.page.url()).pathname.split('/').pop()!;
     await ivy.context.close();
-    const account = findUser(gw.gateway.store.db, 'ivy')!;
-    const token = gw.tokenFor('ivy', 'laptop');
+    const account = (await findUser(gw.gateway.store.db, 'ivy'))!;
+    const token = await gw.tokenFor('ivy', 'laptop');
 
     github.rename('ivy', 'ivy-renamed');
     const newcomerId = github.register('ivy');
@@ -289,30 +289,30 @@ describe('accounts follow GitHub’s account id, not its login', () => {
     expect(await renamed.page.locator('.who').innerText()).toBe('ivy-renamed');
     expect(await renamed.page.locator(`#conv-link-${conversation}`).count()).toBe(1);
     await renamed.context.close();
-    expect(findUser(gw.gateway.store.db, 'ivy-renamed')!.id).toBe(account.id);
-    expect(findUser(gw.gateway.store.db, 'ivy')).toBeUndefined();
+    expect((await findUser(gw.gateway.store.db, 'ivy-renamed'))!.id).toBe(account.id);
+    expect(await findUser(gw.gateway.store.db, 'ivy')).toBeUndefined();
     await refused();
-    expect(findUser(gw.gateway.store.db, 'ivy')).toBeUndefined();
-    expect(listConversations(gw.gateway.store.db, account.id).map((c) => c.id)).toContain(conversation);
-    const audit = queryAudit(gw.gateway.store.db, { userId: account.id, kind: 'web' }).map((e) => [e.method, e.outcome]);
+    expect(await findUser(gw.gateway.store.db, 'ivy')).toBeUndefined();
+    expect((await listConversations(gw.gateway.store.db, account.id)).map((c) => c.id)).toContain(conversation);
+    const audit = (await queryAudit(gw.gateway.store.db, { userId: account.id, kind: 'web' })).map((e) => [e.method, e.outcome]);
     expect(audit.filter(([m]) => m === 'sign_in/login_recycled')).toEqual([
       ['sign_in/login_recycled', 'denied'],
       ['sign_in/login_recycled', 'denied'],
     ]);
     expect(audit).toContainEqual(['sign_in/renamed', 'ok']);
-    expect(findUser(gw.gateway.store.db, 'ivy-renamed')!.githubId).toBe(github.idOf('ivy-renamed'));
+    expect((await findUser(gw.gateway.store.db, 'ivy-renamed'))!.githubId).toBe(github.idOf('ivy-renamed'));
     expect(newcomerId).not.toBe(github.idOf('ivy-renamed'));
     // The token is the account's, under its new name.
     expect((await v1(token, '/v1/models')).status).toBe(200);
   });
 
   it('refuses a rename into a login another user here holds, at sign-in and at the re-check', async () => {
-    const kim = ensureUser(gw.gateway.store.db, 'kim');
+    const kim = await ensureUser(gw.gateway.store.db, 'kim');
     team().add('jay');
     const { context } = await signedInAs('jay');
     await context.close();
-    const jay = findUser(gw.gateway.store.db, 'jay')!;
-    const token = gw.tokenFor('jay', 'laptop');
+    const jay = (await findUser(gw.gateway.store.db, 'jay'))!;
+    const token = await gw.tokenFor('jay', 'laptop');
     github.rename('jay', 'kim');
     await sleep(RECHECK_MS + 200);
     const models = await v1(token, '/v1/models');
@@ -323,14 +323,14 @@ describe('accounts follow GitHub’s account id, not its login', () => {
     expect(await signInWithGitHub(page, 'kim')).toBe('/login');
     expect(await page.locator('[role=alert]').innerText()).toMatch(/belongs to another account/);
     await other.close();
-    expect(findUser(gw.gateway.store.db, 'kim')).toMatchObject({ id: kim.id, githubId: null });
-    expect(findUser(gw.gateway.store.db, 'jay')!.id).toBe(jay.id);
-    expect(queryAudit(gw.gateway.store.db, { userId: jay.id, kind: 'web' }).map((e) => [e.method, e.targetUserId])).toContainEqual(['sign_in/login_taken', kim.id]);
+    expect(await findUser(gw.gateway.store.db, 'kim')).toMatchObject({ id: kim.id, githubId: null });
+    expect((await findUser(gw.gateway.store.db, 'jay'))!.id).toBe(jay.id);
+    expect((await queryAudit(gw.gateway.store.db, { userId: jay.id, kind: 'web' })).map((e) => [e.method, e.targetUserId])).toContainEqual(['sign_in/login_taken', kim.id]);
   });
 
   it('refuses a token made with the CLI for someone who never signed in with GitHub, until they do', async () => {
-    ensureUser(gw.gateway.store.db, 'lee');
-    const token = gw.tokenFor('lee', 'cli');
+    await ensureUser(gw.gateway.store.db, 'lee');
+    const token = await gw.tokenFor('lee', 'cli');
     const before = await v1(token, '/v1/models');
     expect(before.status).toBe(401);
     expect(before.text).toMatch(/sign in with GitHub/);
@@ -345,11 +345,11 @@ describe('accounts follow GitHub’s account id, not its login', () => {
     team().add('lee');
     const { context } = await signedInAs('lee');
     await context.close();
-    const lee = findUser(gw.gateway.store.db, 'lee')!;
+    const lee = (await findUser(gw.gateway.store.db, 'lee'))!;
     expect(lee.githubId).toBe(github.idOf('lee'));
     expect(await unbound()).toBe(false);
     // Binding an account that already held something is on the record.
-    expect(queryAudit(gw.gateway.store.db, { userId: lee.id, kind: 'web' }).map((e) => [e.method, e.outcome])).toContainEqual(['sign_in/bound', 'ok']);
+    expect((await queryAudit(gw.gateway.store.db, { userId: lee.id, kind: 'web' })).map((e) => [e.method, e.outcome])).toContainEqual(['sign_in/bound', 'ok']);
     await admin.context.close();
     expect((await v1(token, '/v1/models')).status).toBe(200);
   });

@@ -7,13 +7,12 @@
  */
 import { Client as HttpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { listAudit, type AuditRecord } from '../src/audit/audit.js';
 import type { Caller } from '../src/auth/caller.js';
 import { connectInProcess, type InProcessConnection } from '../src/mcp/serve.js';
 import { findUser } from '../src/accounts/accounts.js';
 import { startGateway, toolText, type Gateway } from './support/mcp.js';
-import { until } from './support/until.js';
 
 let gw: Gateway;
 let http: HttpClient;
@@ -38,8 +37,8 @@ const comparable = (text: string) => text.replace(/ · \d+ ms\]/g, ' · N ms]');
 beforeAll(async () => {
   gw = await startGateway({ pii: true });
   http = new HttpClient({ name: 'claude-code', version: '1' });
-  await http.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${gw.tokenFor('ada', 'laptop')}` } } }));
-  const ada = findUser(gw.harness.store.db, 'ada')!;
+  await http.connect(new StreamableHTTPClientTransport(new URL(gw.mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${await gw.tokenFor('ada', 'laptop')}` } } }));
+  const ada = (await findUser(gw.harness.store.db, 'ada'))!;
   const caller: Caller = { user: ada, via: { kind: 'agent', conversationId: 'conv-1' } };
   agent = await connectInProcess(gw.tools, caller);
 });
@@ -57,7 +56,7 @@ describe('one tool path', () => {
     expect(agentTools).toEqual(httpTools);
     expect(agent.instructions).toContain('execute_code runs python');
 
-    const ada = findUser(gw.harness.store.db, 'ada')!;
+    const ada = (await findUser(gw.harness.store.db, 'ada'))!;
     const results: Record<'http' | 'agent', string[]> = { http: [], agent: [] };
     for (const [name, args] of CALLS) {
       // The same workspace for both: each path's write happens before its reads.
@@ -71,8 +70,12 @@ describe('one tool path', () => {
     expect(results.http.join('\n')).not.toContain('ann.lee@example.com');
     expect(results.http[5]).toMatch(/no such file or directory/);
 
-    await until(() => listAudit(gw.harness.store.db, ada.id, { limit: 100 }).filter((r) => r.method === 'tools/call').length >= 2 * CALLS.length);
-    const rows = listAudit(gw.harness.store.db, ada.id, { limit: 100 })
+    // Each row is written once its response is on the way: wait for the last ones.
+    await vi.waitUntil(async () => (await listAudit(gw.harness.store.db, ada.id, { limit: 100 })).filter((r) => r.method === 'tools/call').length >= 2 * CALLS.length, {
+      timeout: 10_000,
+      interval: 50,
+    });
+    const rows = (await listAudit(gw.harness.store.db, ada.id, { limit: 100 }))
       .filter((r) => r.method === 'tools/call')
       .reverse();
     const byToken = rows.filter((r) => r.via === 'token');
@@ -85,7 +88,7 @@ describe('one tool path', () => {
   });
 
   it('each caller has its own PII scope: a conversation does not resolve the token client\'s tokens, and the other way round', async () => {
-    const other = await connectInProcess(gw.tools, { user: findUser(gw.harness.store.db, 'ada')!, via: { kind: 'agent', conversationId: 'conv-2' } });
+    const other = await connectInProcess(gw.tools, { user: (await findUser(gw.harness.store.db, 'ada'))!, via: { kind: 'agent', conversationId: 'conv-2' } });
     try {
       await other.client.callTool({ name: 'write_file', arguments: { path: 'z.txt', content: 'zed@example.com' } });
       // A fresh scope numbers its values in the order it meets them.

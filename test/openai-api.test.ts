@@ -27,7 +27,7 @@ beforeAll(async () => {
     pii: true,
     env: { SANDGATE_ANTHROPIC_API_KEY: 'sk-team', SANDGATE_ANTHROPIC_BASE_URL: standin.baseURL, SANDGATE_MODELS: 'anthropic:claude-test' },
   });
-  token = gw.tokenFor('otto', 'openwebui');
+  token = await gw.tokenFor('otto', 'openwebui');
 }, 120_000);
 
 afterAll(async () => {
@@ -70,9 +70,9 @@ describe('/v1 with the official openai client', () => {
     // The client's system message reached the model after the gateway's own.
     const system = (standin.requests.at(-2)!.body.system as { text: string }[]).map((b) => b.text).join('\n');
     expect(system).toMatch(/Instructions from the application the user writes in:\nAnswer briefly\.$/);
-    const otto = ensureUser(gw.gateway.store.db, 'otto');
-    expect(listConversations(gw.gateway.store.db, otto.id, { source: 'api' })).toHaveLength(1);
-    expect(listAudit(gw.gateway.store.db, otto.id, { limit: 5 }).map((a) => [a.kind, a.method, a.via, a.outcome])).toContainEqual(['agent', 'chat/completions', 'token', 'ok']);
+    const otto = await ensureUser(gw.gateway.store.db, 'otto');
+    expect(await listConversations(gw.gateway.store.db, otto.id, { source: 'api' })).toHaveLength(1);
+    expect((await listAudit(gw.gateway.store.db, otto.id, { limit: 5 })).map((a) => [a.kind, a.method, a.via, a.outcome])).toContainEqual(['agent', 'chat/completions', 'token', 'ok']);
   });
 
   it('answers without streaming, with the history the client sends', async () => {
@@ -161,14 +161,14 @@ describe('a gateway with no model provider', () => {
   });
 
   it('starts, offers no model, says which settings to set, and still serves MCP', async () => {
-    const t = bare.tokenFor('nell');
+    const t = await bare.tokenFor('nell');
     const c = new OpenAI({ baseURL: `${bare.url}/v1`, apiKey: t, maxRetries: 0 });
     expect((await c.models.list()).data).toEqual([]);
     const err = await c.chat.completions.create({ model: 'anthropic:claude-sonnet-4-5', messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);
     expect(err).toMatchObject({ status: 503, code: 'no_model_configured' });
     expect((err as Error).message).toMatch(/SANDGATE_ANTHROPIC_API_KEY, SANDGATE_OPENAI_API_KEY or SANDGATE_GEMINI_API_KEY/);
-    const nell = ensureUser(bare.gateway.store.db, 'nell');
-    expect(() => bare.gateway.agent.startConversation(nell, { source: 'web' })).toThrow(/No model provider is configured/);
+    const nell = await ensureUser(bare.gateway.store.db, 'nell');
+    await expect(bare.gateway.agent.startConversation(nell, { source: 'web' })).rejects.toThrow(/No model provider is configured/);
     const mcp = await rawRequest(bare.mcpUrl, { headers: { authorization: `Bearer ${t}` }, body: initializeBody('2025-06-18') });
     expect(mcp.status).toBe(200);
   });

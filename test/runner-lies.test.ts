@@ -12,27 +12,27 @@ import { configFor } from '../src/config.js';
 import { createLogger } from '../src/logger.js';
 import { SandboxManager } from '../src/sandboxes/manager.js';
 import { WorkspaceVolumes } from '../src/sandboxes/volumes.js';
-import { openStore, type Store } from '../src/store/store.js';
-import { MIGRATIONS } from '../src/migrations.js';
+import type { Store } from '../src/store/store.js';
 import { ensureUser } from '../src/accounts/accounts.js';
 import { LyingRunnerDriver, type RunnerScript } from './support/fake-drivers.js';
+import { openTestStore } from './support/store.js';
 
 let store: Store | undefined;
 let manager: SandboxManager | undefined;
 
 afterEach(async () => {
   await manager?.shutdown({ stopAll: true, releaseVolumes: true });
-  store?.close();
+  await store?.close();
 });
 
-function stack(script: RunnerScript) {
+async function stack(script: RunnerScript) {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-lies-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_OUTPUT_LIMIT_KB: '16', SANDGATE_WORKSPACE_BACKEND: 'directory' });
-  store = openStore(dataDir, MIGRATIONS);
+  const opened = (store = await openTestStore(dataDir));
   const driver = new LyingRunnerDriver(script);
   manager = new SandboxManager({
     config,
-    db: store.db,
+    db: opened.db,
     logger: createLogger('silent'),
     driver,
     volumes: new WorkspaceVolumes({ dir: path.join(dataDir, 'workspaces'), backend: 'directory', sizeMb: 16 }),
@@ -40,7 +40,7 @@ function stack(script: RunnerScript) {
     toolsMountsDir: path.join(dataDir, 'tools'),
     prepareTools: async () => {},
   });
-  const u = ensureUser(store.db, 'alice');
+  const u = await ensureUser(opened.db, 'alice');
   return { driver, manager, owner: { userId: u.id, name: u.name } };
 }
 
@@ -48,7 +48,7 @@ const done = (id: string, extra: object = {}) => ({ type: 'done', id, exitCode: 
 
 describe('a runner that lies', () => {
   it('output past the limit is not kept, and counted as cut', async () => {
-    const { manager: m, owner } = stack((exec, write) => {
+    const { manager: m, owner } = await stack((exec, write) => {
       for (let i = 0; i < 64; i++) write({ type: 'stdout', id: exec.id, data: 'x'.repeat(4096) });
       write(done(exec.id));
     });
@@ -59,7 +59,7 @@ describe('a runner that lies', () => {
   });
 
   it('a flood far past the limit stops the sandbox instead of being read', async () => {
-    const { manager: m, owner, driver } = stack((exec, write) => {
+    const { manager: m, owner, driver } = await stack((exec, write) => {
       const line = `${JSON.stringify({ type: 'stdout', id: exec.id, data: 'y'.repeat(60_000) })}\n`;
       for (let i = 0; i < 2000; i++) write(line); // 120 MB
       write(done(exec.id));
@@ -74,7 +74,7 @@ describe('a runner that lies', () => {
   });
 
   it('a done for another run is nothing; the real one names only paths inside /workspace', async () => {
-    const { manager: m, owner } = stack((exec, write) => {
+    const { manager: m, owner } = await stack((exec, write) => {
       write(done('someone-else', { result: "'FORGED'" }));
       write(done(`${exec.id}x`, { result: "'FORGED'" }));
       setTimeout(
@@ -98,7 +98,7 @@ describe('a runner that lies', () => {
   });
 
   it('calls from an execution that is not running are refused, the one running is served', async () => {
-    const { manager: m, owner, driver } = stack((exec, write) => {
+    const { manager: m, owner, driver } = await stack((exec, write) => {
       write({ type: 'call', id: 'c1', execId: 'stale', method: 'tools/call', params: {} });
       write({ type: 'call', id: 'c2', execId: exec.id, method: 'tools/call', params: {} });
       setTimeout(() => write(done(exec.id)), 100);

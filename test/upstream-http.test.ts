@@ -18,7 +18,7 @@ import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstre
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { createUpstream } from '../src/upstream/index.js';
-import { hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore, upstreamSettings } from './support/upstream.js';
+import { hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openStoreWithUsers, upstreamSettings } from './support/upstream.js';
 
 /** A stateless Streamable HTTP MCP server with one tool that reports the headers it got. */
 function startHeaderServer(port = 0): Promise<http.Server> {
@@ -51,11 +51,11 @@ let store: Store;
 let alice: SandboxOwner;
 let bob: SandboxOwner;
 
-beforeAll(() => {
-  ({ dataDir, store, owners: [alice, bob] } = openTestStore('http', ['alice', 'bob']));
+beforeAll(async () => {
+  ({ dataDir, store, owners: [alice, bob] } = await openStoreWithUsers('http', ['alice', 'bob']));
 });
-afterAll(() => {
-  store.close();
+afterAll(async () => {
+  await store.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -120,7 +120,7 @@ describe('createUpstream', () => {
     );
     const audit: unknown[] = [];
     // Homes outside the (private) data directory, where their unprivileged users can reach them.
-    const up = createUpstream({ config: { ...upstreamSettings(dir), upstreamHomeDir: `${dataDir}-homes` }, db: store.db, audit: (e) => audit.push(e) });
+    const up = createUpstream({ config: { ...upstreamSettings(dir), upstreamHomeDir: `${dataDir}-homes` }, db: store.db, audit: (e) => void audit.push(e) });
     try {
       expect(up.hub.servers().map((s) => s.name)).toEqual(['memory']);
       const listed = (await up.bridgeHandler(alice, 'tools/list', {})) as { tools: { tool: string }[] };

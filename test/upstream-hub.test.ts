@@ -13,7 +13,7 @@ import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamError } from '../src/upstream/errors.js';
 import { UpstreamHub, type UpstreamHubOptions } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openStoreWithUsers } from './support/upstream.js';
 import { until } from './support/until.js';
 
 let dataDir: string;
@@ -23,14 +23,14 @@ let bob: SandboxOwner;
 let carol: SandboxOwner;
 const hubs: UpstreamHub[] = [];
 
-beforeAll(() => {
-  ({ dataDir, store, owners: [alice, bob, carol] } = openTestStore('hub', ['alice', 'bob', 'carol']));
+beforeAll(async () => {
+  ({ dataDir, store, owners: [alice, bob, carol] } = await openStoreWithUsers('hub', ['alice', 'bob', 'carol']));
 });
 afterEach(async () => {
   await Promise.all(hubs.splice(0).map((h) => h.close()));
 });
-afterAll(() => {
-  store.close();
+afterAll(async () => {
+  await store.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -56,6 +56,39 @@ const text = (r: CallToolResult) =>
     .filter((c) => c.type === 'text')
     .map((c) => (c as { text: string }).text)
     .join('\n');
+
+/** The processes below `pid` (from /proc). */
+function descendants(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // gone meanwhile
+    }
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    children.set(ppid, [...(children.get(ppid) ?? []), Number(entry)]);
+  }
+  const out: number[] = [];
+  const walk = (p: number) => {
+    for (const c of children.get(p) ?? []) {
+      out.push(c);
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+const commandLine = (pid: number): string => {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').join(' ');
+  } catch {
+    return '';
+  }
+};
 
 async function rejection(p: Promise<unknown>): Promise<UpstreamError> {
   try {
@@ -99,6 +132,22 @@ describe('UpstreamHub with real npm MCP servers', () => {
     const before = h.status().length;
     expect((await h.listTools(carol, 'memory')).tools.length).toBe(9);
     expect(h.status()).toHaveLength(before);
+  });
+
+  it('opens one connection per user and server when first calls come at once', async () => {
+    const h = hub({ memory: memory({ scope: 'per-user', allowUsers: ['*'] }), everything: everything({ allowUsers: ['*'] }) });
+    await Promise.all([
+      ...[alice, alice, bob, alice, bob].map((o) => h.callTool(o, 'memory', 'read_graph', {})),
+      ...[alice, bob, alice].map((o) => h.callTool(o, 'everything', 'echo', { message: 'x' })),
+    ]);
+    const opened = h.status().map((s) => `${s.server}/${s.userId ?? 'shared'}`).sort();
+    expect(opened).toEqual(['everything/shared', `memory/${alice.userId}`, `memory/${bob.userId}`].sort());
+    // No connection was opened beside those: exactly one server process each.
+    const servers = descendants(process.pid)
+      .map(commandLine)
+      .filter((c) => c.startsWith(`${process.execPath} `));
+    expect(servers.filter((c) => c.includes(MEMORY_SERVER))).toHaveLength(2);
+    expect(servers.filter((c) => c.includes(EVERYTHING_SERVER))).toHaveLength(1);
   });
 
   it('reconnects after the upstream process is killed, and reports a call cut short readably', async () => {
@@ -213,7 +262,7 @@ describe('UpstreamHub with real npm MCP servers', () => {
       await expect(h.setUserCredential(alice, 'envy', 'OTHER', 'x')).rejects.toThrow('takes no credential named OTHER; it takes: API_TOKEN');
 
       await h.setUserCredential(alice, 'envy', 'API_TOKEN', 'alice-token-1');
-      expect(h.credentialStatus(alice, 'envy')).toEqual([{ name: 'API_TOKEN', set: true }]);
+      expect(await h.credentialStatus(alice, 'envy')).toEqual([{ name: 'API_TOKEN', set: true }]);
       const env = JSON.parse(text(await h.callTool(alice, 'envy', 'get-env', {}))) as Record<string, string>;
       expect(env.API_TOKEN).toBe('alice-token-1');
       expect(env.CONFIGURED).toBe('yes');

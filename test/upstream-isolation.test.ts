@@ -16,7 +16,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { decide, isPublicAddress } from '../src/upstream/egress-proxy.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
 import { UPSTREAM_UID_BASE } from '../src/upstream/identities.js';
-import { hubHomes, nodeServer, openTestStore, serversFrom } from './support/upstream.js';
+import { hubHomes, nodeServer, openStoreWithUsers, serversFrom } from './support/upstream.js';
 
 const PROBE = path.join(path.dirname(fileURLToPath(import.meta.url)), 'fixtures', 'net-probe-server.mjs');
 const asRoot = process.getuid?.() === 0;
@@ -43,7 +43,7 @@ async function probe(owner: SandboxOwner, server: string, tool: string, args: Re
 }
 
 beforeAll(async () => {
-  ({ dataDir, store, owners: [alice, bob] } = openTestStore('isolation', ['alice', 'bob']));
+  ({ dataDir, store, owners: [alice, bob] } = await openStoreWithUsers('isolation', ['alice', 'bob']));
   [gateway, gatewayPort] = await listen('the gateway itself');
   [standin, standinPort] = await listen('hello from an allowed host');
   hub = new UpstreamHub({
@@ -62,7 +62,7 @@ afterAll(async () => {
   await hub?.close();
   gateway?.close();
   standin?.close();
-  store?.close();
+  await store?.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
   fs.rmSync(`${dataDir}-homes`, { recursive: true, force: true });
 });

@@ -24,7 +24,7 @@ import {
   nodeServer,
   serversFrom,
   startBridgeSocket,
-  openTestStore,
+  openStoreWithUsers,
   hubHomes,
 } from './support/upstream.js';
 import { createToolsDirs, type ToolsDirs } from '../src/upstream/tools-dir.js';
@@ -43,7 +43,7 @@ const audit: UpstreamAuditEntry[] = [];
 const EXEC_ID = 'exec-42';
 
 beforeAll(async () => {
-  ({ dataDir, store, owners: [alice, bob] } = openTestStore('libs', ['alice', 'bob']));
+  ({ dataDir, store, owners: [alice, bob] } = await openStoreWithUsers('libs', ['alice', 'bob']));
   hub = new UpstreamHub({
     servers: serversFrom({
       memory: nodeServer(MEMORY_SERVER, [], {
@@ -58,7 +58,7 @@ beforeAll(async () => {
   });
   dirs = createToolsDirs({ hub, dataDir, regenerateDelayMs: 50 });
   aliceTools = await dirs.toolsDirFor(alice);
-  const handler = createBridgeHandler(hub, (e) => audit.push(e));
+  const handler = createBridgeHandler(hub, (e) => void audit.push(e));
   bridge = await startBridgeSocket(handler, alice, EXEC_ID, path.join(dataDir, 'bridge.sock'));
 });
 
@@ -66,7 +66,7 @@ afterAll(async () => {
   await bridge?.close();
   dirs?.close();
   await hub?.close();
-  store?.close();
+  await store?.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 
@@ -216,7 +216,7 @@ print(json.dumps({"names": names, "obs": obs, "weather": sorted(weather), "sum":
 
   it('limits upstream calls per user, and audits a run of refusals as one row', async () => {
     const rows: UpstreamAuditEntry[] = [];
-    const limited = createBridgeHandler(hub, (e) => rows.push(e), { rateLimiter: new RateLimiter({ perMinute: 60, burst: 2 }) });
+    const limited = createBridgeHandler(hub, (e) => void rows.push(e), { rateLimiter: new RateLimiter({ perMinute: 60, burst: 2 }) });
     const call = (owner: SandboxOwner) => limited(owner, 'tools/call', { server: 'memory', tool: 'read_graph', arguments: {} });
     await call(alice);
     await call(alice);

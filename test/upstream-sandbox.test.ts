@@ -40,10 +40,10 @@ describe('upstream MCP tools called from code in a real sandbox', () => {
       logger: h.logger,
     });
     dirs = createToolsDirs({ hub, dataDir: h.dataDir, logger: h.logger });
-    const handler = createBridgeHandler(hub, (e) => audit.push(e), { logger: h.logger });
+    const handler = createBridgeHandler(hub, (e) => void audit.push(e), { logger: h.logger });
     bridge = handler;
-    alice = h.user('alice');
-    bob = h.user('bob');
+    alice = await h.user('alice');
+    bob = await h.user('bob');
   });
   let bridge: ReturnType<typeof createBridgeHandler>;
 

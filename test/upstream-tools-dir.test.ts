@@ -10,7 +10,7 @@ import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
 import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
 import { UpstreamHub } from '../src/upstream/hub.js';
-import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openTestStore } from './support/upstream.js';
+import { EVERYTHING_SERVER, hubHomes, MEMORY_SERVER, nodeServer, serversFrom, openStoreWithUsers } from './support/upstream.js';
 import { createToolsDirs, syncDir } from '../src/upstream/tools-dir.js';
 import { until } from './support/until.js';
 
@@ -19,11 +19,11 @@ let store: Store;
 let alice: SandboxOwner;
 let bob: SandboxOwner;
 
-beforeAll(() => {
-  ({ dataDir, store, owners: [alice, bob] } = openTestStore('toolsdir', ['alice', 'bob']));
+beforeAll(async () => {
+  ({ dataDir, store, owners: [alice, bob] } = await openStoreWithUsers('toolsdir', ['alice', 'bob']));
 });
-afterAll(() => {
-  store.close();
+afterAll(async () => {
+  await store.close();
   fs.rmSync(dataDir, { recursive: true, force: true });
 });
 

@@ -4,6 +4,8 @@
  * (page and command line), expiries bounded at creation, and token pages that still
  * render, and still revoke, a token whose stored expiry no date can hold.
  */
+import crypto from 'node:crypto';
+import { sql } from 'kysely';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runCli, type CliContext } from '../src/cli/program.js';
@@ -30,7 +32,7 @@ async function cli(...argv: string[]): Promise<{ code: number; out: string; err:
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
-    openStore: () => openStore(gw.dataDir, MIGRATIONS),
+    openStore: () => openStore(gw.harness.config, MIGRATIONS),
     dataDir: gw.dataDir,
     publicUrl: gw.url,
     maxTokensPerUser: gw.harness.config.maxTokensPerUser,
@@ -49,10 +51,10 @@ const mcp = (token: string) => rawRequest(gw.mcpUrl, { headers: { authorization:
 describe('one request budget per user', () => {
   it('is shared by all of a user’s tokens and pages; another user keeps theirs', async () => {
     const db = gw.gateway.store.db;
-    const wes = ensureUser(db, 'wes');
-    const val = ensureUser(db, 'val');
-    const laptop = gw.tokenFor('wes', 'laptop');
-    const ci = gw.tokenFor('wes', 'ci');
+    const wes = await ensureUser(db, 'wes');
+    const val = await ensureUser(db, 'val');
+    const laptop = await gw.tokenFor('wes', 'laptop');
+    const ci = await gw.tokenFor('wes', 'ci');
     const wesWeb = await webSession(gw, wes);
     const valWeb = await webSession(gw, val);
 
@@ -86,7 +88,7 @@ describe('one request budget per user', () => {
 
     // Val's budget is untouched by all of that.
     expect((await valWeb.get('/files/tree')).status).toBe(200);
-    expect((await mcp(gw.tokenFor('val', 'phone'))).status).toBe(200);
+    expect((await mcp(await gw.tokenFor('val', 'phone'))).status).toBe(200);
     // Pages that cost no work stay open to wes.
     expect((await wesWeb.get('/tokens')).status).toBe(200);
   });
@@ -95,25 +97,25 @@ describe('one request budget per user', () => {
 describe('the cap on active tokens', () => {
   it('holds on the tokens page, which says so and lets one more in after a revoke', async () => {
     const db = gw.gateway.store.db;
-    const tia = ensureUser(db, 'tia');
+    const tia = await ensureUser(db, 'tia');
     const web = await webSession(gw, tia);
     // Two already held, so that the four posts below fit in tia's request budget of four.
-    gw.tokenFor('tia', 'one');
-    gw.tokenFor('tia', 'two');
+    await gw.tokenFor('tia', 'one');
+    await gw.tokenFor('tia', 'two');
     expect((await web.post('/tokens', { name: 'three', expires: '30d' })).status).toBe(200);
     const fourth = await web.post('/tokens', { name: 'four', expires: '30d' });
     expect(fourth.status).toBe(400);
     expect(await fourth.text()).toMatch(/already has 3 active tokens, the most one user may hold \(SANDGATE_MAX_TOKENS_PER_USER=3\): revoke a token that is no longer used/);
-    expect(listTokens(db, { userId: tia.id }).filter((t) => tokenState(t) === 'active')).toHaveLength(3);
+    expect((await listTokens(db, { userId: tia.id })).filter((t) => tokenState(t) === 'active')).toHaveLength(3);
     expect(await (await web.get('/tokens')).text()).toContain('You may hold up to 3 active tokens.');
 
-    const one = listTokens(db, { userId: tia.id }).find((t) => t.name === 'one')!;
+    const one = (await listTokens(db, { userId: tia.id })).find((t) => t.name === 'one')!;
     expect((await web.post(`/tokens/${one.id}/revoke`)).status).toBe(200);
     expect((await web.post('/tokens', { name: 'four', expires: '30d' })).status).toBe(200);
   });
 
   it('holds on the command line too', async () => {
-    ensureUser(gw.gateway.store.db, 'uma');
+    await ensureUser(gw.gateway.store.db, 'uma');
     for (const name of ['a', 'b', 'c']) expect((await cli('tokens', 'create', '--user', 'uma', '--name', name)).code).toBe(0);
     const r = await cli('tokens', 'create', '--user', 'uma', '--name', 'd');
     expect(r).toMatchObject({ code: 1, out: '' });
@@ -126,24 +128,24 @@ describe('the cap on active tokens', () => {
 describe('creating and revoking tokens on the page', () => {
   it('take from the user’s request budget, like any other request that costs work', async () => {
     const db = gw.gateway.store.db;
-    const kit = ensureUser(db, 'kit');
+    const kit = await ensureUser(db, 'kit');
     const web = await webSession(gw, kit);
-    const id = (name: string) => listTokens(db, { userId: kit.id }).find((t) => t.name === name)!.id;
+    const id = async (name: string) => (await listTokens(db, { userId: kit.id })).find((t) => t.name === name)!.id;
     expect((await web.post('/tokens', { name: 'a', expires: '30d' })).status).toBe(200);
-    expect((await web.post(`/tokens/${id('a')}/revoke`)).status).toBe(200);
+    expect((await web.post(`/tokens/${await id('a')}/revoke`)).status).toBe(200);
     expect((await web.post('/tokens', { name: 'b', expires: '30d' })).status).toBe(200);
-    expect((await web.post(`/tokens/${id('b')}/revoke`)).status).toBe(200);
+    expect((await web.post(`/tokens/${await id('b')}/revoke`)).status).toBe(200);
 
     // Four spent: creating and revoking are both refused, saying when to retry, and nothing changes.
     const create = await web.post('/tokens', { name: 'c', expires: '30d' });
     expect(create.status).toBe(429);
     expect(Number(create.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(await create.text()).toMatch(/Rate limit exceeded for kit: retry after \d+ s\./);
-    gw.tokenFor('kit', 'held');
-    const revoke = await web.post(`/tokens/${id('held')}/revoke`);
+    await gw.tokenFor('kit', 'held');
+    const revoke = await web.post(`/tokens/${await id('held')}/revoke`);
     expect(revoke.status).toBe(429);
     expect(revoke.headers.get('retry-after')).toMatch(/^\d+$/);
-    expect(listTokens(db, { userId: kit.id, includeRevoked: true }).map((t) => [t.name, tokenState(t)])).toEqual([
+    expect((await listTokens(db, { userId: kit.id, includeRevoked: true })).map((t) => [t.name, tokenState(t)])).toEqual([
       ['held', 'active'],
       ['b', 'revoked'],
       ['a', 'revoked'],
@@ -154,14 +156,15 @@ describe('creating and revoking tokens on the page', () => {
 describe('token lists stay bounded', () => {
   it('the admin page lists 100 tokens a page, active first, with next and previous; a member sees their active tokens and the 10 latest others', async () => {
     const db = gw.gateway.store.db;
-    const pat = ensureUser(db, 'pat');
-    const root = ensureUser(db, 'root', { isAdmin: true });
-    const insert = db.prepare('INSERT INTO api_tokens (user_id, name, hash, created_at, revoked_at) VALUES (?, ?, randomblob(32), ?, ?)');
+    const pat = await ensureUser(db, 'pat');
+    const root = await ensureUser(db, 'root', { isAdmin: true });
+    const insert = (name: string, createdAt: number, revokedAt: number | null) =>
+      db.insertInto('api_tokens').values({ user_id: pat.id, name, hash: crypto.randomBytes(32), created_at: createdAt, revoked_at: revokedAt }).execute();
     // 150 revoked long ago (older than any other token here), then two active ones made before them all.
-    for (let i = 0; i < 150; i++) insert.run(pat.id, `old-${i}`, 2000 + i, 3000 + i);
-    insert.run(pat.id, 'kept-1', 1000, null);
-    insert.run(pat.id, 'kept-2', 1001, null);
-    const total = countTokens(db, { includeRevoked: true });
+    for (let i = 0; i < 150; i++) await insert(`old-${i}`, 2000 + i, 3000 + i);
+    await insert('kept-1', 1000, null);
+    await insert('kept-2', 1001, null);
+    const total = await countTokens(db, { includeRevoked: true });
     expect(total).toBeGreaterThan(150);
     const admin = await webSession(gw, root);
     const rows = (html: string) => [...html.matchAll(/<tr id="admin-token-\d+">\s*<td>([^<]*)<\/td><td>([^<]*)<\/td>.*?<td class="state (\w+)">/gs)].map((m) => ({ user: m[1], name: m[2], state: m[3] }));
@@ -196,36 +199,37 @@ describe('token expiries', () => {
 
   it('an absurd expiry is refused on the page and on the command line, and nothing is stored', async () => {
     const db = gw.gateway.store.db;
-    const eve = ensureUser(db, 'eve');
+    const eve = await ensureUser(db, 'eve');
     const web = await webSession(gw, eve);
     for (const expires of [absurd, '6y', '99999-01-01']) {
       const r = await web.post('/tokens', { name: 'forever', expires });
       expect(r.status, expires).toBe(400);
       expect(await r.text()).toMatch(/is too far ahead: a token may expire at most 5 years ahead; for a token that never expires, choose &quot;never&quot;/);
     }
-    expect(listTokens(db, { userId: eve.id })).toEqual([]);
+    expect(await listTokens(db, { userId: eve.id })).toEqual([]);
     expect((await web.get('/tokens')).status).toBe(200);
 
     for (const expires of [absurd, '2999-01-01']) {
       const r = await cli('tokens', 'create', '--user', 'eve', '--name', 'cli', '--expires', expires);
       expect(r, expires).toMatchObject({ code: 1, out: '', err: expect.stringMatching(/too far ahead: a token may expire at most 5 years ahead/) });
     }
-    expect(listTokens(db, { userId: eve.id })).toEqual([]);
+    expect(await listTokens(db, { userId: eve.id })).toEqual([]);
     expect((await web.post('/tokens', { name: 'fine', expires: '365d' })).status).toBe(200);
   });
 
   it('a stored expiry no date can hold renders as "unknown" on both token pages, in the CLI, and can be revoked', async () => {
     const db = gw.gateway.store.db;
-    const ida = ensureUser(db, 'ida');
-    const root = ensureUser(db, 'root', { isAdmin: true });
-    gw.tokenFor('ida', 'infinite');
-    gw.tokenFor('ida', 'huge');
-    gw.tokenFor('ida', 'text');
+    const ida = await ensureUser(db, 'ida');
+    const root = await ensureUser(db, 'root', { isAdmin: true });
+    await gw.tokenFor('ida', 'infinite');
+    await gw.tokenFor('ida', 'huge');
+    await gw.tokenFor('ida', 'text');
     // As an older install may hold them: Infinity (9e999 in SQL), a number past any date, text.
-    db.prepare("UPDATE api_tokens SET expires_at = 9e999 WHERE user_id = ? AND name = 'infinite'").run(ida.id);
-    db.prepare("UPDATE api_tokens SET expires_at = 1e300 WHERE user_id = ? AND name = 'huge'").run(ida.id);
-    db.prepare("UPDATE api_tokens SET expires_at = 'soon' WHERE user_id = ? AND name = 'text'").run(ida.id);
-    const ids = Object.fromEntries(listTokens(db, { userId: ida.id }).map((t) => [t.name, t.id]));
+    // SQLite keeps what it is given in any column; this file runs on SQLite only.
+    await sql`UPDATE api_tokens SET expires_at = 9e999 WHERE user_id = ${ida.id} AND name = 'infinite'`.execute(db);
+    await sql`UPDATE api_tokens SET expires_at = 1e300 WHERE user_id = ${ida.id} AND name = 'huge'`.execute(db);
+    await sql`UPDATE api_tokens SET expires_at = 'soon' WHERE user_id = ${ida.id} AND name = 'text'`.execute(db);
+    const ids = Object.fromEntries((await listTokens(db, { userId: ida.id })).map((t) => [t.name, t.id]));
 
     const member = await webSession(gw, ida);
     const admin = await webSession(gw, root);
@@ -247,7 +251,7 @@ describe('token expiries', () => {
     const byAdmin = await admin.post(`/admin/tokens/${ids.text}/revoke`);
     expect(byAdmin.status).toBe(200);
     expect((await cli('tokens', 'revoke', String(ids.huge))).code).toBe(0);
-    expect(listTokens(db, { userId: ida.id, includeRevoked: true }).map((t) => tokenState(t))).toEqual(['revoked', 'revoked', 'revoked']);
+    expect((await listTokens(db, { userId: ida.id, includeRevoked: true })).map((t) => tokenState(t))).toEqual(['revoked', 'revoked', 'revoked']);
     expect((await admin.get('/admin/tokens', { htmx: false })).status).toBe(200);
   });
 });

@@ -161,7 +161,7 @@ describe('signing in with GitHub', () => {
     const team = await signedInAs('bob');
     expect(await team.page.locator('.who').innerText()).toBe('bob');
     expect(await team.page.locator('nav >> text=Admin').count()).toBe(0);
-    expect(findUser(gw.gateway.store.db, 'bob')?.githubTeams).toEqual(['acme/dev']);
+    expect((await findUser(gw.gateway.store.db, 'bob'))?.githubTeams).toEqual(['acme/dev']);
     await team.context.close();
 
     const outsider = await newContext();
@@ -171,7 +171,7 @@ describe('signing in with GitHub', () => {
     expect(await op.locator('[role=alert]').innerText()).toMatch(/not allowed|allow-list/i);
     await op.goto(`${gw.url}/chat`);
     expect(new URL(op.url()).pathname).toBe('/login');
-    expect(findUser(gw.gateway.store.db, 'mallory')).toBeUndefined();
+    expect(await findUser(gw.gateway.store.db, 'mallory')).toBeUndefined();
     await outsider.close();
   });
 
@@ -221,12 +221,12 @@ describe('the one-time sign-in link of a single-user install', () => {
   it('signs in once, renews the session id, and is refused the second time', async () => {
     const local = await startGateway({ noStart: true });
     try {
-      const user = ensureUser(local.gateway.store.db, 'admin', { isAdmin: true });
-      const link = `${local.url}/login/link/${createLoginLink(local.gateway.store.db, user.id).secret}`;
+      const user = await ensureUser(local.gateway.store.db, 'admin', { isAdmin: true });
+      const link = `${local.url}/login/link/${(await createLoginLink(local.gateway.store.db, user.id)).secret}`;
       const context = await newContext();
       const page = await context.newPage();
-      const sessions = () => (local.gateway.store.db.prepare('SELECT COUNT(*) AS n FROM sessions').get() as { n: number }).n;
-      const stored = sessions();
+      const sessions = async () => (await local.gateway.store.db.selectFrom('sessions').select((eb) => eb.fn.countAll<number>().as('n')).executeTakeFirstOrThrow()).n;
+      const stored = await sessions();
       await page.goto(`${local.url}/login`);
       expect(await page.locator('main').innerText()).toContain('sandgate users login-link admin');
       // Neither the sign-in page nor a made-up link stores a session (nor sets a cookie).
@@ -234,7 +234,7 @@ describe('the one-time sign-in link of a single-user install', () => {
       await page.waitForURL(/\/login\?why=link$/);
       expect(await page.locator('[role=alert]').innerText()).toMatch(/not valid/);
       expect(await cookieOf(context)).toBeUndefined();
-      expect(sessions()).toBe(stored);
+      expect(await sessions()).toBe(stored);
       await page.goto(link);
       const before = await cookieOf(context);
       await page.click('button[type=submit]');
@@ -347,7 +347,7 @@ describe('chat', () => {
     await page.waitForSelector('#composer-actions button.primary', { timeout: 30_000 });
     await page.waitForSelector('.turn-note');
     expect(await page.locator('.turn-note').innerText()).toMatch(/stopped/i);
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
     const check = await gw.gateway.manager.execute(
       { userId: alice.id, name: alice.name },
       { language: 'python', code: "import os\npid = int(open('/workspace/sleeper.pid').read())\ntry:\n    os.kill(pid, 0)\n    print('alive')\nexcept ProcessLookupError:\n    print('gone')" },
@@ -397,7 +397,7 @@ describe('the artifact browser', () => {
       await page.setInputFiles('#upload-file', { name: 'big.bin', mimeType: 'application/octet-stream', buffer: Buffer.alloc(3 * 1024 * 1024, 7) });
       await page.click('#upload button[type=submit]');
       await page.waitForSelector('#flash >> text=upload limit');
-      const alice = findUser(small.gateway.store.db, 'alice')!;
+      const alice = (await findUser(small.gateway.store.db, 'alice'))!;
       const w = await small.gateway.manager.openWorkspace({ userId: alice.id, name: 'alice' });
       expect((await w.list('', { limit: 100 })).map((e) => e.path)).not.toContain('big.bin');
       await context.close();
@@ -415,7 +415,7 @@ describe('the artifact browser', () => {
     await page.click('.mkdir button[type=submit]');
     await page.waitForSelector('.entries >> text=reports');
     // Code in the sandbox writes a file: the open tree shows it without a reload.
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
     await gw.gateway.manager.execute({ userId: alice.id, name: 'alice' }, { language: 'python', code: "open('/workspace/notes.md','w').write('# Notes\\n\\n*written by code*')" });
     await page.waitForSelector('.entries >> text=notes.md', { timeout: 15_000 });
     await page.click('.entries >> text=notes.md');
@@ -434,7 +434,7 @@ describe('the artifact browser', () => {
   it('shows a hostile file name as text and never runs HTML or SVG from the workspace', async () => {
     const { context, page } = await signedInAs('alice');
     const seen = watchPage(page);
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
     const w = await gw.gateway.manager.openWorkspace({ userId: alice.id, name: 'alice' });
     const evilName = '<img src=x onerror=alert(1)>.html';
     await w.mkdirs('hostile');
@@ -515,8 +515,8 @@ describe('tokens and settings', () => {
     await page.reload();
     expect(await page.content()).not.toContain('sk-alice-own-key-123');
     expect(await page.locator('#keys').innerText()).toContain('your key is set');
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
-    const stored = JSON.stringify(gw.gateway.store.db.prepare('SELECT * FROM provider_keys WHERE user_id = ?').all(alice.id));
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
+    const stored = JSON.stringify(await gw.gateway.store.db.selectFrom('provider_keys').selectAll().where('user_id', '=', alice.id).execute());
     expect(stored).not.toContain('sk-alice-own-key-123');
     await page.selectOption('#default-model', 'openai:gpt-test');
     await page.click('form[hx-post="/settings/model"] button');
@@ -533,11 +533,11 @@ describe('one user never reaches another', () => {
     const a = await signedInAs('alice');
     const b = await signedInAs('bob');
     const aliceId = await newConversation(a.page);
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
     const w = await gw.gateway.manager.openWorkspace({ userId: alice.id, name: 'alice' });
     await w.write('secret-a.txt', Buffer.from('alice only'));
-    const aliceToken = gw.tokenFor('alice', 'a-device');
-    const aliceTokenId = listTokens(gw.gateway.store.db, { userId: alice.id }).find((t) => t.name === 'a-device')!.id;
+    const aliceToken = await gw.tokenFor('alice', 'a-device');
+    const aliceTokenId = (await listTokens(gw.gateway.store.db, { userId: alice.id })).find((t) => t.name === 'a-device')!.id;
 
     // Pages and partials.
     const bGet = (p: string) => b.context.request.get(`${gw.url}${p}`, { maxRedirects: 0 });
@@ -598,7 +598,8 @@ describe('one user never reaches another', () => {
     expect(deleted.status()).toBe(204);
     expect(deleted.headers()['hx-redirect']).toBe('/chat');
     expect((await a.context.request.get(`${gw.url}/c/${aliceId}`)).status()).toBe(404);
-    expect(gw.gateway.store.db.prepare('SELECT count(*) FROM messages WHERE conversation_id = ?').pluck().get(aliceId)).toBe(0);
+    const left = await gw.gateway.store.db.selectFrom('messages').select((eb) => eb.fn.countAll<number>().as('n')).where('conversation_id', '=', aliceId).executeTakeFirstOrThrow();
+    expect(left.n).toBe(0);
     await a.context.close();
     await b.context.close();
   });
@@ -607,15 +608,15 @@ describe('one user never reaches another', () => {
 describe('cross-site requests', () => {
   it('refuses a form post from another origin, a request without the CSRF token, and a socket without it', async () => {
     const { context, page } = await signedInAs('alice');
-    const alice = findUser(gw.gateway.store.db, 'alice')!;
-    const tokensBefore = listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true }).length;
+    const alice = (await findUser(gw.gateway.store.db, 'alice'))!;
+    const tokensBefore = (await listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true })).length;
     // A page of another origin on the same site posts a form at the gateway: the browser sends the cookie (SameSite=Lax, same site), not the token.
     evil.html = `<form id="f" method="post" action="${gw.url}/tokens"><input name="name" value="stolen"><input name="expires" value="never"></form><script>document.getElementById('f').submit()</script>`;
     const response = page.waitForResponse((r) => r.url() === `${gw.url}/tokens` && r.request().method() === 'POST');
     await page.goto(evil.url);
     expect((await response).status()).toBe(403);
     expect(await page.locator('body').innerText()).toMatch(/security token/);
-    expect(listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true }).length).toBe(tokensBefore);
+    expect((await listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true })).length).toBe(tokensBefore);
 
     // The same by script, without the token or with another session's.
     const cookie = `sandgate.sid=${await cookieOf(context)}`;
@@ -626,7 +627,7 @@ describe('cross-site requests', () => {
     const bobsToken = await csrfOf(other.page);
     const wrongToken = await fetch(`${gw.url}/logout/all`, { method: 'POST', headers: { cookie, 'content-type': 'application/x-www-form-urlencoded', 'x-csrf-token': bobsToken }, body: '' });
     expect(wrongToken.status).toBe(403);
-    expect(listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true }).length).toBe(tokensBefore);
+    expect((await listTokens(gw.gateway.store.db, { userId: alice.id, includeRevoked: true })).length).toBe(tokensBefore);
 
     // The socket: without the token, from another origin, without a session.
     await page.goto(`${gw.url}/settings`);

@@ -5,7 +5,9 @@
  * and registered again by someone else; the id cannot), and carries the state of its
  * membership check (src/auth/membership.ts).
  */
-import { statement, type Db } from '../store/store.js';
+import { sql, type Selectable, type SqlBool } from 'kysely';
+import type { Db, Tx } from '../store/store.js';
+import type { UsersTable } from './schema.js';
 
 export interface User {
   id: number;
@@ -31,22 +33,7 @@ export interface User {
   suspendedReason: string | null;
 }
 
-interface UserRow {
-  id: number;
-  name: string;
-  is_admin: number;
-  permissions: string | null;
-  workspace_id: string | null;
-  created_at: number;
-  default_model: string | null;
-  github_teams: string | null;
-  disabled_at: number | null;
-  last_sign_in_at: number | null;
-  sign_in_method: 'github' | 'link' | null;
-  github_id: number | null;
-  suspended_at: number | null;
-  suspended_reason: string | null;
-}
+type UserRow = Selectable<UsersTable>;
 
 const toUser = (r: UserRow): User => ({
   id: r.id,
@@ -65,135 +52,169 @@ const toUser = (r: UserRow): User => ({
   suspendedReason: r.suspended_reason ?? null,
 });
 
+/** `column` holds `login` in any case (as GitHub compares logins): lower() on both sides, which both databases have. */
+const sameLogin = (column: 'name' | 'login', login: string) => sql<SqlBool>`lower(${sql.ref(column)}) = lower(${login})`;
+
 /** Login names as GitHub allows them (plus the local install's single user). */
 export const USER_NAME = /^[A-Za-z0-9](?:[A-Za-z0-9-]{0,38})$/;
 
-export function findUser(db: Db, name: string): User | undefined {
-  const r = statement(db, 'SELECT * FROM users WHERE name = ?').get(name) as UserRow | undefined;
+/** The user named `name`, exactly (names differing only in case are different users: findUsersByLogin finds those). */
+export async function findUser(db: Db, name: string): Promise<User | undefined> {
+  const r = await db.selectFrom('users').selectAll().where('name', '=', name).executeTakeFirst();
   return r && toUser(r);
 }
 
-export function getUser(db: Db, id: number): User | undefined {
-  const r = statement(db, 'SELECT * FROM users WHERE id = ?').get(id) as UserRow | undefined;
+export async function getUser(db: Db, id: number): Promise<User | undefined> {
+  const r = await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
   return r && toUser(r);
 }
 
 /** Returns the user, creating it on first sight. `isAdmin` is updated when given. */
-export function ensureUser(db: Db, name: string, opts: { isAdmin?: boolean } = {}): User {
+export async function ensureUser(db: Db, name: string, opts: { isAdmin?: boolean } = {}): Promise<User> {
   if (!USER_NAME.test(name)) throw new Error(`"${name}" is not a valid user name (letters, digits and '-', at most 39)`);
-  db.prepare('INSERT INTO users (name, is_admin, created_at) VALUES (?, ?, ?) ON CONFLICT(name) DO NOTHING').run(
-    name,
-    opts.isAdmin ? 1 : 0,
-    Date.now(),
-  );
-  if (opts.isAdmin !== undefined) db.prepare('UPDATE users SET is_admin = ? WHERE name = ?').run(opts.isAdmin ? 1 : 0, name);
-  return findUser(db, name)!;
+  // One statement, so the row it returns is the one it made or found (a delete in between cannot leave nothing).
+  const r = await db
+    .insertInto('users')
+    .values({ name, is_admin: opts.isAdmin ? 1 : 0, created_at: Date.now() })
+    .onConflict((oc) => oc.column('name').doUpdateSet((eb) => ({ is_admin: opts.isAdmin === undefined ? eb.ref('users.is_admin') : eb.ref('excluded.is_admin') })))
+    .returningAll()
+    .executeTakeFirstOrThrow();
+  return toUser(r);
 }
 
-export function listUsers(db: Db): User[] {
-  return (db.prepare('SELECT * FROM users ORDER BY name').all() as UserRow[]).map(toUser);
+export async function listUsers(db: Db): Promise<User[]> {
+  return (await db.selectFrom('users').selectAll().orderBy('name').execute()).map(toUser);
 }
 
 /** Sets a user's permission ceiling (JSON), or null to fall back to the default. */
-export function setUserPermissions(db: Db, name: string, permissions: string | null): void {
-  const r = db.prepare('UPDATE users SET permissions = ? WHERE name = ?').run(permissions, name);
-  if (r.changes === 0) throw new Error(`no user named "${name}"`);
+export async function setUserPermissions(db: Db, name: string, permissions: string | null): Promise<void> {
+  const r = await db.updateTable('users').set({ permissions }).where('name', '=', name).executeTakeFirst();
+  if (Number(r.numUpdatedRows) === 0) throw new Error(`no user named "${name}"`);
 }
 
 /** Gives the user workspace `id` unless they have one already; returns the one they have. */
-export function claimWorkspace(db: Db, userId: number, id: string): string {
-  statement(db, 'UPDATE users SET workspace_id = ? WHERE id = ? AND workspace_id IS NULL').run(id, userId);
-  const user = getUser(db, userId);
+export async function claimWorkspace(db: Db, userId: number, id: string): Promise<string> {
+  await db.updateTable('users').set({ workspace_id: id }).where('id', '=', userId).where('workspace_id', 'is', null).execute();
+  const user = await getUser(db, userId);
   if (!user?.workspaceId) throw new Error(`no user with id ${userId}`);
   return user.workspaceId;
 }
 
 /** Whether some user's workspace is `id` (a pooled container's workspace may be removed only if not). */
-export function workspaceInUse(db: Db, id: string): boolean {
-  return !!statement(db, 'SELECT 1 FROM users WHERE workspace_id = ?').get(id);
+export async function workspaceInUse(db: Db, id: string): Promise<boolean> {
+  return !!(await db.selectFrom('users').select('id').where('workspace_id', '=', id).executeTakeFirst());
 }
 
-export function setDefaultModel(db: Db, userId: number, model: string | null): void {
-  statement(db, 'UPDATE users SET default_model = ? WHERE id = ?').run(model, userId);
+export async function setDefaultModel(db: Db, userId: number, model: string | null): Promise<void> {
+  await db.updateTable('users').set({ default_model: model }).where('id', '=', userId).execute();
 }
 
 /** Disables (nothing of theirs works: sessions, tokens, sandbox) or enables a user; nothing is deleted. */
-export function setUserDisabled(db: Db, userId: number, disabled: boolean): void {
-  statement(db, 'UPDATE users SET disabled_at = ? WHERE id = ?').run(disabled ? Date.now() : null, userId);
+export async function setUserDisabled(db: Db, userId: number, disabled: boolean): Promise<void> {
+  await db
+    .updateTable('users')
+    .set({ disabled_at: disabled ? Date.now() : null })
+    .where('id', '=', userId)
+    .execute();
 }
 
-export function recordSignIn(db: Db, userId: number, method: 'github' | 'link'): void {
-  statement(db, 'UPDATE users SET last_sign_in_at = ?, sign_in_method = ? WHERE id = ?').run(Date.now(), method, userId);
+export async function recordSignIn(db: Db, userId: number, method: 'github' | 'link'): Promise<void> {
+  await db.updateTable('users').set({ last_sign_in_at: Date.now(), sign_in_method: method }).where('id', '=', userId).execute();
 }
 
 /** Deletes a user and everything of theirs in the store (every table cascades from users). */
-export function deleteUser(db: Db, userId: number): boolean {
-  return statement(db, 'DELETE FROM users WHERE id = ?').run(userId).changes > 0;
+export async function deleteUser(db: Db, userId: number): Promise<boolean> {
+  const r = await db.deleteFrom('users').where('id', '=', userId).executeTakeFirst();
+  return Number(r.numDeletedRows) > 0;
 }
 
 /** The user bound to a GitHub account id. */
-export function findUserByGithubId(db: Db, githubId: number): User | undefined {
-  const r = statement(db, 'SELECT * FROM users WHERE github_id = ?').get(githubId) as UserRow | undefined;
+export async function findUserByGithubId(db: Db, githubId: number): Promise<User | undefined> {
+  const r = await db.selectFrom('users').selectAll().where('github_id', '=', githubId).executeTakeFirst();
   return r && toUser(r);
 }
 
 /** Users whose name is `login` in any case (GitHub logins are case-insensitive), the exact spelling first. */
-export function findUsersByLogin(db: Db, login: string): User[] {
-  return (statement(db, 'SELECT * FROM users WHERE name = ? COLLATE NOCASE ORDER BY name = ? DESC, id').all(login, login) as UserRow[]).map(toUser);
+export async function findUsersByLogin(db: Db, login: string): Promise<User[]> {
+  const rows = await db
+    .selectFrom('users')
+    .selectAll()
+    .where(sameLogin('name', login))
+    .orderBy((eb) => eb.case().when('name', '=', login).then(0).else(1).end())
+    .orderBy('id')
+    .execute();
+  return rows.map(toUser);
 }
 
-/** The account that held `login` before it was renamed, if one did here. */
-export function formerHolderOf(db: Db, login: string): { userId: number; githubId: number } | undefined {
-  return statement(db, 'SELECT user_id AS userId, github_id AS githubId FROM github_former_logins WHERE login = ?').get(login) as { userId: number; githubId: number } | undefined;
+/** The account that held `login` (in any case) before it was renamed, if one did here. */
+export async function formerHolderOf(db: Db, login: string): Promise<{ userId: number; githubId: number } | undefined> {
+  return db
+    .selectFrom('github_former_logins')
+    .select(['user_id as userId', 'github_id as githubId'])
+    .where(sameLogin('login', login))
+    .executeTakeFirst();
 }
 
 /** Binds a user to a GitHub account id (at their first GitHub sign-in). */
-export function bindGithubId(db: Db, userId: number, githubId: number): void {
-  statement(db, 'UPDATE users SET github_id = ? WHERE id = ?').run(githubId, userId);
+export async function bindGithubId(db: Db, userId: number, githubId: number): Promise<void> {
+  await db.updateTable('users').set({ github_id: githubId }).where('id', '=', userId).execute();
+}
+
+/** Runs `fn` in a transaction, or in the caller's when `db` is one already. */
+function inTransaction<T>(db: Db, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  return db.isTransaction ? fn(db as Tx) : db.transaction().execute(fn);
 }
 
 /**
  * Renames a GitHub-bound user (their account was renamed on GitHub) and remembers the
  * login they leave, so that no other GitHub account can take it over here.
  */
-export function renameGithubUser(db: Db, userId: number, name: string, now = Date.now()): void {
+export async function renameGithubUser(db: Db, userId: number, name: string, now = Date.now()): Promise<void> {
   if (!USER_NAME.test(name)) throw new Error(`"${name}" is not a valid user name (letters, digits and '-', at most 39)`);
-  db.transaction(() => {
-    const before = getUser(db, userId);
+  await inTransaction(db, async (tx) => {
+    const before = await getUser(tx, userId);
     if (!before || before.githubId === null) throw new Error(`user ${userId} is not bound to a GitHub account`);
-    statement(db, 'DELETE FROM github_former_logins WHERE login = ? AND user_id = ?').run(name, userId);
-    statement(db, 'UPDATE users SET name = ? WHERE id = ?').run(name, userId);
+    await tx.deleteFrom('github_former_logins').where(sameLogin('login', name)).where('user_id', '=', userId).execute();
+    await tx.updateTable('users').set({ name }).where('id', '=', userId).execute();
     if (before.name.toLowerCase() !== name.toLowerCase()) {
-      statement(
-        db,
-        `INSERT INTO github_former_logins (login, user_id, github_id, renamed_at) VALUES (?, ?, ?, ?)
-         ON CONFLICT(login) DO UPDATE SET user_id = excluded.user_id, github_id = excluded.github_id, renamed_at = excluded.renamed_at`,
-      ).run(before.name, userId, before.githubId, now);
+      // Whoever held the login before in any case, it is this account's now: one row per login.
+      await tx.deleteFrom('github_former_logins').where(sameLogin('login', before.name)).execute();
+      await tx.insertInto('github_former_logins').values({ login: before.name, user_id: userId, github_id: before.githubId, renamed_at: now }).execute();
     }
-  })();
+  });
 }
 
 /** The sealed GitHub token of a user and when GitHub last confirmed their membership. */
-export function githubCheckState(db: Db, userId: number): { sealedToken: string | null; checkedAt: number | null } | undefined {
-  return statement(db, 'SELECT github_token AS sealedToken, github_checked_at AS checkedAt FROM users WHERE id = ?').get(userId) as
-    | { sealedToken: string | null; checkedAt: number | null }
-    | undefined;
+export async function githubCheckState(db: Db, userId: number): Promise<{ sealedToken: string | null; checkedAt: number | null } | undefined> {
+  return db.selectFrom('users').select(['github_token as sealedToken', 'github_checked_at as checkedAt']).where('id', '=', userId).executeTakeFirst();
 }
 
 /**
  * GitHub said yes: records when, the teams and the admin flag that follow from it, and
  * (at a sign-in) the member's new token. Lifts a suspension.
  */
-export function recordGithubYes(db: Db, userId: number, yes: { checkedAt: number; teams: string[]; isAdmin: boolean; sealedToken?: string }): void {
-  statement(
-    db,
-    'UPDATE users SET github_checked_at = ?, github_teams = ?, is_admin = ?, github_token = coalesce(?, github_token), suspended_at = NULL, suspended_reason = NULL WHERE id = ?',
-  ).run(yes.checkedAt, JSON.stringify(yes.teams), yes.isAdmin ? 1 : 0, yes.sealedToken ?? null, userId);
+export async function recordGithubYes(db: Db, userId: number, yes: { checkedAt: number; teams: string[]; isAdmin: boolean; sealedToken?: string }): Promise<void> {
+  await db
+    .updateTable('users')
+    .set({
+      github_checked_at: yes.checkedAt,
+      github_teams: JSON.stringify(yes.teams),
+      is_admin: yes.isAdmin ? 1 : 0,
+      ...(yes.sealedToken !== undefined && { github_token: yes.sealedToken }),
+      suspended_at: null,
+      suspended_reason: null,
+    })
+    .where('id', '=', userId)
+    .execute();
 }
 
 /** A membership check said no: the user is suspended (and no admin) until a GitHub sign-in is allowed again; nothing is deleted. */
-export function suspendUser(db: Db, userId: number, reason: string, now = Date.now()): void {
-  statement(db, 'UPDATE users SET suspended_at = coalesce(suspended_at, ?), suspended_reason = ?, is_admin = 0 WHERE id = ?').run(now, reason, userId);
+export async function suspendUser(db: Db, userId: number, reason: string, now = Date.now()): Promise<void> {
+  await db
+    .updateTable('users')
+    .set((eb) => ({ suspended_at: eb.fn.coalesce('suspended_at', eb.val(now)), suspended_reason: reason, is_admin: 0 }))
+    .where('id', '=', userId)
+    .execute();
 }
 
 /**
@@ -201,8 +222,20 @@ export function suspendUser(db: Db, userId: number, reason: string, now = Date.n
  * install: listed in SANDGATE_ADMINS, bound to GitHub and not suspended), for the views
  * and the CLI that read it; the checks themselves never trust the stored flag there.
  */
-export function syncGithubAdmins(db: Db, admins: readonly string[]): void {
-  db.prepare(
-    `UPDATE users SET is_admin = (github_id IS NOT NULL AND suspended_at IS NULL AND lower(name) IN (SELECT value FROM json_each(?)))`,
-  ).run(JSON.stringify(admins.map((a) => a.toLowerCase())));
+export async function syncGithubAdmins(db: Db, admins: readonly string[]): Promise<void> {
+  const names = [...new Set(admins.map((a) => a.toLowerCase()))];
+  await db
+    .updateTable('users')
+    .set((eb) => ({
+      // No admins listed: nobody is one (an empty IN () is no SQL).
+      is_admin: names.length
+        ? eb
+            .case()
+            .when(eb.and([eb('github_id', 'is not', null), eb('suspended_at', 'is', null), eb(eb.fn('lower', ['name']), 'in', names)]))
+            .then(1)
+            .else(0)
+            .end()
+        : eb.lit(0),
+    }))
+    .execute();
 }

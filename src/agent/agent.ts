@@ -57,17 +57,17 @@ export class Agent {
   }
 
   /** Marks turns a stopped gateway left running as interrupted; returns how many. */
-  init(): number {
-    const n = markInterruptedTurns(this.deps.db, 'The gateway restarted during this turn, so it ended early. Send a message to go on.');
+  async init(): Promise<number> {
+    const n = await markInterruptedTurns(this.deps.db, 'The gateway restarted during this turn, so it ended early. Send a message to go on.');
     if (n) this.log.warn({ turns: n }, 'turns interrupted by a restart were marked so');
     return n;
   }
 
   /** The model `user` gets when they name none or one they cannot use; throws when none is available. */
-  modelFor(user: User, wanted?: string): ModelChoice {
-    const available = this.deps.catalog.availableTo(user.id);
+  async modelFor(user: User, wanted?: string): Promise<ModelChoice> {
+    const available = await this.deps.catalog.availableTo(user.id);
     if (!available.length) throw new AgentError(NO_MODELS_MESSAGE, { reason: 'no_model', status: 503 });
-    if (!wanted) return available.find((c) => c.id === user.defaultModel) ?? this.deps.catalog.defaultFor(user.id)!;
+    if (!wanted) return available.find((c) => c.id === user.defaultModel) ?? available.find((c) => c.id === this.deps.config.defaultModel) ?? available[0]!;
     const choice = available.find((c) => c.id === wanted);
     if (!choice) {
       throw new AgentError(`The model "${wanted}" is not offered to you here; choose one of: ${available.map((c) => c.id).join(', ')}.`, { reason: 'model_not_found', status: 404 });
@@ -75,14 +75,14 @@ export class Agent {
     return choice;
   }
 
-  startConversation(user: User, o: { model?: string; source: ConversationSource }): Conversation {
-    const choice = this.modelFor(user, o.model);
+  async startConversation(user: User, o: { model?: string; source: ConversationSource }): Promise<Conversation> {
+    const choice = await this.modelFor(user, o.model);
     return createConversation(this.deps.db, { userId: user.id, model: choice.id, source: o.source });
   }
 
-  setModel(user: User, conversationId: string, model: string): void {
-    getConversation(this.deps.db, user.id, conversationId);
-    updateConversation(this.deps.db, conversationId, { model: this.modelFor(user, model).id });
+  async setModel(user: User, conversationId: string, model: string): Promise<void> {
+    await getConversation(this.deps.db, user.id, conversationId);
+    await updateConversation(this.deps.db, conversationId, { model: (await this.modelFor(user, model)).id });
   }
 
   /**
@@ -91,11 +91,11 @@ export class Agent {
    * values, the model gets tokens.
    */
   async seed(user: User, conversationId: string, messages: { role: 'user' | 'assistant'; text: string }[]): Promise<void> {
-    getConversation(this.deps.db, user.id, conversationId);
+    await getConversation(this.deps.db, user.id, conversationId);
     const caller: Caller = { user, via: { kind: 'agent', conversationId } };
     for (const m of messages) {
       const text = await this.deps.boundary.toModel(caller, m.text);
-      addMessage(this.deps.db, { conversationId, message: m.role === 'user' ? { role: 'user', content: text } : { role: 'assistant', content: [{ type: 'text', text }] } });
+      await addMessage(this.deps.db, { conversationId, message: m.role === 'user' ? { role: 'user', content: text } : { role: 'assistant', content: [{ type: 'text', text }] } });
     }
   }
 
@@ -107,17 +107,31 @@ export class Agent {
    * Runs one turn: `text` from `user` in their conversation, events to `sink`. Resolves
    * when the turn is over however it ended (the outcome says how); rejects only when it
    * cannot start (no such conversation, one already running, no model, bad message).
+   * `o.started` is called once the turn has passed those checks and runs (before its
+   * first event): what it is told until then is why it could not start.
    */
-  async send(user: User, conversationId: string, text: string, sink: EventSink, o: { signal?: AbortSignal; clientInstructions?: string } = {}): Promise<TurnOutcome> {
-    if (this.closed) throw new AgentError('the gateway is shutting down', { reason: 'busy', status: 503 });
-    const conversation = getConversation(this.deps.db, user.id, conversationId);
+  async send(
+    user: User,
+    conversationId: string,
+    text: string,
+    sink: EventSink,
+    o: { signal?: AbortSignal; clientInstructions?: string; started?: () => void } = {},
+  ): Promise<TurnOutcome> {
+    const closing = () => new AgentError('the gateway is shutting down', { reason: 'busy', status: 503 });
+    const busy = () => new AgentError('this conversation is already answering a message: wait for it or stop it', { reason: 'busy', status: 409 });
+    if (this.closed) throw closing();
+    const conversation = await getConversation(this.deps.db, user.id, conversationId);
     if (typeof text !== 'string' || !text.trim()) throw new AgentError('the message is empty', { reason: 'invalid_request', status: 400 });
     if (text.length > MAX_MESSAGE_CHARS) throw new AgentError(`the message is longer than ${MAX_MESSAGE_CHARS} characters: put large data in a file in your workspace and refer to it`, { reason: 'invalid_request', status: 400 });
-    if (this.running.has(conversationId)) throw new AgentError('this conversation is already answering a message: wait for it or stop it', { reason: 'busy', status: 409 });
-    const choice = this.modelFor(user, conversation.model);
-    const lm = this.deps.catalog.languageModel(choice, user.id);
+    if (this.running.has(conversationId)) throw busy();
+    const choice = await this.modelFor(user, conversation.model);
+    const lm = await this.deps.catalog.languageModel(choice, user.id);
     this.deps.prepare?.(user);
     if (!lm) throw new AgentError(`No key reaches ${providerLabel(choice.provider)} for you: ${NO_MODELS_MESSAGE}`, { reason: 'no_model', status: 503 });
+    // Asked again after the store's answers: another message to this conversation, or the
+    // shutdown, may have come in meanwhile. From here to running.set nothing waits.
+    if (this.closed) throw closing();
+    if (this.running.has(conversationId)) throw busy();
 
     const controller = new AbortController();
     const onAbort = () => controller.abort('cancel');
@@ -141,6 +155,7 @@ export class Agent {
     })();
     const entry = { controller, done: work.catch(() => undefined), userId: user.id };
     this.running.set(conversationId, entry);
+    o.started?.();
     try {
       return await work;
     } finally {
@@ -161,8 +176,8 @@ export class Agent {
   }
 
   /** Stops the running turn of the user's conversation: the model stream and any execution. */
-  cancel(user: User, conversationId: string): boolean {
-    getConversation(this.deps.db, user.id, conversationId);
+  async cancel(user: User, conversationId: string): Promise<boolean> {
+    await getConversation(this.deps.db, user.id, conversationId);
     const r = this.running.get(conversationId);
     if (!r) return false;
     r.controller.abort('cancel');

@@ -57,24 +57,25 @@ const SWEEP_BATCH = 200;
  * `now` (none when `days` is 0), never one with a turn running, and the PII scopes of
  * what their models were shown. Returns how many went.
  */
-export function sweepApiConversations(db: Db, o: { days: number; now?: number }): number {
+export async function sweepApiConversations(db: Db, o: { days: number; now?: number }): Promise<number> {
   if (o.days <= 0) return 0;
   return deleteInBatches(db, { before: (o.now ?? Date.now()) - o.days * DAY_MS });
 }
 
 /** Deletes every API conversation of `userId` but one with a turn running, with their PII scopes. Returns how many went. */
-export function deleteUserApiConversations(db: Db, userId: number): number {
+export async function deleteUserApiConversations(db: Db, userId: number): Promise<number> {
   return deleteInBatches(db, { before: Number.MAX_SAFE_INTEGER, userId });
 }
 
-function deleteInBatches(db: Db, o: { before: number; userId?: number }): number {
+async function deleteInBatches(db: Db, o: { before: number; userId?: number }): Promise<number> {
   let total = 0;
   for (;;) {
-    const gone = db.transaction(() => {
-      const rows = deleteApiConversations(db, { ...o, limit: SWEEP_BATCH });
-      for (const r of rows) dropPiiScope(db, conversationScopeRef(r.userId, r.id));
+    // A conversation and its PII scope go together or not at all.
+    const gone = await db.transaction().execute(async (tx) => {
+      const rows = await deleteApiConversations(tx, { ...o, limit: SWEEP_BATCH });
+      for (const r of rows) await dropPiiScope(tx, conversationScopeRef(r.userId, r.id));
       return rows.length;
-    })();
+    });
     total += gone;
     if (gone < SWEEP_BATCH) return total;
   }

@@ -8,7 +8,9 @@ import crypto from 'node:crypto';
 import type { ModelMessage } from 'ai';
 import { GatewayError } from '../errors.js';
 import type { FileChange } from './events.js';
-import { statement, type Db } from '../store/store.js';
+import { sql, type Selectable } from 'kysely';
+import type { Db } from '../store/store.js';
+import type { ConversationsTable, TurnsTable } from './schema.js';
 
 export type ConversationSource = 'web' | 'api';
 export type TurnStatus = 'running' | 'complete' | 'stopped' | 'cancelled' | 'interrupted' | 'failed';
@@ -65,15 +67,7 @@ export class ConversationNotFound extends GatewayError {
   }
 }
 
-interface ConversationRow {
-  id: string;
-  user_id: number;
-  title: string;
-  model: string;
-  source: ConversationSource;
-  created_at: number;
-  updated_at: number;
-}
+type ConversationRow = Pick<Selectable<ConversationsTable>, 'id' | 'user_id' | 'title' | 'model' | 'source' | 'created_at' | 'updated_at'>;
 
 const toConversation = (r: ConversationRow): Conversation => ({
   id: r.id,
@@ -85,16 +79,7 @@ const toConversation = (r: ConversationRow): Conversation => ({
   updatedAt: r.updated_at,
 });
 
-interface TurnRow {
-  id: number;
-  conversation_id: string;
-  model: string;
-  status: TurnStatus;
-  note: string | null;
-  rounds: number;
-  started_at: number;
-  ended_at: number | null;
-}
+type TurnRow = Selectable<TurnsTable>;
 
 const toTurn = (r: TurnRow): Turn => ({
   id: r.id,
@@ -113,42 +98,45 @@ export function titleFrom(text: string): string {
   return oneLine.length > MAX_TITLE_CHARS ? `${oneLine.slice(0, MAX_TITLE_CHARS - 1)}…` : oneLine;
 }
 
-export function createConversation(db: Db, o: { userId: number; model: string; source: ConversationSource; title?: string }): Conversation {
+export async function createConversation(db: Db, o: { userId: number; model: string; source: ConversationSource; title?: string }): Promise<Conversation> {
   const id = crypto.randomBytes(12).toString('base64url');
   const now = Date.now();
-  statement(db, 'INSERT INTO conversations (id, user_id, title, model, source, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)').run(
-    id,
-    o.userId,
-    o.title ?? '',
-    o.model,
-    o.source,
-    now,
-    now,
-  );
+  await db
+    .insertInto('conversations')
+    .values({ id, user_id: o.userId, title: o.title ?? '', model: o.model, source: o.source, created_at: now, updated_at: now })
+    .execute();
   return { id, userId: o.userId, title: o.title ?? '', model: o.model, source: o.source, createdAt: now, updatedAt: now };
 }
 
+/** The columns a Conversation is made of. */
+const CONVERSATION_COLUMNS = ['id', 'user_id', 'title', 'model', 'source', 'created_at', 'updated_at'] as const;
+
 /** The user's conversation `id`; throws ConversationNotFound for anyone else's (the same answer as for none). */
-export function getConversation(db: Db, userId: number, id: string): Conversation {
-  const r = statement(db, 'SELECT * FROM conversations WHERE id = ? AND user_id = ?').get(id, userId) as ConversationRow | undefined;
+export async function getConversation(db: Db, userId: number, id: string): Promise<Conversation> {
+  const r = await db.selectFrom('conversations').select(CONVERSATION_COLUMNS).where('id', '=', id).where('user_id', '=', userId).executeTakeFirst();
   if (!r) throw new ConversationNotFound();
   return toConversation(r);
 }
 
-export function listConversations(db: Db, userId: number, opts: { source?: ConversationSource; limit?: number } = {}): Conversation[] {
-  const rows = opts.source
-    ? statement(db, 'SELECT * FROM conversations WHERE user_id = ? AND source = ? ORDER BY updated_at DESC LIMIT ?').all(userId, opts.source, opts.limit ?? 200)
-    : statement(db, 'SELECT * FROM conversations WHERE user_id = ? ORDER BY updated_at DESC LIMIT ?').all(userId, opts.limit ?? 200);
-  return (rows as ConversationRow[]).map(toConversation);
+export async function listConversations(db: Db, userId: number, opts: { source?: ConversationSource; limit?: number } = {}): Promise<Conversation[]> {
+  let q = db.selectFrom('conversations').select(CONVERSATION_COLUMNS).where('user_id', '=', userId);
+  if (opts.source) q = q.where('source', '=', opts.source);
+  // id breaks ties: two conversations touched in the same millisecond keep one order.
+  const rows = await q.orderBy('updated_at', 'desc').orderBy('id').limit(opts.limit ?? 200).execute();
+  return rows.map(toConversation);
 }
 
-export function updateConversation(db: Db, id: string, fields: { title?: string; model?: string }): void {
-  if (fields.title !== undefined) statement(db, 'UPDATE conversations SET title = ? WHERE id = ?').run(titleFrom(fields.title), id);
-  if (fields.model !== undefined) statement(db, 'UPDATE conversations SET model = ? WHERE id = ?').run(fields.model, id);
+export async function updateConversation(db: Db, id: string, fields: { title?: string; model?: string }): Promise<void> {
+  const set: { title?: string; model?: string } = {};
+  if (fields.title !== undefined) set.title = titleFrom(fields.title);
+  if (fields.model !== undefined) set.model = fields.model;
+  if (!Object.keys(set).length) return;
+  await db.updateTable('conversations').set(set).where('id', '=', id).execute();
 }
 
-export function deleteConversation(db: Db, userId: number, id: string): boolean {
-  return statement(db, 'DELETE FROM conversations WHERE id = ? AND user_id = ?').run(id, userId).changes > 0;
+export async function deleteConversation(db: Db, userId: number, id: string): Promise<boolean> {
+  const r = await db.deleteFrom('conversations').where('id', '=', id).where('user_id', '=', userId).executeTakeFirst();
+  return Number(r.numDeletedRows) > 0;
 }
 
 /** Messages deleted per statement by `deleteConversationInSteps`: a few milliseconds of work each. */
@@ -160,73 +148,83 @@ export const DELETE_STEP_MESSAGES = 2000;
  * conversation of 50,000 messages holds the loop (and every other member) ≈130 ms.
  */
 export async function deleteConversationInSteps(db: Db, userId: number, id: string): Promise<boolean> {
-  if (!statement(db, 'SELECT 1 FROM conversations WHERE id = ? AND user_id = ?').get(id, userId)) return false;
-  const step = statement(db, 'DELETE FROM messages WHERE id IN (SELECT id FROM messages WHERE conversation_id = ? ORDER BY id LIMIT ?)');
-  while (step.run(id, DELETE_STEP_MESSAGES).changes === DELETE_STEP_MESSAGES) await new Promise((r) => setImmediate(r));
+  const own = await db.selectFrom('conversations').select('id').where('id', '=', id).where('user_id', '=', userId).executeTakeFirst();
+  if (!own) return false;
+  for (;;) {
+    // No DELETE … LIMIT on Postgres: the step's ids are chosen by a subquery.
+    const r = await db
+      .deleteFrom('messages')
+      .where('id', 'in', (eb) => eb.selectFrom('messages').select('id').where('conversation_id', '=', id).orderBy('id').limit(DELETE_STEP_MESSAGES))
+      .executeTakeFirst();
+    if (Number(r.numDeletedRows) < DELETE_STEP_MESSAGES) break;
+    await new Promise((resolve) => setImmediate(resolve));
+  }
   return deleteConversation(db, userId, id);
 }
 
-export function startTurn(db: Db, conversationId: string, model: string): Turn {
+export async function startTurn(db: Db, conversationId: string, model: string): Promise<Turn> {
   const now = Date.now();
-  const r = statement(db, "INSERT INTO turns (conversation_id, model, status, started_at) VALUES (?, ?, 'running', ?)").run(conversationId, model, now);
-  statement(db, 'UPDATE conversations SET updated_at = ? WHERE id = ?').run(now, conversationId);
-  return { id: Number(r.lastInsertRowid), conversationId, model, status: 'running', note: null, rounds: 0, startedAt: now, endedAt: null };
+  // The conversation is touched first: a sweep of idle conversations (deleteApiConversations)
+  // that reads it from then on sees it in use, before the turn exists.
+  await db.updateTable('conversations').set({ updated_at: now }).where('id', '=', conversationId).execute();
+  const { id } = await db.insertInto('turns').values({ conversation_id: conversationId, model, status: 'running', started_at: now }).returning('id').executeTakeFirstOrThrow();
+  return { id, conversationId, model, status: 'running', note: null, rounds: 0, startedAt: now, endedAt: null };
 }
 
-export function endTurn(db: Db, turnId: number, status: Exclude<TurnStatus, 'running'>, rounds: number, note?: string): void {
-  statement(db, 'UPDATE turns SET status = ?, note = ?, rounds = ?, ended_at = ? WHERE id = ?').run(status, note ?? null, rounds, Date.now(), turnId);
+export async function endTurn(db: Db, turnId: number, status: Exclude<TurnStatus, 'running'>, rounds: number, note?: string): Promise<void> {
+  await db
+    .updateTable('turns')
+    .set({ status, note: note ?? null, rounds, ended_at: Date.now() })
+    .where('id', '=', turnId)
+    .execute();
 }
 
-export function turnsOf(db: Db, conversationId: string): Turn[] {
-  return (statement(db, 'SELECT * FROM turns WHERE conversation_id = ? ORDER BY id').all(conversationId) as TurnRow[]).map(toTurn);
+export async function turnsOf(db: Db, conversationId: string): Promise<Turn[]> {
+  const rows = await db.selectFrom('turns').selectAll().where('conversation_id', '=', conversationId).orderBy('id').execute();
+  return rows.map(toTurn);
 }
 
 /**
  * Turns left running by a gateway that stopped: marked interrupted, with a note the user
  * reads. Returns how many.
  */
-export function markInterruptedTurns(db: Db, note: string): number {
-  return statement(db, "UPDATE turns SET status = 'interrupted', note = ?, ended_at = ? WHERE status = 'running'").run(note, Date.now()).changes;
+export async function markInterruptedTurns(db: Db, note: string): Promise<number> {
+  const r = await db.updateTable('turns').set({ status: 'interrupted', note, ended_at: Date.now() }).where('status', '=', 'running').executeTakeFirst();
+  return Number(r.numUpdatedRows);
 }
 
-export function addMessage(
+export async function addMessage(
   db: Db,
   o: { conversationId: string; turnId?: number; message: ModelMessage; model?: string; keyOwner?: 'user' | 'team'; usage?: Usage; files?: Record<string, FileChange[]> },
-): number {
+): Promise<number> {
   const u = o.usage ?? NO_USAGE;
-  const r = statement(
-    db,
-    `INSERT INTO messages (conversation_id, turn_id, role, content, model, key_owner, input_tokens, output_tokens, cached_input_tokens, created_at, files)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-  ).run(
-    o.conversationId,
-    o.turnId ?? null,
-    o.message.role,
-    JSON.stringify(o.message),
-    o.model ?? null,
-    o.keyOwner ?? null,
-    u.inputTokens,
-    u.outputTokens,
-    u.cachedInputTokens,
-    Date.now(),
-    o.files ? JSON.stringify(o.files) : null,
-  );
-  return Number(r.lastInsertRowid);
+  const r = await db
+    .insertInto('messages')
+    .values({
+      conversation_id: o.conversationId,
+      turn_id: o.turnId ?? null,
+      role: o.message.role,
+      content: JSON.stringify(o.message),
+      model: o.model ?? null,
+      key_owner: o.keyOwner ?? null,
+      input_tokens: u.inputTokens,
+      output_tokens: u.outputTokens,
+      cached_input_tokens: u.cachedInputTokens,
+      created_at: Date.now(),
+      files: o.files ? JSON.stringify(o.files) : null,
+    })
+    .returning('id')
+    .executeTakeFirstOrThrow();
+  return r.id;
 }
 
-export function messagesOf(db: Db, conversationId: string): StoredMessage[] {
-  const rows = statement(db, 'SELECT * FROM messages WHERE conversation_id = ? ORDER BY id').all(conversationId) as {
-    id: number;
-    turn_id: number | null;
-    content: string;
-    model: string | null;
-    input_tokens: number;
-    output_tokens: number;
-    cached_input_tokens: number;
-    created_at: number;
-    files: string | null;
-    html: string | null;
-  }[];
+export async function messagesOf(db: Db, conversationId: string): Promise<StoredMessage[]> {
+  const rows = await db
+    .selectFrom('messages')
+    .select(['id', 'turn_id', 'content', 'model', 'input_tokens', 'output_tokens', 'cached_input_tokens', 'created_at', 'files', 'html'])
+    .where('conversation_id', '=', conversationId)
+    .orderBy('id')
+    .execute();
   return rows.map((r) => ({
     id: r.id,
     turnId: r.turn_id,
@@ -240,8 +238,8 @@ export function messagesOf(db: Db, conversationId: string): StoredMessage[] {
 }
 
 /** Keeps a message's rendered HTML (model side: tokens, never values), so it is rendered once. */
-export function setMessageHtml(db: Db, messageId: number, html: string): void {
-  statement(db, 'UPDATE messages SET html = ? WHERE id = ?').run(html, messageId);
+export async function setMessageHtml(db: Db, messageId: number, html: string): Promise<void> {
+  await db.updateTable('messages').set({ html }).where('id', '=', messageId).execute();
 }
 
 export interface UsageRow extends Usage {
@@ -255,38 +253,73 @@ export interface UsageRow extends Usage {
 }
 
 /** Tokens by user and model (for the admin page), since `since` (epoch ms) when given. */
-export function usageByUserAndModel(db: Db, since = 0): UsageRow[] {
-  return (
-    statement(
-      db,
-      `SELECT c.user_id AS userId, u.name AS user, m.model AS model, COUNT(*) AS rounds,
-              SUM(m.key_owner = 'user') AS ownKeyRounds,
-              SUM(m.input_tokens) AS inputTokens, SUM(m.output_tokens) AS outputTokens, SUM(m.cached_input_tokens) AS cachedInputTokens
-       FROM messages m JOIN conversations c ON c.id = m.conversation_id JOIN users u ON u.id = c.user_id
-       WHERE m.role = 'assistant' AND m.model IS NOT NULL AND m.created_at >= ?
-       GROUP BY c.user_id, m.model ORDER BY u.name, m.model`,
-    ).all(since) as UsageRow[]
-  ).map((r) => ({ ...r, ownKeyRounds: r.ownKeyRounds ?? 0 }));
+export async function usageByUserAndModel(db: Db, since = 0): Promise<UsageRow[]> {
+  const rows = await db
+    .selectFrom('messages as m')
+    .innerJoin('conversations as c', 'c.id', 'm.conversation_id')
+    .innerJoin('users as u', 'u.id', 'c.user_id')
+    .where('m.role', '=', 'assistant')
+    .where('m.model', 'is not', null)
+    .where('m.created_at', '>=', since)
+    .groupBy(['c.user_id', 'u.name', 'm.model'])
+    .orderBy('u.name')
+    .orderBy('m.model')
+    .select((eb) => [
+      'c.user_id as userId',
+      'u.name as user',
+      'm.model as model',
+      eb.fn.countAll<number>().as('rounds'),
+      sql<number>`COALESCE(SUM(CASE WHEN ${eb.ref('m.key_owner')} = 'user' THEN 1 ELSE 0 END), 0)`.as('ownKeyRounds'),
+      sql<number>`COALESCE(SUM(${eb.ref('m.input_tokens')}), 0)`.as('inputTokens'),
+      sql<number>`COALESCE(SUM(${eb.ref('m.output_tokens')}), 0)`.as('outputTokens'),
+      sql<number>`COALESCE(SUM(${eb.ref('m.cached_input_tokens')}), 0)`.as('cachedInputTokens'),
+    ])
+    .execute();
+  // Numbers on both databases (Postgres sends COUNT and SUM as int8/numeric text; the store parses them, this makes sure).
+  return rows.map((r) => ({
+    userId: Number(r.userId),
+    user: r.user,
+    model: r.model!,
+    rounds: Number(r.rounds),
+    ownKeyRounds: Number(r.ownKeyRounds),
+    inputTokens: Number(r.inputTokens),
+    outputTokens: Number(r.outputTokens),
+    cachedInputTokens: Number(r.cachedInputTokens),
+  }));
 }
 
 /**
  * The /v1 conversation of `userId` whose client was last answered with the history of
  * digest `digest` (api-history.ts), taken: its digest is cleared, so a second request
  * with the same history, or one while this one runs, starts a conversation of its own.
+ * One statement; the digest is checked again on the row it updates, so of two requests
+ * racing for the same conversation on Postgres (where the second waits for the first's
+ * row lock, then re-reads the row) only the first gets it.
  */
-export function takeApiConversation(db: Db, userId: number, digest: string): Conversation | undefined {
-  const r = statement(
-    db,
-    `UPDATE conversations SET client_digest = NULL WHERE id = (
-       SELECT id FROM conversations WHERE user_id = ? AND source = 'api' AND client_digest = ? ORDER BY updated_at DESC LIMIT 1
-     ) RETURNING *`,
-  ).get(userId, digest) as ConversationRow | undefined;
+export async function takeApiConversation(db: Db, userId: number, digest: string): Promise<Conversation | undefined> {
+  const r = await db
+    .updateTable('conversations')
+    .set({ client_digest: null })
+    .where('id', '=', (eb) =>
+      eb
+        .selectFrom('conversations')
+        .select('id')
+        .where('user_id', '=', userId)
+        .where('source', '=', 'api')
+        .where('client_digest', '=', digest)
+        .orderBy('updated_at', 'desc')
+        .orderBy('id')
+        .limit(1),
+    )
+    .where('client_digest', '=', digest)
+    .returning(CONVERSATION_COLUMNS)
+    .executeTakeFirst();
   return r && toConversation(r);
 }
 
 /** Records the digest of the history a /v1 conversation's client was just answered with. */
-export function setClientDigest(db: Db, conversationId: string, digest: string): void {
-  statement(db, 'UPDATE conversations SET client_digest = ? WHERE id = ?').run(digest, conversationId);
+export async function setClientDigest(db: Db, conversationId: string, digest: string): Promise<void> {
+  await db.updateTable('conversations').set({ client_digest: digest }).where('id', '=', conversationId).execute();
 }
 
 /**
@@ -294,28 +327,45 @@ export function setClientDigest(db: Db, conversationId: string, digest: string):
  * older than `before` (epoch ms), never one with a turn running.
  * Returns what was deleted, so that their PII scopes can go too.
  */
-export function deleteApiConversations(db: Db, o: { before: number; userId?: number; limit?: number }): { id: string; userId: number }[] {
-  return statement(
-    db,
-    `DELETE FROM conversations WHERE id IN (
-       SELECT c.id FROM conversations c
-       WHERE c.source = 'api' AND c.updated_at < ? AND (? IS NULL OR c.user_id = ?)
-         AND NOT EXISTS (SELECT 1 FROM turns t WHERE t.conversation_id = c.id AND t.status = 'running')
-       LIMIT ?
-     ) RETURNING id, user_id AS userId`,
-  ).all(o.before, o.userId ?? null, o.userId ?? null, o.limit ?? 500) as { id: string; userId: number }[];
+export async function deleteApiConversations(db: Db, o: { before: number; userId?: number; limit?: number }): Promise<{ id: string; userId: number }[]> {
+  const rows = await db
+    .deleteFrom('conversations')
+    .where('id', 'in', (eb) => {
+      let q = eb
+        .selectFrom('conversations as c')
+        .select('c.id')
+        .where('c.source', '=', 'api')
+        .where('c.updated_at', '<', o.before)
+        .where((w) => w.not(w.exists(w.selectFrom('turns as t').select('t.id').whereRef('t.conversation_id', '=', 'c.id').where('t.status', '=', 'running'))));
+      if (o.userId !== undefined) q = q.where('c.user_id', '=', o.userId);
+      return q.orderBy('c.updated_at').orderBy('c.id').limit(o.limit ?? 500);
+    })
+    // Checked again on the row deleted: on Postgres a turn that started since the
+    // subquery read the table has made the conversation recent (startTurn), and it stays.
+    .where('source', '=', 'api')
+    .where('updated_at', '<', o.before)
+    .returning(['id', 'user_id'])
+    .execute();
+  return rows.map((r) => ({ id: r.id, userId: r.user_id }));
 }
 
 /**
  * Bytes a user's conversations take in the store: their messages (with the files each lists and their rendered HTML) and titles.
  * A scan of every message the user has: the store quota reads the running totals the store keeps instead (src/limits/schema.ts).
  */
-export function conversationBytes(db: Db, userId: number): { web: number; api: number } {
-  const rows = statement(
-    db,
-    `SELECT c.source AS source,
-            COALESCE(SUM((SELECT COALESCE(SUM(octet_length(m.content) + COALESCE(octet_length(m.files), 0) + COALESCE(octet_length(m.html), 0)), 0) FROM messages m WHERE m.conversation_id = c.id) + octet_length(c.title)), 0) AS bytes
-     FROM conversations c WHERE c.user_id = ? GROUP BY c.source`,
-  ).all(userId) as { source: ConversationSource; bytes: number }[];
-  return { web: rows.find((r) => r.source === 'web')?.bytes ?? 0, api: rows.find((r) => r.source === 'api')?.bytes ?? 0 };
+export async function conversationBytes(db: Db, userId: number): Promise<{ web: number; api: number }> {
+  const rows = await db
+    .selectFrom('conversations as c')
+    .where('c.user_id', '=', userId)
+    .groupBy('c.source')
+    .select((eb) => [
+      'c.source as source',
+      sql<number>`COALESCE(SUM(octet_length(${eb.ref('c.title')}) + (${eb
+        .selectFrom('messages as m')
+        .whereRef('m.conversation_id', '=', 'c.id')
+        .select(sql<number>`COALESCE(SUM(octet_length(m.content) + COALESCE(octet_length(m.files), 0) + COALESCE(octet_length(m.html), 0)), 0)`.as('bytes'))})), 0)`.as('bytes'),
+    ])
+    .execute();
+  const bytes = (source: ConversationSource) => Number(rows.find((r) => r.source === source)?.bytes ?? 0);
+  return { web: bytes('web'), api: bytes('api') };
 }

@@ -1,18 +1,24 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { openTestVault } from '../../test/support/pii.js';
+import { openTestVault, type TestVault } from '../../test/support/pii.js';
 import type { Caller } from '../auth/caller.js';
+import type { ModelBoundary } from '../pii/boundary.js';
 import { createPiiBoundary } from '../pii/pii-boundary.js';
 import type { User } from '../accounts/accounts.js';
 import { DisplayStream } from './display.js';
 
-const t = openTestVault();
-afterAll(() => t.cleanup());
-const boundary = createPiiBoundary(t.vault);
-const caller: Caller = { user: { id: t.userId('ana'), name: 'ana' } as User, via: { kind: 'token', tokenId: 1, tokenName: 'laptop' } };
+let t: TestVault;
+let boundary: ModelBoundary;
+let caller: Caller;
 const EMAIL = 'ana.lee@example.com';
 const PHONE = '+41 44 668 18 00';
-beforeAll(() => {
-  expect(boundary.toModel(caller, `${EMAIL} ${PHONE}`)).toBe('[EMAIL_1] [PHONE_1]');
+beforeAll(async () => {
+  t = await openTestVault();
+  boundary = createPiiBoundary(t.vault);
+  caller = { user: { id: await t.userId('ana'), name: 'ana' } as User, via: { kind: 'token', tokenId: 1, tokenName: 'laptop' } };
+  expect(await boundary.toModel(caller, `${EMAIL} ${PHONE}`)).toBe('[EMAIL_1] [PHONE_1]');
+});
+afterAll(async () => {
+  await t?.cleanup();
 });
 
 async function shown(chunks: readonly string[]): Promise<string> {

@@ -38,7 +38,7 @@ export class DisplayStream {
   }
 
   private async shown(spans: Span[]): Promise<string> {
-    const parts = await Promise.all(spans.map((s) => (s.url ? s.text : forUser(this.boundary, this.caller, s.text))));
+    const parts = await Promise.all(spans.map(async (s) => (s.url ? s.text : forUser(this.boundary, this.caller, s.text))));
     return parts.join('');
   }
 }

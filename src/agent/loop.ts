@@ -156,6 +156,23 @@ export async function modelTools(connection: InProcessConnection): Promise<Model
   return { set, schemas, chars: JSON.stringify(tools.map((t) => [t.name, t.description, t.inputSchema])).length };
 }
 
+/** What the user reads when the store fails during a turn. */
+const STORE_FAILED_NOTE = 'The gateway could not save this conversation (its database did not answer), so this turn stopped. Try again in a moment.';
+
+/** A read or write of the turn's conversation failed: the turn ends as failed (STORE_FAILED_NOTE). */
+class StoreFailure extends Error {
+  override name = 'StoreFailure';
+}
+
+/** `work` on the store, its failure marked as the store's. */
+async function stored<T>(work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (err) {
+    throw new StoreFailure('the store failed during a turn', { cause: err });
+  }
+}
+
 export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: ModelTools): Promise<TurnOutcome> {
   const tools = modelToolset.set;
   const { config, db, logger, boundary } = deps;
@@ -168,168 +185,188 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
     }
   };
   const modelText = await boundary.toModel(caller, input.text);
-  const turn = startTurn(db, conversation.id, choice.id);
-  // The first message names the conversation, before the turn is announced: the page shows the name at once.
-  if (!conversation.title) updateConversation(db, conversation.id, { title: modelText });
-  emit({ type: 'turn', conversationId: conversation.id, turnId: turn.id, model: choice.id });
-  addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'user', content: modelText } });
-
-  const history = repairToolPairs(messagesOf(db, conversation.id).map((m) => m.message));
-  const system = systemPrompt(input.instructions, input.clientInstructions && (await boundary.toModel(caller, input.clientInstructions)));
-  const fixedChars = system.length + modelToolset.chars;
+  // Before the turn exists, a failure (the store unreachable) is one of starting: send() rejects.
+  const turn = await startTurn(db, conversation.id, choice.id);
   const usage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
   let rounds = 0;
-  let keepFrom = history.length - 1;
 
-  const finish = (reason: DoneReason, status: Exclude<TurnStatus, 'running'>, message?: string): TurnOutcome => {
-    endTurn(db, turn.id, status, rounds, message);
+  const finish = async (reason: DoneReason, status: Exclude<TurnStatus, 'running'>, message?: string): Promise<TurnOutcome> => {
+    try {
+      await endTurn(db, turn.id, status, rounds, message);
+    } catch (err) {
+      // The turn still ends for its user; the store marks it interrupted at the next start.
+      logger.error({ err, turnId: turn.id }, 'could not record how a turn ended');
+    }
     emit({ type: 'done', reason, ...(message ? { message } : {}) });
     return { turnId: turn.id, reason, message, rounds, usage };
   };
   const cancelled = () => finish('cancelled', signal.reason === 'shutdown' ? 'interrupted' : 'cancelled', signal.reason === 'shutdown' ? 'The gateway stopped during this turn.' : 'Stopped by you.');
-  const save = (message: ModelMessage, roundUsage?: Usage, files?: Record<string, FileChange[]>) => {
-    history.push(message);
-    addMessage(db, { conversationId: conversation.id, turnId: turn.id, message, files, ...(message.role === 'assistant' ? { model: choice.id, keyOwner: input.keyOwner, usage: roundUsage } : {}) });
-  };
 
-  while (true) {
-    if (signal.aborted) return cancelled();
-    const fitted = fitToContext(history, fixedChars, config.agentContextTokens, keepFrom);
-    if (!fitted.fits) {
-      return finish(
-        'context_full',
-        'stopped',
-        `This conversation no longer fits the model's context (about ${fitted.tokens} tokens, more than SANDGATE_AGENT_CONTEXT_TOKENS=${config.agentContextTokens}, even with earlier tool output trimmed). Start a new conversation; your files in /workspace stay.`,
+  try {
+    // Each write is awaited before the next: the messages are stored in the order they happened.
+    // The first message names the conversation, before the turn is announced: the page shows the name at once.
+    if (!conversation.title) await stored(updateConversation(db, conversation.id, { title: modelText }));
+    emit({ type: 'turn', conversationId: conversation.id, turnId: turn.id, model: choice.id });
+    await stored(addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'user', content: modelText } }));
+
+    const history = repairToolPairs((await stored(messagesOf(db, conversation.id))).map((m) => m.message));
+    const system = systemPrompt(input.instructions, input.clientInstructions && (await boundary.toModel(caller, input.clientInstructions)));
+    const fixedChars = system.length + modelToolset.chars;
+    let keepFrom = history.length - 1;
+
+    const save = async (message: ModelMessage, roundUsage?: Usage, files?: Record<string, FileChange[]>) => {
+      history.push(message);
+      await stored(
+        addMessage(db, { conversationId: conversation.id, turnId: turn.id, message, files, ...(message.role === 'assistant' ? { model: choice.id, keyOwner: input.keyOwner, usage: roundUsage } : {}) }),
       );
-    }
-    rounds++;
-    const display = new DisplayStream(boundary, caller);
-    let text = '';
-    /** Characters of answer past MAX_ROUND_TEXT_CHARS, neither kept nor shown. */
-    let cutChars = 0;
-    /** Tool calls past MAX_TOOL_CALLS_PER_ROUND, dropped (model-bounds.ts drops them first). */
-    let droppedCalls = 0;
-    const calls: ToolCallPart[] = [];
-    const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
-    try {
-      const result = streamText({
-        model: input.model,
-        system,
-        messages: fitted.messages,
-        tools,
-        maxRetries: config.agentRetries,
-        maxOutputTokens: config.agentMaxOutputTokens,
-        abortSignal: signal,
-        timeout: { chunkMs: config.agentTimeoutSec * 1000 },
-        // Errors arrive as stream parts and are handled below; the default would print them.
-        onError: () => {},
-      });
-      let yielded = performance.now();
-      for await (const part of result.fullStream) {
-        if (performance.now() - yielded > STREAM_YIELD_MS) {
-          await new Promise((resolve) => setImmediate(resolve));
-          yielded = performance.now();
-        }
-        if (part.type === 'text-delta') {
-          const piece = withinRoom(part.text, MAX_ROUND_TEXT_CHARS - text.length);
-          cutChars += part.text.length - piece.length;
-          if (!piece) continue;
-          text += piece;
-          const shown = await display.push(piece);
-          if (shown) emit({ type: 'text', delta: shown });
-        } else if (part.type === 'tool-call') {
-          const p = part as ToolCallPart & { type: 'tool-call' };
-          if (calls.length >= MAX_TOOL_CALLS_PER_ROUND) {
-            droppedCalls++;
-            continue;
-          }
-          calls.push({ toolCallId: p.toolCallId.slice(0, MAX_TOOL_ID_CHARS), toolName: p.toolName.slice(0, MAX_TOOL_ID_CHARS), input: p.input, invalid: p.invalid, error: p.error });
-        } else if (part.type === 'finish-step') {
-          roundUsage.inputTokens += part.usage.inputTokens ?? 0;
-          roundUsage.outputTokens += part.usage.outputTokens ?? 0;
-          roundUsage.cachedInputTokens += part.usage.inputTokenDetails?.cacheReadTokens ?? 0;
-          cutChars += cutTextChars(part.providerMetadata);
-          droppedCalls += droppedToolCalls(part.providerMetadata);
-        } else if (part.type === 'error') {
-          throw part.error;
-        } else if (part.type === 'abort') {
-          break;
-        }
+    };
+
+    while (true) {
+      if (signal.aborted) return await cancelled();
+      const fitted = fitToContext(history, fixedChars, config.agentContextTokens, keepFrom);
+      if (!fitted.fits) {
+        return await finish(
+          'context_full',
+          'stopped',
+          `This conversation no longer fits the model's context (about ${fitted.tokens} tokens, more than SANDGATE_AGENT_CONTEXT_TOKENS=${config.agentContextTokens}, even with earlier tool output trimmed). Start a new conversation; your files in /workspace stay.`,
+        );
       }
-    } catch (err) {
+      rounds++;
+      const display = new DisplayStream(boundary, caller);
+      let text = '';
+      /** Characters of answer past MAX_ROUND_TEXT_CHARS, neither kept nor shown. */
+      let cutChars = 0;
+      /** Tool calls past MAX_TOOL_CALLS_PER_ROUND, dropped (model-bounds.ts drops them first). */
+      let droppedCalls = 0;
+      const calls: ToolCallPart[] = [];
+      const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+      try {
+        const result = streamText({
+          model: input.model,
+          system,
+          messages: fitted.messages,
+          tools,
+          maxRetries: config.agentRetries,
+          maxOutputTokens: config.agentMaxOutputTokens,
+          abortSignal: signal,
+          timeout: { chunkMs: config.agentTimeoutSec * 1000 },
+          // Errors arrive as stream parts and are handled below; the default would print them.
+          onError: () => {},
+        });
+        let yielded = performance.now();
+        for await (const part of result.fullStream) {
+          if (performance.now() - yielded > STREAM_YIELD_MS) {
+            await new Promise((resolve) => setImmediate(resolve));
+            yielded = performance.now();
+          }
+          if (part.type === 'text-delta') {
+            const piece = withinRoom(part.text, MAX_ROUND_TEXT_CHARS - text.length);
+            cutChars += part.text.length - piece.length;
+            if (!piece) continue;
+            text += piece;
+            const shown = await display.push(piece);
+            if (shown) emit({ type: 'text', delta: shown });
+          } else if (part.type === 'tool-call') {
+            const p = part as ToolCallPart & { type: 'tool-call' };
+            if (calls.length >= MAX_TOOL_CALLS_PER_ROUND) {
+              droppedCalls++;
+              continue;
+            }
+            calls.push({ toolCallId: p.toolCallId.slice(0, MAX_TOOL_ID_CHARS), toolName: p.toolName.slice(0, MAX_TOOL_ID_CHARS), input: p.input, invalid: p.invalid, error: p.error });
+          } else if (part.type === 'finish-step') {
+            roundUsage.inputTokens += part.usage.inputTokens ?? 0;
+            roundUsage.outputTokens += part.usage.outputTokens ?? 0;
+            roundUsage.cachedInputTokens += part.usage.inputTokenDetails?.cacheReadTokens ?? 0;
+            cutChars += cutTextChars(part.providerMetadata);
+            droppedCalls += droppedToolCalls(part.providerMetadata);
+          } else if (part.type === 'error') {
+            throw part.error;
+          } else if (part.type === 'abort') {
+            break;
+          }
+        }
+      } catch (err) {
+        const tail = await display.end();
+        if (tail) emit({ type: 'text', delta: tail });
+        if (cutChars) {
+          text += cutNote(cutChars);
+          emit({ type: 'text', delta: cutNote(cutChars) });
+        }
+        if (text) await save({ role: 'assistant', content: [{ type: 'text', text }] }, roundUsage);
+        if (signal.aborted) return await cancelled();
+        const d = describeProviderError(err, choice, deps.catalog, { timeoutSec: config.agentTimeoutSec, retries: config.agentRetries });
+        logger.warn({ provider: choice.provider, model: choice.model, code: d.code, status: (err as { statusCode?: number }).statusCode }, 'model request failed');
+        emit({ type: 'error', code: d.code, message: d.message });
+        return await finish('failed', 'failed', d.message);
+      }
       const tail = await display.end();
       if (tail) emit({ type: 'text', delta: tail });
       if (cutChars) {
         text += cutNote(cutChars);
         emit({ type: 'text', delta: cutNote(cutChars) });
       }
-      if (text) save({ role: 'assistant', content: [{ type: 'text', text }] }, roundUsage);
-      if (signal.aborted) return cancelled();
-      const d = describeProviderError(err, choice, deps.catalog, { timeoutSec: config.agentTimeoutSec, retries: config.agentRetries });
-      logger.warn({ provider: choice.provider, model: choice.model, code: d.code, status: (err as { statusCode?: number }).statusCode }, 'model request failed');
-      emit({ type: 'error', code: d.code, message: d.message });
-      return finish('failed', 'failed', d.message);
-    }
-    const tail = await display.end();
-    if (tail) emit({ type: 'text', delta: tail });
-    if (cutChars) {
-      text += cutNote(cutChars);
-      emit({ type: 'text', delta: cutNote(cutChars) });
-    }
-    if (droppedCalls) {
-      text += droppedNote(droppedCalls);
-      emit({ type: 'text', delta: droppedNote(droppedCalls) });
-    }
-    usage.inputTokens += roundUsage.inputTokens;
-    usage.outputTokens += roundUsage.outputTokens;
-    usage.cachedInputTokens += roundUsage.cachedInputTokens;
-    emit({ type: 'usage', round: rounds, ...roundUsage });
+      if (droppedCalls) {
+        text += droppedNote(droppedCalls);
+        emit({ type: 'text', delta: droppedNote(droppedCalls) });
+      }
+      usage.inputTokens += roundUsage.inputTokens;
+      usage.outputTokens += roundUsage.outputTokens;
+      usage.cachedInputTokens += roundUsage.cachedInputTokens;
+      emit({ type: 'usage', round: rounds, ...roundUsage });
 
-    // Each call is checked before it is kept, shown or run; the round's calls share one allowance of argument characters.
-    let allowance = MAX_TOOL_INPUT_CHARS;
-    const vetted = calls.map((c) => {
-      const v = vetToolCall(c, modelToolset.schemas, allowance);
-      allowance -= v.chars;
-      return v;
-    });
-    const content: Exclude<ModelMessage & { role: 'assistant' }, { content: string }>['content'] = [];
-    if (text) content.push({ type: 'text', text });
-    calls.forEach((c, i) => content.push({ type: 'tool-call', toolCallId: c.toolCallId, toolName: c.toolName, input: vetted[i]!.stored }));
-    // An empty answer is not stored (providers refuse empty text blocks); its usage still counts.
-    if (content.length) save({ role: 'assistant', content }, roundUsage);
-    else addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'assistant', content: [] }, model: choice.id, keyOwner: input.keyOwner, usage: roundUsage });
-    keepFrom = history.length - 1;
-
-    if (signal.aborted) return cancelled();
-    if (!calls.length) return finish('complete', 'complete');
-
-    const overBudget = usage.inputTokens + usage.outputTokens > config.agentTurnTokens;
-    const lastRound = rounds >= config.agentMaxRounds;
-    if (overBudget || lastRound) {
-      const why = overBudget
-        ? `This turn used ${usage.inputTokens + usage.outputTokens} tokens, more than its budget of ${config.agentTurnTokens} (SANDGATE_AGENT_TURN_TOKENS)`
-        : `This turn reached its limit of ${config.agentMaxRounds} model round trips (SANDGATE_AGENT_MAX_ROUNDS)`;
-      save({
-        role: 'tool',
-        content: calls.map((c) => ({ type: 'tool-result' as const, toolCallId: c.toolCallId, toolName: c.toolName, output: { type: 'error-text' as const, value: `Not run: ${why}.` } })),
+      // Each call is checked before it is kept, shown or run; the round's calls share one allowance of argument characters.
+      let allowance = MAX_TOOL_INPUT_CHARS;
+      const vetted = calls.map((c) => {
+        const v = vetToolCall(c, modelToolset.schemas, allowance);
+        allowance -= v.chars;
+        return v;
       });
-      return finish(overBudget ? 'token_budget' : 'max_rounds', 'stopped', `${why}, so it stopped before running more tools. Send a message to go on.`);
-    }
+      const content: Exclude<ModelMessage & { role: 'assistant' }, { content: string }>['content'] = [];
+      if (text) content.push({ type: 'text', text });
+      calls.forEach((c, i) => content.push({ type: 'tool-call', toolCallId: c.toolCallId, toolName: c.toolName, input: vetted[i]!.stored }));
+      // An empty answer is not stored (providers refuse empty text blocks); its usage still counts.
+      if (content.length) await save({ role: 'assistant', content }, roundUsage);
+      else await stored(addMessage(db, { conversationId: conversation.id, turnId: turn.id, message: { role: 'assistant', content: [] }, model: choice.id, keyOwner: input.keyOwner, usage: roundUsage }));
+      keepFrom = history.length - 1;
 
-    const results: { type: 'tool-result'; toolCallId: string; toolName: string; output: ToolOutput }[] = [];
-    const changed: Record<string, FileChange[]> = {};
-    for (const [i, c] of calls.entries()) {
-      const refusal = vetted[i]!.refusal;
-      const r = signal.aborted
-        ? { output: { type: 'error-text' as const, value: 'Not run: the turn was stopped.' } }
-        : refusal !== undefined
-          ? { output: { type: 'error-text' as const, value: refusal } }
-          : await callTool(deps, input, c, emit);
-      results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output: r.output });
-      if (r.files) changed[c.toolCallId] = r.files;
+      if (signal.aborted) return await cancelled();
+      if (!calls.length) return await finish('complete', 'complete');
+
+      const overBudget = usage.inputTokens + usage.outputTokens > config.agentTurnTokens;
+      const lastRound = rounds >= config.agentMaxRounds;
+      if (overBudget || lastRound) {
+        const why = overBudget
+          ? `This turn used ${usage.inputTokens + usage.outputTokens} tokens, more than its budget of ${config.agentTurnTokens} (SANDGATE_AGENT_TURN_TOKENS)`
+          : `This turn reached its limit of ${config.agentMaxRounds} model round trips (SANDGATE_AGENT_MAX_ROUNDS)`;
+        await save({
+          role: 'tool',
+          content: calls.map((c) => ({ type: 'tool-result' as const, toolCallId: c.toolCallId, toolName: c.toolName, output: { type: 'error-text' as const, value: `Not run: ${why}.` } })),
+        });
+        return await finish(overBudget ? 'token_budget' : 'max_rounds', 'stopped', `${why}, so it stopped before running more tools. Send a message to go on.`);
+      }
+
+      const results: { type: 'tool-result'; toolCallId: string; toolName: string; output: ToolOutput }[] = [];
+      const changed: Record<string, FileChange[]> = {};
+      for (const [i, c] of calls.entries()) {
+        const refusal = vetted[i]!.refusal;
+        const r = signal.aborted
+          ? { output: { type: 'error-text' as const, value: 'Not run: the turn was stopped.' } }
+          : refusal !== undefined
+            ? { output: { type: 'error-text' as const, value: refusal } }
+            : await callTool(deps, input, c, emit);
+        results.push({ type: 'tool-result', toolCallId: c.toolCallId, toolName: c.toolName, output: r.output });
+        if (r.files) changed[c.toolCallId] = r.files;
+      }
+      await save({ role: 'tool', content: results }, undefined, Object.keys(changed).length ? changed : undefined);
+      keepFrom = history.length - 2;
     }
-    save({ role: 'tool', content: results }, undefined, Object.keys(changed).length ? changed : undefined);
-    keepFrom = history.length - 2;
+  } catch (err) {
+    // Whatever went wrong after the turn began, it ends as failed with a note, never left running.
+    const store = err instanceof StoreFailure;
+    logger.error({ err: store ? err.cause : err, turnId: turn.id }, store ? 'a turn could not write to the store' : 'a turn failed');
+    const note = store ? STORE_FAILED_NOTE : 'This turn failed inside the gateway, so it stopped; the gateway log says why. Send a message to try again.';
+    emit({ type: 'error', code: store ? 'store_unavailable' : 'internal', message: note });
+    return await finish('failed', 'failed', note);
   }
 }
 

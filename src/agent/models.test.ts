@@ -3,27 +3,27 @@ import { configFor } from '../config.js';
 import { ModelCatalog, type KeyLookup, type ProviderId } from './models.js';
 
 const keys = (own: Record<number, ProviderId[]>): KeyLookup => ({
-  has: (u, p) => (own[u] ?? []).includes(p),
-  get: (u, p) => ((own[u] ?? []).includes(p) ? `own-${u}-${p}` : undefined),
+  has: async (u, p) => (own[u] ?? []).includes(p),
+  get: async (u, p) => ((own[u] ?? []).includes(p) ? `own-${u}-${p}` : undefined),
 });
 
 describe('ModelCatalog', () => {
-  it('offers a default model for each provider a key reaches, the team’s or the user’s own', () => {
+  it('offers a default model for each provider a key reaches, the team’s or the user’s own', async () => {
     const c = new ModelCatalog(configFor({ SANDGATE_ANTHROPIC_API_KEY: 'team' }), keys({ 2: ['openai'] }));
-    expect(c.availableTo(1).map((m) => m.id)).toEqual(['anthropic:claude-sonnet-4-5']);
-    expect(c.availableTo(2).map((m) => m.id)).toEqual(['anthropic:claude-sonnet-4-5', 'openai:gpt-4.1']);
-    expect(c.languageModel(c.find('openai:gpt-4.1')!, 1)).toBeUndefined();
-    expect(c.languageModel(c.find('openai:gpt-4.1')!, 2)?.keyOwner).toBe('user');
-    expect(c.languageModel(c.find('anthropic:claude-sonnet-4-5')!, 2)?.keyOwner).toBe('team');
+    expect((await c.availableTo(1)).map((m) => m.id)).toEqual(['anthropic:claude-sonnet-4-5']);
+    expect((await c.availableTo(2)).map((m) => m.id)).toEqual(['anthropic:claude-sonnet-4-5', 'openai:gpt-4.1']);
+    expect(await c.languageModel(c.find('openai:gpt-4.1')!, 1)).toBeUndefined();
+    expect((await c.languageModel(c.find('openai:gpt-4.1')!, 2))?.keyOwner).toBe('user');
+    expect((await c.languageModel(c.find('anthropic:claude-sonnet-4-5')!, 2))?.keyOwner).toBe('team');
   });
 
-  it('offers nothing when no key is set, and names the settings', () => {
+  it('offers nothing when no key is set, and names the settings', async () => {
     const c = new ModelCatalog(configFor({}));
-    expect(c.availableTo(1)).toEqual([]);
-    expect(c.defaultFor(1)).toBeUndefined();
+    expect(await c.availableTo(1)).toEqual([]);
+    expect(await c.defaultFor(1)).toBeUndefined();
   });
 
-  it('takes an explicit list with an OpenAI-compatible server under its own name, and a default model', () => {
+  it('takes an explicit list with an OpenAI-compatible server under its own name, and a default model', async () => {
     const c = new ModelCatalog(
       configFor({ SANDGATE_COMPATIBLE_BASE_URL: 'http://localhost:11434/v1', SANDGATE_COMPATIBLE_NAME: 'ollama', SANDGATE_MODELS: 'ollama:qwen2.5, gemini:gemini-2.5-pro', SANDGATE_DEFAULT_MODEL: 'ollama:qwen2.5' }),
     );
@@ -31,8 +31,8 @@ describe('ModelCatalog', () => {
       ['ollama:qwen2.5', 'compatible', 'qwen2.5'],
       ['gemini:gemini-2.5-pro', 'gemini', 'gemini-2.5-pro'],
     ]);
-    expect(c.availableTo(1).map((m) => m.id)).toEqual(['ollama:qwen2.5']);
-    expect(c.defaultFor(1)?.id).toBe('ollama:qwen2.5');
+    expect((await c.availableTo(1)).map((m) => m.id)).toEqual(['ollama:qwen2.5']);
+    expect((await c.defaultFor(1))?.id).toBe('ollama:qwen2.5');
   });
 
   it.each([

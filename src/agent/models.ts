@@ -60,10 +60,10 @@ export function keySetting(p: ProviderId): string {
   return KEY_SETTINGS[p];
 }
 
-/** A user's own keys, by provider (provider-keys.ts), without their values. */
+/** A user's own keys, by provider (provider-keys.ts, in the store). */
 export interface KeyLookup {
-  has(userId: number, provider: ProviderId): boolean;
-  get(userId: number, provider: ProviderId): string | undefined;
+  has(userId: number, provider: ProviderId): Promise<boolean>;
+  get(userId: number, provider: ProviderId): Promise<string | undefined>;
 }
 
 export class ModelCatalog {
@@ -118,9 +118,9 @@ export class ModelCatalog {
   }
 
   /** Whether `userId` can use models of `p`: a key of theirs or the team's (a compatible server needs none). */
-  reachable(p: ProviderId, userId: number): boolean {
+  async reachable(p: ProviderId, userId: number): Promise<boolean> {
     if (p === 'compatible') return !!this.config.compatibleBaseUrl;
-    return !!this.teamKey(p) || !!this.keys?.has(userId, p);
+    return !!this.teamKey(p) || ((await this.keys?.has(userId, p)) ?? false);
   }
 
   /** The models every user can use: those the team's keys (or a compatible server) reach. */
@@ -129,13 +129,17 @@ export class ModelCatalog {
   }
 
   /** The models `userId` can use now, in the configured order. */
-  availableTo(userId: number): ModelChoice[] {
-    return this.all.filter((c) => this.reachable(c.provider, userId));
+  async availableTo(userId: number): Promise<ModelChoice[]> {
+    // Each provider asked once, however many of its models are offered.
+    const providers = [...new Set(this.all.map((c) => c.provider))];
+    const reached = new Set<ProviderId>();
+    await Promise.all(providers.map(async (p) => (await this.reachable(p, userId)) && reached.add(p)));
+    return this.all.filter((c) => reached.has(c.provider));
   }
 
   /** The model a new conversation of `userId` starts with, if any is available. */
-  defaultFor(userId: number): ModelChoice | undefined {
-    const available = this.availableTo(userId);
+  async defaultFor(userId: number): Promise<ModelChoice | undefined> {
+    const available = await this.availableTo(userId);
     return available.find((c) => c.id === this.config.defaultModel) ?? available[0];
   }
 
@@ -156,8 +160,8 @@ export class ModelCatalog {
    * The language model for `choice` as `userId` uses it: with their own key when they
    * added one, else the team's. Undefined when no key reaches the provider.
    */
-  languageModel(choice: ModelChoice, userId: number): { model: LanguageModel; keyOwner: 'user' | 'team' } | undefined {
-    const own = this.keys?.get(userId, choice.provider);
+  async languageModel(choice: ModelChoice, userId: number): Promise<{ model: LanguageModel; keyOwner: 'user' | 'team' } | undefined> {
+    const own = await this.keys?.get(userId, choice.provider);
     const apiKey = own ?? this.teamKey(choice.provider);
     if (!apiKey && choice.provider !== 'compatible') return undefined;
     if (choice.provider === 'compatible' && !this.config.compatibleBaseUrl) return undefined;

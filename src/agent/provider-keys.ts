@@ -8,7 +8,7 @@
 import { GatewayError } from '../errors.js';
 import { open, seal } from '../secrets/aead.js';
 import { loadOrCreateKey } from '../secrets/key-file.js';
-import { statement, type Db } from '../store/store.js';
+import type { Db } from '../store/store.js';
 import { KEYED_PROVIDERS, type KeyLookup, type ProviderId } from './models.js';
 
 export const PROVIDER_KEYS_FILE = 'provider-keys.key';
@@ -34,37 +34,36 @@ export class ProviderKeys implements KeyLookup {
     this.key = loadOrCreateKey(dataDir, PROVIDER_KEYS_FILE);
   }
 
-  set(userId: number, provider: string, value: string): void {
+  async set(userId: number, provider: string, value: string): Promise<void> {
     if (!(KEYED_PROVIDERS as readonly string[]).includes(provider)) throw new ProviderKeyError(`unknown provider "${provider}": use one of ${KEYED_PROVIDERS.join(', ')}`);
     const v = value.trim();
     if (!v || v.length > MAX_KEY_CHARS || /[\s\0]/.test(v)) throw new ProviderKeyError('an API key is one line of text without spaces (at most 4096 characters)');
-    statement(
-      this.db,
-      `INSERT INTO provider_keys (user_id, provider, sealed, updated_at) VALUES (?, ?, ?, ?)
-       ON CONFLICT(user_id, provider) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at`,
-    ).run(userId, provider, seal(this.key, v, aad(userId, provider)), Date.now());
+    await this.db
+      .insertInto('provider_keys')
+      .values({ user_id: userId, provider, sealed: seal(this.key, v, aad(userId, provider)), updated_at: Date.now() })
+      .onConflict((oc) => oc.columns(['user_id', 'provider']).doUpdateSet((eb) => ({ sealed: eb.ref('excluded.sealed'), updated_at: eb.ref('excluded.updated_at') })))
+      .execute();
   }
 
-  delete(userId: number, provider: string): boolean {
-    return statement(this.db, 'DELETE FROM provider_keys WHERE user_id = ? AND provider = ?').run(userId, provider).changes > 0;
+  async delete(userId: number, provider: string): Promise<boolean> {
+    const r = await this.db.deleteFrom('provider_keys').where('user_id', '=', userId).where('provider', '=', provider).executeTakeFirst();
+    return Number(r.numDeletedRows) > 0;
   }
 
   /** Whether the user has a key for the provider that opens (one sealed under a replaced key file does not). */
-  has(userId: number, provider: ProviderId): boolean {
-    return this.get(userId, provider) !== undefined;
+  async has(userId: number, provider: ProviderId): Promise<boolean> {
+    return (await this.get(userId, provider)) !== undefined;
   }
 
   /** The providers the user has a key for, and when each was set. */
-  list(userId: number): { provider: string; updatedAt: number }[] {
-    return (statement(this.db, 'SELECT provider, updated_at FROM provider_keys WHERE user_id = ? ORDER BY provider').all(userId) as { provider: string; updated_at: number }[]).map((r) => ({
-      provider: r.provider,
-      updatedAt: r.updated_at,
-    }));
+  async list(userId: number): Promise<{ provider: string; updatedAt: number }[]> {
+    const rows = await this.db.selectFrom('provider_keys').select(['provider', 'updated_at']).where('user_id', '=', userId).orderBy('provider').execute();
+    return rows.map((r) => ({ provider: r.provider, updatedAt: r.updated_at }));
   }
 
   /** The key itself, for the request that uses it; undefined when none is set or it cannot be opened (the key file changed). */
-  get(userId: number, provider: ProviderId): string | undefined {
-    const row = statement(this.db, 'SELECT sealed FROM provider_keys WHERE user_id = ? AND provider = ?').get(userId, provider) as { sealed: Buffer } | undefined;
+  async get(userId: number, provider: ProviderId): Promise<string | undefined> {
+    const row = await this.db.selectFrom('provider_keys').select('sealed').where('user_id', '=', userId).where('provider', '=', provider).executeTakeFirst();
     if (!row) return undefined;
     try {
       return open(this.key, row.sealed, aad(userId, provider)).toString('utf8');

@@ -10,14 +10,13 @@
  * method nobody knows `other`), and `argsShape` keeps only the keys a tool's own schema
  * declares. The log stays free of personal data whatever its callers pass.
  */
-import type { Statement } from 'better-sqlite3';
+import type { Selectable } from 'kysely';
 import type { Caller, ViaKind } from '../auth/caller.js';
 import { SANDBOX_ERROR_REASONS, TOKEN_FAILURES, UPSTREAM_ERROR_REASONS, WORKSPACE_ERROR_CODES } from '../reasons.js';
 import type { Db } from '../store/store.js';
+import type { AuditKind, AuditLogTable, AuditOutcome } from './schema.js';
 
-/** Which door: the MCP tools (over HTTP or in process), an upstream call, a web page's action, the agent's own, an admin's. */
-export type AuditKind = 'mcp' | 'upstream' | 'web' | 'agent' | 'admin';
-export type AuditOutcome = 'ok' | 'error' | 'denied' | 'rate_limited';
+export type { AuditKind, AuditOutcome } from './schema.js';
 
 export interface AuditEntry {
   /** Epoch ms when the request arrived; defaults to now minus the duration. */
@@ -191,50 +190,33 @@ function auditTool(raw: string | null | undefined): string | null {
   return /^[A-Za-z0-9_.?-]{1,64}(\/[A-Za-z0-9_.?-]{1,64})?$/.test(raw) ? raw : '?';
 }
 
-const INSERT_SQL = `INSERT INTO audit_log (ts, user_id, via, token_id, token_name, conversation_id, kind, method, tool, args_shape, target_user_id, duration_ms, outcome, error_class)
-  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`;
-/** Every request writes one row: prepare the insert once per database. */
-const inserts = new WeakMap<Db, Statement>();
-
-export function recordAudit(db: Db, e: AuditEntry): void {
-  const ts = e.ts ?? Math.round(Date.now() - e.durationMs);
-  let insert = inserts.get(db);
-  if (!insert) inserts.set(db, (insert = db.prepare(INSERT_SQL)));
-  insert.run(
-    ts,
-    e.userId,
-    e.via ?? (e.tokenId ? 'token' : null),
-    e.tokenId ?? null,
-    e.tokenName ?? null,
-    e.conversationId ?? null,
-    e.kind,
-    auditMethod(e.kind, e.method),
-    auditTool(e.tool),
-    e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
-    e.targetUserId ?? null,
-    Math.round(e.durationMs * 1000) / 1000,
-    e.outcome,
-    auditErrorClass(e.errorClass),
-  );
+/**
+ * Writes one entry: a single INSERT, on the path of every request. Rejects when the
+ * write fails; a caller that does not wait for it must catch that and log it.
+ */
+export async function recordAudit(db: Db, e: AuditEntry): Promise<void> {
+  await db
+    .insertInto('audit_log')
+    .values({
+      ts: e.ts ?? Math.round(Date.now() - e.durationMs),
+      user_id: e.userId,
+      via: e.via ?? (e.tokenId ? 'token' : null),
+      token_id: e.tokenId ?? null,
+      token_name: e.tokenName ?? null,
+      conversation_id: e.conversationId ?? null,
+      kind: e.kind,
+      method: auditMethod(e.kind, e.method),
+      tool: auditTool(e.tool),
+      args_shape: e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
+      target_user_id: e.targetUserId ?? null,
+      duration_ms: Math.round(e.durationMs * 1000) / 1000,
+      outcome: e.outcome,
+      error_class: auditErrorClass(e.errorClass),
+    })
+    .execute();
 }
 
-interface AuditRow {
-  id: number;
-  ts: number;
-  user_id: number;
-  via: ViaKind | null;
-  token_id: number | null;
-  token_name: string | null;
-  conversation_id: string | null;
-  target_user_id: number | null;
-  kind: AuditKind;
-  method: string;
-  tool: string | null;
-  args_shape: string | null;
-  duration_ms: number;
-  outcome: AuditOutcome;
-  error_class: string | null;
-}
+type AuditRow = Selectable<AuditLogTable>;
 
 export const AUDIT_KINDS: readonly AuditKind[] = ['mcp', 'upstream', 'web', 'agent', 'admin'];
 export const AUDIT_OUTCOMES: readonly AuditOutcome[] = ['ok', 'error', 'denied', 'rate_limited'];
@@ -258,7 +240,7 @@ const toAuditRecord = (r: AuditRow): AuditRecord => ({
 });
 
 /** One user's entries, newest first. `before` (an entry id) pages backwards. */
-export function listAudit(db: Db, userId: number, opts: { limit?: number; before?: number } = {}): AuditRecord[] {
+export async function listAudit(db: Db, userId: number, opts: { limit?: number; before?: number } = {}): Promise<AuditRecord[]> {
   return queryAudit(db, { userId, limit: opts.limit, before: opts.before });
 }
 
@@ -278,33 +260,38 @@ export interface AuditQuery {
 }
 
 /** Entries of every user matching `q`, newest first, at most `limit` (1000). */
-export function queryAudit(db: Db, q: AuditQuery): AuditRecord[] {
-  const where: string[] = [];
-  const args: (string | number)[] = [];
-  const add = (clause: string, v: string | number | undefined) => {
-    if (v === undefined || v === '') return;
-    where.push(clause);
-    args.push(v);
-  };
-  add('user_id = ?', q.userId);
-  add('kind = ?', q.kind);
+export async function queryAudit(db: Db, q: AuditQuery): Promise<AuditRecord[]> {
+  const given = <T>(v: T | undefined | ''): v is T => v !== undefined && v !== '';
+  let query = db.selectFrom('audit_log').selectAll();
+  if (given(q.userId)) query = query.where('user_id', '=', q.userId);
+  if (given(q.kind)) query = query.where('kind', '=', q.kind);
   if (q.tool) {
-    where.push('(tool = ? OR method = ?)');
-    args.push(q.tool, q.tool);
+    const tool = q.tool;
+    query = query.where((eb) => eb.or([eb('tool', '=', tool), eb('method', '=', tool)]));
   }
-  add('outcome = ?', q.outcome);
-  add('ts >= ?', q.since);
-  add('ts < ?', q.until);
-  add('id < ?', q.before);
+  if (given(q.outcome)) query = query.where('outcome', '=', q.outcome);
+  if (given(q.since)) query = query.where('ts', '>=', q.since);
+  if (given(q.until)) query = query.where('ts', '<', q.until);
+  if (given(q.before)) query = query.where('id', '<', q.before);
   const limit = Math.min(Math.max(q.limit ?? 100, 1), 1000);
-  const sql = `SELECT * FROM audit_log${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
-  return (db.prepare(sql).all(...args, limit) as AuditRow[]).map(toAuditRecord);
+  const rows = await query.orderBy('id', 'desc').limit(limit).execute();
+  return rows.map(toAuditRecord);
 }
 
 /** Calls per upstream server (entries of kind `upstream`), with how many failed, since `since`. */
-export function upstreamCallCounts(db: Db, since = 0): Map<string, { calls: number; failed: number; lastAt: number }> {
-  const rows = db
-    .prepare(`SELECT method AS server, COUNT(*) AS calls, SUM(outcome != 'ok') AS failed, MAX(ts) AS lastAt FROM audit_log WHERE kind = 'upstream' AND ts >= ? GROUP BY method`)
-    .all(since) as { server: string; calls: number; failed: number; lastAt: number }[];
-  return new Map(rows.map((r) => [r.server, { calls: r.calls, failed: r.failed ?? 0, lastAt: r.lastAt }]));
+export async function upstreamCallCounts(db: Db, since = 0): Promise<Map<string, { calls: number; failed: number; lastAt: number }>> {
+  const rows = await db
+    .selectFrom('audit_log')
+    .select((eb) => [
+      'method as server',
+      eb.fn.countAll<number>().as('calls'),
+      // Literals, not parameters: Postgres cannot tell the type of a bound value inside SUM(CASE …).
+      eb.fn.sum<number | null>(eb.case().when('outcome', '!=', 'ok').then(eb.lit(1)).else(eb.lit(0)).end()).as('failed'),
+      eb.fn.max('ts').as('lastAt'),
+    ])
+    .where('kind', '=', 'upstream')
+    .where('ts', '>=', since)
+    .groupBy('method')
+    .execute();
+  return new Map(rows.map((r) => [r.server, { calls: Number(r.calls), failed: Number(r.failed ?? 0), lastAt: Number(r.lastAt) }]));
 }

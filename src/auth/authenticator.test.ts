@@ -8,21 +8,20 @@
  * - a person who may come in is the user the authenticator names, and signing them in
  *   opens a page that needs a user;
  * - a person who may not gets a refusal in words for them, and no session opens a page;
- * - the proof of a sign-in (OAuth state and code, the link) is good once.
+ * - the proof of a sign-in (OAuth state and code, the link) is good once, also when it
+ *   is used twice at the same moment.
  */
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import os from 'node:os';
-import path from 'node:path';
 import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startGitHubStandin, type GitHubStandin } from '../../test/support/github-standin.js';
 import { ensureUser, setUserDisabled } from '../accounts/accounts.js';
 import { configFor } from '../config.js';
 import { createLogger } from '../logger.js';
-import { MIGRATIONS } from '../migrations.js';
-import { openStore, type Store } from '../store/store.js';
+import type { Store } from '../store/store.js';
+import { openTestStore } from '../../test/support/store.js';
 import { TRY_AGAIN, type Authenticator } from './authenticator.js';
 import { authenticatorsFor } from './index.js';
 import { createLoginLink } from './login-links.js';
@@ -71,19 +70,21 @@ interface Install {
   refused: { attempt: (v: Visitor) => Promise<Answer>; says: RegExp };
   /** The same proof used twice: what the second use comes to. */
   replay: (v: Visitor, second: Visitor) => Promise<Answer>;
+  /** The same proof used twice at the same moment: what each use comes to. */
+  race: (v: Visitor, second: Visitor) => Promise<Answer[]>;
   visitor(): Visitor;
   close(): Promise<void>;
 }
 
 /** An install with these settings and a small app that completes sign-ins with `pick`'s authenticator. */
 async function install(settings: Record<string, string>, pick: (all: Authenticator[]) => Authenticator): Promise<{ store: Store; base: string; authenticator: Authenticator; close: () => Promise<void> }> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-authn-'));
+  const store = await openTestStore();
+  const dir = store.dataDir;
   let handler: http.RequestListener = (_req, res) => res.writeHead(503).end();
   const server = http.createServer((req, res) => handler(req, res));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   const config = configFor({ ...settings, SANDGATE_PUBLIC_URL: base, SANDGATE_DATA_DIR: dir });
-  const store = openStore(dir, MIGRATIONS);
   const logger = createLogger('silent');
   const sessions = webSessions({ config, db: store.db, logger });
   const authenticator = pick(authenticatorsFor({ config, db: store.db, logger, membership: sessions.membership }).all);
@@ -108,7 +109,7 @@ async function install(settings: Record<string, string>, pick: (all: Authenticat
       sessions.close();
       server.closeAllConnections();
       await new Promise<void>((resolve) => server.close(() => resolve()));
-      store.close();
+      await store.close();
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
@@ -140,6 +141,13 @@ async function githubInstall(): Promise<Install> {
       await v.get(callback);
       return answer(await second.get(callback));
     },
+    async race(v) {
+      // One browser's callback opened twice at once (a double click): both requests read the session with its state.
+      const callback = await toGitHubAndBack(v, github, 'alice');
+      const copy = new Visitor(v.base);
+      copy.cookie = v.cookie;
+      return Promise.all([v.get(callback), copy.get(callback)].map(async (r) => answer(await r)));
+    },
     visitor: () => new Visitor(i.base),
     async close() {
       await i.close();
@@ -151,18 +159,22 @@ async function githubInstall(): Promise<Install> {
 async function linkInstall(): Promise<Install> {
   const i = await install({}, (all) => all.find((a) => a.name === 'link')!);
   const db = i.store.db;
-  const alice = ensureUser(db, 'alice').id;
-  const carol = ensureUser(db, 'carol').id;
-  setUserDisabled(db, carol, true);
+  const alice = (await ensureUser(db, 'alice')).id;
+  const carol = (await ensureUser(db, 'carol')).id;
+  await setUserDisabled(db, carol, true);
   const attempt = async (v: Visitor, secret: string) => answer(await v.post('/login/link', { secret }));
   return {
     authenticator: i.authenticator,
-    allowed: { attempt: (v) => attempt(v, createLoginLink(db, alice).secret), name: 'alice' },
-    refused: { attempt: (v) => attempt(v, createLoginLink(db, carol).secret), says: /disabled/ },
+    allowed: { attempt: async (v) => attempt(v, (await createLoginLink(db, alice)).secret), name: 'alice' },
+    refused: { attempt: async (v) => attempt(v, (await createLoginLink(db, carol)).secret), says: /disabled/ },
     async replay(v, second) {
-      const { secret } = createLoginLink(db, alice);
+      const { secret } = await createLoginLink(db, alice);
       await attempt(v, secret);
       return attempt(second, secret);
+    },
+    async race(v, second) {
+      const { secret } = await createLoginLink(db, alice);
+      return Promise.all([attempt(v, secret), attempt(second, secret)]);
     },
     visitor: () => new Visitor(i.base),
     close: () => i.close(),
@@ -212,6 +224,12 @@ describe.each([
     expect(r.ok).toBe(false);
     if (!r.ok) expect(r.message.length).toBeGreaterThan(10);
     expect(await second.signedInAs()).toBeUndefined();
+  });
+
+  it('of two uses of one proof at the same moment, exactly one signs in', async () => {
+    const answers = await inst.race(inst.visitor(), inst.visitor());
+    expect(answers.filter((a) => a.ok)).toEqual([{ ok: true, user: inst.allowed.name }]);
+    expect(answers.filter((a) => !a.ok)).toHaveLength(1);
   });
 });
 

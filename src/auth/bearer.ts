@@ -56,7 +56,7 @@ export type TokenAuthentication =
  * give now. Every door that takes a token goes through here.
  */
 export async function authenticateToken(deps: { config: Config; db: Db; logger: Logger }, presented: string | undefined): Promise<TokenAuthentication> {
-  const result = verifyToken(deps.db, presented);
+  const result = await verifyToken(deps.db, presented);
   if (!result.ok) return { ok: false, status: 401, reason: result.reason, message: result.message, ...(result.token ? { token: result.token } : {}) };
   const p = result.principal;
   const membership = membershipFor(deps);
@@ -100,8 +100,9 @@ export function bearerAuth(deps: { config: Config; db: Db; logger: Logger }, opt
           : `Bearer realm="${REALM}"`;
     // GitHub not answering is nobody's doing: logged, not audited against the member.
     if (result.token && result.reason !== 'unconfirmed' && refusalAudit.due(result.token.id, Date.now())) {
+      // Written before the refusal is answered, so the log has it by then; a failed write is only logged.
       try {
-        recordAudit(deps.db, {
+        await recordAudit(deps.db, {
           userId: result.token.userId,
           tokenId: result.token.id,
           tokenName: result.token.name,

@@ -4,7 +4,9 @@
  * binding to GitHub's account id.
  *
  * - The OAuth `state` is single-use: kept in the session at start, deleted when the
- *   callback checks it. A callback with another state is refused.
+ *   callback checks it. A callback with another state is refused. Two callbacks at once
+ *   on one session each check their own copy of it (a request reads the session once);
+ *   of those, one signs in, because GitHub exchanges a code for a token only once.
  * - Who signed in is what GitHub's /user says for the new token (AllowList.decide, with
  *   the member's own token, scope read:org), never the profile's fields; Membership.admit
  *   finds or makes the user bound to that GitHub account and keeps the token sealed for
@@ -22,7 +24,10 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { TRY_AGAIN, type Authenticator, type SignInResult } from './authenticator.js';
 import { githubEndpoints } from './github.js';
-import type { Membership } from './membership.js';
+import type { Admission, Membership } from './membership.js';
+
+/** What the verify callback comes to: the membership's admission, or the allow-list's refusal (its reason, if it gave one). */
+type Verdict = Admission | { ok: false; message: string | undefined };
 
 /**
  * A refusal of the verify callback below (the allow-list's, the membership's): the only
@@ -69,23 +74,21 @@ export class GitHubAuthenticator implements Authenticator {
       },
       // Who signed in is what GitHub's /user says for this token (decide reads it), not the profile's fields.
       (accessToken: string, _refresh: string, _profile: Profile, done: (err: unknown, user?: unknown, info?: unknown) => void) => {
-        membership.allow.decide(accessToken).then(
-          (d) => {
-            if (!d.allowed) return done(null, false, new Refusal(d.reason));
-            let admitted;
-            try {
-              admitted = membership.admit(accessToken, d);
-            } catch (e) {
-              return done(e);
-            }
-            if (!admitted.ok) return done(null, false, new Refusal(admitted.message));
-            done(null, admitted.user);
-          },
-          (e: unknown) => {
-            log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
-            done(null, false, new Refusal('GitHub could not be reached to check your membership: try again in a moment.'));
-          },
-        );
+        membership.allow
+          .decide(accessToken)
+          .then(
+            async (d): Promise<Verdict> => (d.allowed ? membership.admit(accessToken, d) : { ok: false, message: d.reason }),
+            (e: unknown): Verdict => {
+              log.warn({ err: e }, 'GitHub could not be asked about a sign-in');
+              return { ok: false, message: 'GitHub could not be reached to check your membership: try again in a moment.' };
+            },
+          )
+          .then(
+            (admitted) => (admitted.ok ? done(null, admitted.user) : done(null, false, new Refusal(admitted.message))),
+            (e: unknown) => done(e),
+          )
+          // done() ends the sign-in (the strategy's outcome): a throw from it is a fault of ours, logged.
+          .catch((e: unknown) => log.error({ err: e }, 'the GitHub sign-in could not be completed'));
       },
     );
   }

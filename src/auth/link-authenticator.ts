@@ -25,15 +25,15 @@ export class LinkAuthenticator implements Authenticator {
   }
 
   /** Whether the link with this secret would sign in now, without using it up. */
-  usable(secret: string): boolean {
+  usable(secret: string): Promise<boolean> {
     return loginLinkUsable(this.deps.db, secret);
   }
 
   /** The form posted from the link's page (its `secret` field): uses the link up. */
   async complete(req: Request): Promise<SignInResult> {
     const { db, membership } = this.deps;
-    const r = consumeLoginLink(db, String((req.body as { secret?: unknown } | undefined)?.secret ?? ''));
-    const user = r.ok ? getUser(db, r.userId) : undefined;
+    const r = await consumeLoginLink(db, String((req.body as { secret?: unknown } | undefined)?.secret ?? ''));
+    const user = r.ok ? await getUser(db, r.userId) : undefined;
     if (!user) {
       const reason = r.ok ? 'no user' : r.reason;
       this.log.warn({ reason }, 'sign-in link refused');

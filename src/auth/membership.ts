@@ -31,7 +31,7 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { open, seal } from '../secrets/aead.js';
 import { loadOrCreateKey } from '../secrets/key-file.js';
-import type { Db } from '../store/store.js';
+import { serializable, type Db, type Tx } from '../store/store.js';
 import {
   bindGithubId,
   ensureUser,
@@ -84,6 +84,28 @@ const MAX_RETRY_MS = 30_000;
 const tokenAad = (userId: number) => Buffer.from(`github-token\0${userId}`);
 const iso = (ms: number) => new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 
+/** An audit row a decision calls for, written once the decision is committed. */
+interface AuditNote {
+  userId: number;
+  method: string;
+  outcome: 'ok' | 'denied';
+  target?: number | null;
+  errorClass?: string | null;
+}
+
+/**
+ * What a decision taken in a transaction comes to, with what it should say once committed:
+ * the transaction may run again (Postgres, on a conflict), so it only runs queries, and
+ * the audit rows, log lines and listeners come after it.
+ */
+interface Decided<T> {
+  result: T;
+  audits: AuditNote[];
+  logs: (() => void)[];
+  /** The user was suspended: cut off what of theirs runs. */
+  removed?: User;
+}
+
 export class Membership {
   /** Whether members sign in with GitHub (SANDGATE_GITHUB_CLIENT_ID is set). */
   readonly github: boolean;
@@ -97,6 +119,8 @@ export class Membership {
   /** When GitHub last failed to answer for a user (so a flood of requests does not wait on it one by one). */
   private readonly failedAt = new Map<number, number>();
   private readonly lost = new Set<(userId: number) => void>();
+  /** The stored admin flags brought in line with the settings (at start); checks wait for it. Never rejects. */
+  private readonly ready: Promise<void>;
 
   constructor(private readonly deps: { config: Config; db: Db; logger: Logger; allow?: AllowList }) {
     this.github = !!deps.config.githubClientId;
@@ -105,10 +129,16 @@ export class Membership {
     this.retryMs = Math.min(this.recheckMs, MAX_RETRY_MS);
     this.sealKey = webSecrets(deps.config.dataDir).seal;
     this.log = deps.logger.child({ module: 'membership' });
-    // The stored flag follows the settings as they are now (SANDGATE_ADMINS may have changed while the gateway was down).
-    if (this.github) {
-      syncGithubAdmins(deps.db, this.allow.admins);
-      this.warnUnbound();
+    this.ready = this.github ? this.startUp() : Promise.resolve();
+  }
+
+  /** The stored flag follows the settings as they are now (SANDGATE_ADMINS may have changed while the gateway was down). */
+  private async startUp(): Promise<void> {
+    try {
+      await syncGithubAdmins(this.deps.db, this.allow.admins);
+      await this.warnUnbound();
+    } catch (e) {
+      this.log.error({ err: e }, 'could not bring the stored admin flags in line with SANDGATE_ADMINS');
     }
   }
 
@@ -118,8 +148,8 @@ export class Membership {
    * meanwhile, the newcomer would get the account. Said once at start, so an operator can
    * look before anyone signs in.
    */
-  private warnUnbound(): void {
-    const unbound = listUsers(this.deps.db).filter((u) => u.githubId === null);
+  private async warnUnbound(): Promise<void> {
+    const unbound = (await listUsers(this.deps.db)).filter((u) => u.githubId === null);
     if (!unbound.length) return;
     const names = unbound.slice(0, 20).map((u) => u.name);
     this.log.warn(
@@ -146,16 +176,18 @@ export class Membership {
    * any); a refusal otherwise. A "no" suspends them (see the file's comment).
    */
   async confirm(userId: number): Promise<Confirmation> {
-    const user = getUser(this.deps.db, userId);
+    await this.ready;
+    const user = await getUser(this.deps.db, userId);
     if (!user) return { ok: false, status: 401, reason: 'unknown', message: 'Sign in first.' };
     if (user.disabledAt !== null) return { ok: false, status: 401, reason: 'disabled', message: DISABLED_MESSAGE };
     if (!this.github) return { ok: true, user };
     if (user.suspendedAt !== null) return this.suspended(user);
-    const state = githubCheckState(this.deps.db, userId);
+    const state = await githubCheckState(this.deps.db, userId);
     if (user.githubId === null || !state?.sealedToken || state.checkedAt === null) return this.unverified();
     if (Date.now() - state.checkedAt < this.recheckMs) return { ok: true, user: this.asOfNow(user) };
     let p = this.checking.get(userId);
     if (!p) {
+      // Every caller awaits this one promise (it is returned below), so its rejection is never unhandled.
       p = this.recheck(user, state.sealedToken, state.checkedAt).finally(() => this.checking.delete(userId));
       this.checking.set(userId, p);
     }
@@ -168,50 +200,57 @@ export class Membership {
    * rename, refusing a login another account holds or held), keeps the token sealed on
    * them, and lifts a suspension. The caller has already refused a sign-in not allowed.
    */
-  admit(accessToken: string, decision: AccessDecision): Admission {
+  async admit(accessToken: string, decision: AccessDecision): Promise<Admission> {
+    await this.ready;
     const { db } = this.deps;
     const account = decision.account;
     if (!decision.allowed || !account) return { ok: false, message: decision.reason ?? 'That GitHub account is not allowed here.' };
-    const found = db.transaction((): Admission => {
-      const bound = findUserByGithubId(db, account.id);
+    // Find, then bind or rename: one serializable transaction, so two sign-ins at once
+    // (two gateways, two tabs) cannot both bind or both take a login.
+    const found = await serializable(db, async (tx): Promise<Decided<Admission>> => {
+      const audits: AuditNote[] = [];
+      const logs: (() => void)[] = [];
+      const done = (result: Admission): Decided<Admission> => ({ result, audits, logs });
+      const bound = await findUserByGithubId(tx, account.id);
       if (bound) {
-        if (bound.name === account.login) return { ok: true, user: bound };
-        if (bound.disabledAt !== null) return { ok: true, user: bound };
-        const holder = this.holderOf(account.login, bound.id);
+        if (bound.name === account.login) return done({ ok: true, user: bound });
+        if (bound.disabledAt !== null) return done({ ok: true, user: bound });
+        const holder = await this.holderOf(tx, account.login, bound.id);
         if (holder !== undefined) {
-          this.audit(bound.id, 'sign_in/login_taken', 'denied', holder);
-          this.log.warn({ user: bound.name, login: account.login }, 'a GitHub account renamed to a login another account here holds or held: sign-in refused');
-          return { ok: false, message: `Your GitHub account is now called ${account.login}, but on this gateway that name belongs to another account. Ask an admin of this gateway.` };
+          audits.push({ userId: bound.id, method: 'sign_in/login_taken', outcome: 'denied', target: holder });
+          logs.push(() => this.log.warn({ user: bound.name, login: account.login }, 'a GitHub account renamed to a login another account here holds or held: sign-in refused'));
+          return done({ ok: false, message: `Your GitHub account is now called ${account.login}, but on this gateway that name belongs to another account. Ask an admin of this gateway.` });
         }
-        renameGithubUser(db, bound.id, account.login);
-        this.audit(bound.id, 'sign_in/renamed', 'ok');
-        this.log.info({ from: bound.name, to: account.login }, 'followed a GitHub account rename');
-        return { ok: true, user: getUser(db, bound.id)! };
+        await renameGithubUser(tx, bound.id, account.login);
+        audits.push({ userId: bound.id, method: 'sign_in/renamed', outcome: 'ok' });
+        logs.push(() => this.log.info({ from: bound.name, to: account.login }, 'followed a GitHub account rename'));
+        return done({ ok: true, user: (await getUser(tx, bound.id))! });
       }
-      const named = findUsersByLogin(db, account.login);
-      const owner = named.find((u) => u.githubId !== null)?.id ?? formerHolderOf(db, account.login)?.userId;
+      const named = await findUsersByLogin(tx, account.login);
+      const owner = named.find((u) => u.githubId !== null)?.id ?? (await formerHolderOf(tx, account.login))?.userId;
       if (owner !== undefined) {
-        this.audit(owner, 'sign_in/login_recycled', 'denied');
-        this.log.warn({ login: account.login }, 'a GitHub login seen here on another GitHub account: sign-in refused');
-        return {
+        audits.push({ userId: owner, method: 'sign_in/login_recycled', outcome: 'denied' });
+        logs.push(() => this.log.warn({ login: account.login }, 'a GitHub login seen here on another GitHub account: sign-in refused'));
+        return done({
           ok: false,
           message: `The GitHub login ${account.login} belongs to another GitHub account on this gateway (a login that was renamed and registered again), so this account cannot sign in as it. Ask an admin of this gateway.`,
-        };
+        });
       }
       // A user made before accounts were bound (or by the CLI) is bound by their first GitHub sign-in.
       const existing = named[0];
-      const user = existing ?? ensureUser(db, account.login);
-      bindGithubId(db, user.id, account.id);
+      const user = existing ?? (await ensureUser(tx, account.login));
+      await bindGithubId(tx, user.id, account.id);
       // Binding an account that already held data is the one step that trusts a login: on the record.
-      if (existing) this.audit(user.id, 'sign_in/bound', 'ok');
+      if (existing) audits.push({ userId: user.id, method: 'sign_in/bound', outcome: 'ok' });
       // The name as GitHub spells it (a user made by hand may differ in case).
-      if (user.name !== account.login) renameGithubUser(db, user.id, account.login);
-      return { ok: true, user: getUser(db, user.id)! };
-    })();
-    if (!found.ok) return found;
-    const user = found.user;
+      if (user.name !== account.login) await renameGithubUser(tx, user.id, account.login);
+      return done({ ok: true, user: (await getUser(tx, user.id))! });
+    });
+    await this.said(found);
+    if (!found.result.ok) return found.result;
+    const user = found.result.user;
     if (user.disabledAt !== null) return { ok: false, message: DISABLED_MESSAGE };
-    recordGithubYes(db, user.id, {
+    await recordGithubYes(db, user.id, {
       checkedAt: Date.now(),
       teams: decision.teams,
       isAdmin: decision.isAdmin,
@@ -219,10 +258,10 @@ export class Membership {
     });
     this.failedAt.delete(user.id);
     if (user.suspendedAt !== null) {
-      this.audit(user.id, 'membership/restored', 'ok');
+      await this.audit({ userId: user.id, method: 'membership/restored', outcome: 'ok' });
       this.log.info({ user: user.name }, 'a suspended member is allowed again: access restored');
     }
-    return { ok: true, user: this.asOfNow(getUser(db, user.id)!) };
+    return { ok: true, user: this.asOfNow((await getUser(db, user.id))!) };
   }
 
   private async recheck(user: User, sealedToken: string, checkedAt: number): Promise<Confirmation> {
@@ -250,41 +289,66 @@ export class Membership {
       if (Date.now() - checkedAt < 2 * this.recheckMs) return { ok: true, user: this.asOfNow(user) };
       return { ok: false, status: 503, reason: 'unconfirmed', message: 'GitHub could not confirm this account’s membership just now (it did not answer): try again in a moment.' };
     }
-    // Written meanwhile by an admin or another request: the newest state decides.
-    const now = getUser(this.deps.db, user.id);
-    if (!now || now.disabledAt !== null) return { ok: false, status: 401, reason: now ? 'disabled' : 'unknown', message: now ? DISABLED_MESSAGE : 'Sign in first.' };
-    if (now.suspendedAt !== null) return this.suspended(now);
-    if (!d.account) return this.remove(now, TOKEN_REFUSED);
-    if (d.account.id !== now.githubId) return this.remove(now, OTHER_ACCOUNT);
-    if (!d.allowed) return this.remove(now, REMOVED);
-    if (d.account.login !== now.name) {
-      const holder = this.holderOf(d.account.login, now.id);
-      if (holder !== undefined) {
-        this.audit(now.id, 'sign_in/login_taken', 'denied', holder);
-        return this.remove(now, loginTaken(d.account.login));
+    // Written meanwhile by an admin or another request (or gateway): the newest state
+    // decides, read and written in one serializable transaction.
+    const decided = await serializable(this.deps.db, async (tx): Promise<Decided<Confirmation>> => {
+      const audits: AuditNote[] = [];
+      const logs: (() => void)[] = [];
+      const now = await getUser(tx, user.id);
+      if (!now || now.disabledAt !== null) {
+        return { result: { ok: false, status: 401, reason: now ? 'disabled' : 'unknown', message: now ? DISABLED_MESSAGE : 'Sign in first.' }, audits, logs };
       }
-      renameGithubUser(this.deps.db, now.id, d.account.login);
-      this.audit(now.id, 'sign_in/renamed', 'ok');
-      this.log.info({ from: now.name, to: d.account.login }, 'followed a GitHub account rename');
-    }
-    recordGithubYes(this.deps.db, now.id, { checkedAt: Date.now(), teams: d.teams, isAdmin: d.isAdmin });
-    return { ok: true, user: this.asOfNow(getUser(this.deps.db, now.id)!) };
+      if (now.suspendedAt !== null) return { result: this.suspended(now), audits, logs };
+      if (!d.account) return this.suspendIn(tx, now, TOKEN_REFUSED, audits);
+      if (d.account.id !== now.githubId) return this.suspendIn(tx, now, OTHER_ACCOUNT, audits);
+      if (!d.allowed) return this.suspendIn(tx, now, REMOVED, audits);
+      const login = d.account.login;
+      if (login !== now.name) {
+        const holder = await this.holderOf(tx, login, now.id);
+        if (holder !== undefined) {
+          audits.push({ userId: now.id, method: 'sign_in/login_taken', outcome: 'denied', target: holder });
+          return this.suspendIn(tx, now, loginTaken(login), audits);
+        }
+        await renameGithubUser(tx, now.id, login);
+        audits.push({ userId: now.id, method: 'sign_in/renamed', outcome: 'ok' });
+        logs.push(() => this.log.info({ from: now.name, to: login }, 'followed a GitHub account rename'));
+      }
+      await recordGithubYes(tx, now.id, { checkedAt: Date.now(), teams: d.teams, isAdmin: d.isAdmin });
+      return { result: { ok: true, user: this.asOfNow((await getUser(tx, now.id))!) }, audits, logs };
+    });
+    await this.said(decided);
+    return decided.result;
   }
 
-  /** Suspends the user and cuts off everything of theirs; the refusal to answer with. */
-  private remove(user: User, reason: string): Denied {
-    suspendUser(this.deps.db, user.id, reason);
-    deleteUserSessions(this.deps.db, user.id);
-    this.audit(user.id, 'membership/removed', 'denied', null, 'suspended');
-    this.log.info({ user: user.name, reason }, 'a member lost access at a GitHub membership check: suspended, sessions ended');
+  /**
+   * Suspends the user and ends every session of theirs, in the transaction `tx`; what
+   * follows once it is committed (the audit row, cutting off what runs) is `said`'s.
+   */
+  private async suspendIn(tx: Tx, user: User, reason: string, audits: AuditNote[]): Promise<Decided<Denied>> {
+    await suspendUser(tx, user.id, reason);
+    await deleteUserSessions(tx, user.id);
+    audits.push({ userId: user.id, method: 'membership/removed', outcome: 'denied', errorClass: 'suspended' });
+    const after = (await getUser(tx, user.id)) ?? user;
+    return {
+      result: this.suspended(after),
+      audits,
+      logs: [() => this.log.info({ user: user.name, reason }, 'a member lost access at a GitHub membership check: suspended, sessions ended')],
+      removed: after,
+    };
+  }
+
+  /** What a committed decision calls for: its audit rows, its log lines, and a suspended user cut off everywhere. Never rejects. */
+  private async said(d: Decided<unknown>): Promise<void> {
+    for (const a of d.audits) await this.audit(a);
+    for (const line of d.logs) line();
+    if (!d.removed) return;
     for (const fn of this.lost) {
       try {
-        fn(user.id);
+        fn(d.removed.id);
       } catch (e) {
-        this.log.error({ err: e, user: user.name }, 'could not cut off a suspended member everywhere');
+        this.log.error({ err: e, user: d.removed.name }, 'could not cut off a suspended member everywhere');
       }
     }
-    return this.suspended(getUser(this.deps.db, user.id) ?? user);
   }
 
   private suspended(user: User): Denied {
@@ -307,10 +371,10 @@ export class Membership {
   }
 
   /** Another user that holds `login` (any case) or held it before a rename, if any. */
-  private holderOf(login: string, except: number): number | undefined {
-    const named = findUsersByLogin(this.deps.db, login).find((u) => u.id !== except);
+  private async holderOf(db: Db, login: string, except: number): Promise<number | undefined> {
+    const named = (await findUsersByLogin(db, login)).find((u) => u.id !== except);
     if (named) return named.id;
-    const former = formerHolderOf(this.deps.db, login);
+    const former = await formerHolderOf(db, login);
     return former && former.userId !== except ? former.userId : undefined;
   }
 
@@ -318,9 +382,10 @@ export class Membership {
     return { ...user, isAdmin: this.isAdmin(user) };
   }
 
-  private audit(userId: number, method: string, outcome: 'ok' | 'denied', target: number | null = null, errorClass: string | null = null): void {
+  /** Writes one audit row; a failure is logged, never thrown (the decision it records stands). */
+  private async audit(a: AuditNote): Promise<void> {
     try {
-      recordAudit(this.deps.db, { userId, kind: 'web', method, outcome, targetUserId: target, errorClass, durationMs: 0 });
+      await recordAudit(this.deps.db, { userId: a.userId, kind: 'web', method: a.method, outcome: a.outcome, targetUserId: a.target ?? null, errorClass: a.errorClass ?? null, durationMs: 0 });
     } catch (e) {
       this.log.error({ err: e }, 'could not write an audit entry');
     }

@@ -36,6 +36,32 @@ export const SESSION_COOKIE = 'sandgate.sid';
 /** A session that never signed in (a visit to the sign-in page) lasts this long. */
 const ANONYMOUS_SESSION_MS = 60 * 60 * 1000;
 
+/**
+ * Hands what `work` comes to to a callback (express-session's, passport's), as its error
+ * or its value, exactly once. An exception thrown by the callback (by the middleware it
+ * goes on to run) goes to `onCallbackError`: never back into the callback, never a
+ * rejection nobody handles.
+ */
+function settle<T>(work: () => Promise<T>, cb: (err: unknown, value?: T) => void, onCallbackError: (e: unknown) => void): void {
+  const call = (f: () => void) => {
+    try {
+      f();
+    } catch (e) {
+      onCallbackError(e);
+    }
+  };
+  let p: Promise<T>;
+  try {
+    p = work();
+  } catch (e) {
+    p = Promise.reject(e);
+  }
+  void p.then(
+    (v) => call(() => cb(null, v)),
+    (e: unknown) => call(() => cb(e)),
+  );
+}
+
 /** The session store over the sessions table. */
 export class StoreSessions extends session.Store {
   constructor(
@@ -43,46 +69,56 @@ export class StoreSessions extends session.Store {
     /** Sessions of sign-ins under way were dropped, the oldest, to keep within their bound (sessions.ts). */
     private readonly onDropped?: (count: number) => void,
     private readonly bound = { max: MAX_ANONYMOUS_SESSIONS, checkEvery: ANONYMOUS_CHECK_EVERY },
+    /** express-session's callback threw (a fault in what it went on to run): told here, or thrown again apart from the store's promise. */
+    private readonly onCallbackError: (e: unknown) => void = (e) =>
+      setImmediate(() => {
+        throw e;
+      }),
   ) {
     super();
   }
 
   override get(sid: string, cb: (err: unknown, s?: session.SessionData | null) => void): void {
-    try {
-      const row = loadSession(this.db, sid);
-      cb(null, row ? (JSON.parse(row.data) as session.SessionData) : null);
-    } catch (e) {
-      cb(e);
-    }
+    settle(
+      async () => {
+        const row = await loadSession(this.db, sid);
+        return row ? (JSON.parse(row.data) as session.SessionData) : null;
+      },
+      cb,
+      this.onCallbackError,
+    );
   }
 
   override set(sid: string, s: session.SessionData, cb?: (err?: unknown) => void): void {
-    try {
-      const userId = typeof s.passport?.user === 'number' ? s.passport.user : null;
-      const expires = s.cookie.expires ? new Date(s.cookie.expires).getTime() : Date.now() + ANONYMOUS_SESSION_MS;
-      const dropped = saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires, this.bound);
-      if (dropped) this.onDropped?.(dropped);
-      cb?.();
-    } catch (e) {
-      cb?.(e);
-    }
+    settle(
+      async () => {
+        const userId = typeof s.passport?.user === 'number' ? s.passport.user : null;
+        const expires = s.cookie.expires ? new Date(s.cookie.expires).getTime() : Date.now() + ANONYMOUS_SESSION_MS;
+        const dropped = await saveSession(this.db, sid, JSON.stringify(s), userId, userId === null ? Math.min(expires, Date.now() + ANONYMOUS_SESSION_MS) : expires, this.bound);
+        if (dropped) this.onDropped?.(dropped);
+      },
+      (err) => cb?.(err ?? undefined),
+      this.onCallbackError,
+    );
   }
 
-  override touch(sid: string, s: session.SessionData, cb?: () => void): void {
-    try {
-      if (s.cookie.expires && typeof s.passport?.user === 'number') touchSession(this.db, sid, new Date(s.cookie.expires).getTime());
-    } finally {
-      cb?.();
-    }
+  override touch(sid: string, s: session.SessionData, cb?: (err?: unknown) => void): void {
+    settle(
+      async () => {
+        // Only a signed-in session's expiry moves: one of a sign-in under way keeps its short life.
+        if (s.cookie.expires && typeof s.passport?.user === 'number') await touchSession(this.db, sid, new Date(s.cookie.expires).getTime());
+      },
+      (err) => cb?.(err ?? undefined),
+      this.onCallbackError,
+    );
   }
 
   override destroy(sid: string, cb?: (err?: unknown) => void): void {
-    try {
-      deleteSession(this.db, sid);
-      cb?.();
-    } catch (e) {
-      cb?.(e);
-    }
+    settle(
+      () => deleteSession(this.db, sid),
+      (err) => cb?.(err ?? undefined),
+      this.onCallbackError,
+    );
   }
 }
 
@@ -100,7 +136,7 @@ export interface WebSessions {
   /** Ends this request's session (and, `everywhere`, every session of its user) and clears the cookie. */
   signOut(req: Request, res: Response, everywhere: boolean): Promise<void>;
   /** Ends every session of a user (signing out everywhere); the live channel is told by the caller. */
-  endSessionsOf(userId: number): void;
+  endSessionsOf(userId: number): Promise<void>;
   /** Who may use the gateway now: shared with the bearer check of /mcp and /v1 (./membership.ts). */
   membership: Membership;
   close(): void;
@@ -113,13 +149,18 @@ export function webSessions(deps: { config: Config; db: Db; logger: Logger; onSi
   const secure = config.publicUrl.startsWith('https://');
   let droppedSince = 0;
   let lastDropWarning = 0;
-  const store = new StoreSessions(db, (count) => {
-    droppedSince += count;
-    if (Date.now() - lastDropWarning < 60_000) return;
-    log.warn({ dropped: droppedSince, bound: MAX_ANONYMOUS_SESSIONS }, 'more sign-ins under way than the bound: the oldest were dropped (a flood of visits to the sign-in pages?)');
-    lastDropWarning = Date.now();
-    droppedSince = 0;
-  });
+  const store = new StoreSessions(
+    db,
+    (count) => {
+      droppedSince += count;
+      if (Date.now() - lastDropWarning < 60_000) return;
+      log.warn({ dropped: droppedSince, bound: MAX_ANONYMOUS_SESSIONS }, 'more sign-ins under way than the bound: the oldest were dropped (a flood of visits to the sign-in pages?)');
+      lastDropWarning = Date.now();
+      droppedSince = 0;
+    },
+    undefined,
+    (e) => log.error({ err: e }, 'a request failed after its session was read or saved'),
+  );
   const sessionMiddleware = session({
     name: SESSION_COOKIE,
     secret: secrets.cookie,
@@ -130,9 +171,10 @@ export function webSessions(deps: { config: Config; db: Db; logger: Logger; onSi
     proxy: false,
     cookie: { httpOnly: true, sameSite: 'lax', secure, maxAge: config.sessionDays * 86_400_000, path: '/' },
   });
+  const purgeExpired = () => void purgeExpiredSessions(db).catch((e: unknown) => log.warn({ err: e }, 'could not delete expired sessions'));
   // At start too: a store that grew while the gateway was down is trimmed now, not by a visitor's request.
-  purgeExpiredSessions(db);
-  const purge = setInterval(() => purgeExpiredSessions(db), 10 * 60 * 1000);
+  purgeExpired();
+  const purge = setInterval(purgeExpired, 10 * 60 * 1000);
   purge.unref();
 
   // Passport here only keeps the user's id in the session and reads it back; the ways of signing in are authenticators.
@@ -140,8 +182,11 @@ export function webSessions(deps: { config: Config; db: Db; logger: Logger; onSi
   passport.serializeUser<number>((user, done) => done(null, (user as User).id));
   // A disabled user's sessions open nothing (they are also deleted when an admin disables them).
   passport.deserializeUser<number>((id, done) => {
-    const user = getUser(db, id);
-    done(null, user && user.disabledAt === null ? user : false);
+    settle(
+      async () => getUser(db, id),
+      (err, user) => (err ? done(err) : done(null, user && user.disabledAt === null ? user : false)),
+      (e) => log.error({ err: e }, 'a request failed after its user was read'),
+    );
   });
 
   const membership = membershipFor(deps);
@@ -175,8 +220,8 @@ export function webSessions(deps: { config: Config; db: Db; logger: Logger; onSi
     res.status(r.status).type('text').send(r.message);
   };
 
-  function endSessionsOf(userId: number): void {
-    deleteUserSessions(db, userId);
+  async function endSessionsOf(userId: number): Promise<void> {
+    await deleteUserSessions(db, userId);
   }
 
   return {
@@ -189,7 +234,7 @@ export function webSessions(deps: { config: Config; db: Db; logger: Logger; onSi
     signIn: (req, user) => new Promise<void>((resolve, reject) => req.login(user, (e) => (e ? reject(e as Error) : resolve()))),
     async signOut(req, res, everywhere) {
       const user = req.user as User | undefined;
-      if (user && everywhere) endSessionsOf(user.id);
+      if (user && everywhere) await endSessionsOf(user.id);
       if (user) deps.onSignOut?.(user.id, everywhere, req);
       await new Promise<void>((resolve, reject) => req.logout((e) => (e ? reject(e as Error) : resolve())));
       await new Promise<void>((resolve) => req.session.destroy(() => resolve()));

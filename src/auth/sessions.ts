@@ -12,7 +12,8 @@
  * fills the disk or touches the sessions of signed-in users.
  */
 import crypto from 'node:crypto';
-import { statement, type Db } from '../store/store.js';
+import { sql } from 'kysely';
+import type { Db } from '../store/store.js';
 
 const hash = (sid: string) => crypto.createHash('sha256').update(sid).digest('hex');
 
@@ -22,11 +23,14 @@ export interface SessionRow {
   expiresAt: number;
 }
 
-export function loadSession(db: Db, sid: string, now = Date.now()): SessionRow | undefined {
-  const r = statement(db, 'SELECT data, user_id, expires_at FROM sessions WHERE sid_hash = ?').get(hash(sid)) as { data: string; user_id: number | null; expires_at: number } | undefined;
+/** The session, if it is there and has not expired (an expired one is deleted on the way). */
+export async function loadSession(db: Db, sid: string, now = Date.now()): Promise<SessionRow | undefined> {
+  const h = hash(sid);
+  const r = await db.selectFrom('sessions').select(['data', 'user_id', 'expires_at']).where('sid_hash', '=', h).executeTakeFirst();
   if (!r) return undefined;
   if (r.expires_at <= now) {
-    deleteSession(db, sid);
+    // Only while still expired: a save of the same session meanwhile keeps it.
+    await db.deleteFrom('sessions').where('sid_hash', '=', h).where('expires_at', '<=', now).execute();
     return undefined;
   }
   return { data: r.data, userId: r.user_id, expiresAt: r.expires_at };
@@ -41,19 +45,21 @@ const sinceCheck = new WeakMap<Db, number>();
  * Stores a session. Returns how many sessions of sign-ins under way were dropped to stay
  * within `bound.max` (0 almost always).
  */
-export function saveSession(
+export async function saveSession(
   db: Db,
   sid: string,
   data: string,
   userId: number | null,
   expiresAt: number,
   bound: { max: number; checkEvery: number } = { max: MAX_ANONYMOUS_SESSIONS, checkEvery: ANONYMOUS_CHECK_EVERY },
-): number {
-  statement(
-    db,
-    `INSERT INTO sessions (sid_hash, user_id, data, expires_at, created_at) VALUES (?, ?, ?, ?, ?)
-     ON CONFLICT(sid_hash) DO UPDATE SET user_id = excluded.user_id, data = excluded.data, expires_at = excluded.expires_at`,
-  ).run(hash(sid), userId, data, expiresAt, Date.now());
+): Promise<number> {
+  await db
+    .insertInto('sessions')
+    .values({ sid_hash: hash(sid), user_id: userId, data, expires_at: expiresAt, created_at: Date.now() })
+    .onConflict((oc) =>
+      oc.column('sid_hash').doUpdateSet((eb) => ({ user_id: eb.ref('excluded.user_id'), data: eb.ref('excluded.data'), expires_at: eb.ref('excluded.expires_at') })),
+    )
+    .execute();
   if (userId !== null) return 0;
   const since = sinceCheck.get(db);
   if (since !== undefined && since + 1 < bound.checkEvery) {
@@ -61,32 +67,42 @@ export function saveSession(
     return 0;
   }
   sinceCheck.set(db, 0);
-  // INDEXED BY: SQLite refuses the statement rather than read every session.
-  const { n } = statement(db, 'SELECT COUNT(*) AS n FROM sessions INDEXED BY sessions_anonymous WHERE user_id IS NULL').get() as { n: number };
-  if (n <= bound.max) return 0;
-  // The newest (this one among them) stay; rowid breaks ties within a millisecond.
-  return statement(
-    db,
-    `DELETE FROM sessions WHERE rowid IN (
-       SELECT rowid FROM sessions INDEXED BY sessions_anonymous WHERE user_id IS NULL ORDER BY created_at, rowid LIMIT ?)`,
-  ).run(n - bound.max).changes;
+  return dropOldestAnonymous(db, bound.max);
 }
 
-export function touchSession(db: Db, sid: string, expiresAt: number): void {
-  statement(db, 'UPDATE sessions SET expires_at = ? WHERE sid_hash = ?').run(expiresAt, hash(sid));
+/**
+ * Deletes the oldest sessions nobody signed in to beyond the newest `max` (this one among
+ * those kept); created_at, then sid_hash, orders those of one millisecond. One statement,
+ * counting and deleting from one snapshot: two checks at once (two gateways on one
+ * database) drop the same sessions, never twice as many.
+ */
+async function dropOldestAnonymous(db: Db, max: number): Promise<number> {
+  const anonymous = db.selectFrom('sessions').where('user_id', 'is', null);
+  const excess = anonymous.select(sql<number>`CASE WHEN COUNT(*) > ${max} THEN COUNT(*) - ${max} ELSE 0 END`.as('n'));
+  const r = await db
+    .deleteFrom('sessions')
+    .where('sid_hash', 'in', anonymous.select('sid_hash').orderBy('created_at').orderBy('sid_hash').limit(excess))
+    .executeTakeFirst();
+  return Number(r.numDeletedRows);
 }
 
-export function deleteSession(db: Db, sid: string): void {
-  statement(db, 'DELETE FROM sessions WHERE sid_hash = ?').run(hash(sid));
+export async function touchSession(db: Db, sid: string, expiresAt: number): Promise<void> {
+  await db.updateTable('sessions').set({ expires_at: expiresAt }).where('sid_hash', '=', hash(sid)).execute();
+}
+
+export async function deleteSession(db: Db, sid: string): Promise<void> {
+  await db.deleteFrom('sessions').where('sid_hash', '=', hash(sid)).execute();
 }
 
 /** Signs a user out everywhere; returns how many sessions ended. */
-export function deleteUserSessions(db: Db, userId: number): number {
-  return statement(db, 'DELETE FROM sessions WHERE user_id = ?').run(userId).changes;
+export async function deleteUserSessions(db: Db, userId: number): Promise<number> {
+  const r = await db.deleteFrom('sessions').where('user_id', '=', userId).executeTakeFirst();
+  return Number(r.numDeletedRows);
 }
 
-export function purgeExpiredSessions(db: Db, now = Date.now()): number {
-  return statement(db, 'DELETE FROM sessions WHERE expires_at <= ?').run(now).changes;
+export async function purgeExpiredSessions(db: Db, now = Date.now()): Promise<number> {
+  const r = await db.deleteFrom('sessions').where('expires_at', '<=', now).executeTakeFirst();
+  return Number(r.numDeletedRows);
 }
 
 /** The key a live connection of this session is grouped under (never the session id itself). */

@@ -23,7 +23,7 @@ async function main(): Promise<number> {
     throw e;
   }
   const ctx: CliContext = {
-    openStore: () => openStore(config.dataDir, MIGRATIONS),
+    openStore: () => openStore(config, MIGRATIONS),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
     maxTokensPerUser: config.maxTokensPerUser,

@@ -1,7 +1,9 @@
 /**
  * The operator command line: users, personal API tokens, sandboxes and the audit log.
  * `buildProgram` takes everything it touches as a context, so tests run it in-process
- * against a temporary store; main.ts builds the real context from configuration.
+ * against a temporary store; main.ts builds the real context from configuration. The
+ * store is opened by the first command that needs it and closed when the command ends,
+ * however it ends (a Postgres pool left open would keep the process alive).
  */
 import { Command, CommanderError, Option } from 'commander';
 import { KEYED_PROVIDERS } from '../agent/models.js';
@@ -13,7 +15,7 @@ import type { SandboxDriver } from '../sandboxes/types.js';
 import type { Db, Store } from '../store/store.js';
 import { ensureUser, findUser, listUsers, type User } from '../accounts/accounts.js';
 import { TOKEN_PREFIX } from '../tokens/format.js';
-import { createToken, findTokenBySecret, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
+import { createToken, findTokenBySecret, getToken, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
 import { deleteUserSessions } from '../auth/sessions.js';
 import { disableUser, enableUser, stillRefused } from '../users/users.js';
@@ -21,7 +23,7 @@ import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
 
 export interface CliContext {
-  openStore(): Store;
+  openStore(): Promise<Store>;
   /** The data directory (for the key file that seals users' provider keys). */
   dataDir: string;
   /** Where users reach the gateway (for sign-in links). */
@@ -57,8 +59,8 @@ export function table(header: string[], rows: string[][]): string {
   return [line(header), ...rows.map(line)].join('\n');
 }
 
-function requireUser(db: Db, name: string): User {
-  const u = findUser(db, name);
+async function requireUser(db: Db, name: string): Promise<User> {
+  const u = await findUser(db, name);
   if (!u) throw new CliError(`no user named "${name}". Users appear when they first sign in; to add one now: sandgate users add ${name}`);
   return u;
 }
@@ -76,28 +78,23 @@ async function auditedHere<T>(db: Db, method: string, user: User, act: () => Pro
   const entry = { userId: user.id, via: null, kind: 'admin' as const, method, targetUserId: user.id };
   try {
     const out = await act();
-    recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'ok' });
+    await recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'ok' });
     return out;
   } catch (e) {
-    recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'error', errorClass: 'internal' });
+    await recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'error', errorClass: 'internal' });
     throw e;
   }
 }
 
-export function buildProgram(ctx: CliContext): Command {
+/** The commands; `db` opens the store on first use (runCli closes it). */
+export function buildProgram(ctx: CliContext, db: () => Promise<Db>): Command {
   const now = () => (ctx.now ? ctx.now() : Date.now());
-  let store: Store | undefined;
-  const db = () => (store ??= ctx.openStore()).db;
 
   const program = new Command('sandgate')
     .description('Operate a sandgate gateway: users, personal API tokens, sandboxes, audit log.\nReads the same settings as the gateway (SANDGATE_DATA_DIR, .env).')
     .showHelpAfterError()
     .configureOutput({ writeOut: (s) => ctx.out(s.trimEnd()), writeErr: (s) => ctx.err(s.trimEnd()) })
     .exitOverride();
-  program.hook('postAction', () => {
-    store?.close();
-    store = undefined;
-  });
 
   // ---------------------------------------------------------------- users
   const users = program.command('users').description('Users (normally created at their first sign-in)');
@@ -106,19 +103,19 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Create a user (or update its admin flag)')
     .argument('<name>', 'login name (GitHub login, or any name for a local install)')
     .option('--admin', 'make the user an admin (single-user installs; with GitHub sign-in, admins are SANDGATE_ADMINS)')
-    .action((name: string, o: { admin?: boolean }) => {
-      const existed = !!findUser(db(), name);
+    .action(async (name: string, o: { admin?: boolean }) => {
       // With GitHub sign-in the gateway derives admin rights from SANDGATE_ADMINS at every check; a flag set here would be overwritten.
       if (o.admin && ctx.githubInstall) throw new CliError(`with GitHub sign-in, admins are the logins in SANDGATE_ADMINS (read at each membership check): add ${name} there instead of --admin`);
-      const u = ensureUser(db(), name, o.admin ? { isAdmin: true } : {});
+      const existed = !!(await findUser(await db(), name));
+      const u = await ensureUser(await db(), name, o.admin ? { isAdmin: true } : {});
       ctx.out(`${existed ? 'Updated' : 'Created'} user ${u.name} (id ${u.id}${u.isAdmin ? ', admin' : ''}).`);
     });
   users
     .command('list')
     .description('List users')
     .option('--json', 'print JSON')
-    .action((o: { json?: boolean }) => {
-      const all = listUsers(db());
+    .action(async (o: { json?: boolean }) => {
+      const all = await listUsers(await db());
       if (o.json) return ctx.out(JSON.stringify(all.map(({ id, name, isAdmin, createdAt }) => ({ id, name, isAdmin, createdAt })), null, 2));
       ctx.out(all.length ? table(['ID', 'NAME', 'ADMIN', 'CREATED'], all.map((u) => [String(u.id), u.name, u.isAdmin ? 'yes' : '', iso(u.createdAt)])) : 'No users yet.');
     });
@@ -127,9 +124,9 @@ export function buildProgram(ctx: CliContext): Command {
     .command('login-link')
     .description('Print a one-time sign-in link for a user (valid 15 minutes, good for one sign-in)')
     .argument('<name>', 'login name')
-    .action((name: string) => {
-      const u = requireUser(db(), name);
-      const link = createLoginLink(db(), u.id, now());
+    .action(async (name: string) => {
+      const u = await requireUser(await db(), name);
+      const link = await createLoginLink(await db(), u.id, now());
       ctx.out(`${ctx.publicUrl.replace(/\/$/, '')}/login/link/${link.secret}`);
       ctx.err(`Signs in as ${u.name}, once, until ${iso(link.expiresAt)}.`);
     });
@@ -139,11 +136,12 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Disable a user: their sessions end, their tokens and sign-ins are refused and their sandbox stops; nothing of theirs is deleted')
     .argument('<name>', 'login name')
     .action(async (name: string) => {
-      const u = requireUser(db(), name);
+      const store = await db();
+      const u = await requireUser(store, name);
       // The same use-case as the admin page's, with what this process reaches: the store and the sandbox containers.
       let stopped = 0;
-      const sandboxes = { stopUser: async () => (stopped = await stopUserSandbox(ctx.driver(), db(), u)) };
-      await auditedHere(db(), 'user/disable', u, () => disableUser({ db: db(), sessions: { endSessionsOf: (id) => deleteUserSessions(db(), id) }, sandboxes }, u));
+      const sandboxes = { stopUser: async () => (stopped = await stopUserSandbox(ctx.driver(), store, u)) };
+      await auditedHere(store, 'user/disable', u, () => disableUser({ db: store, sessions: { endSessionsOf: (id) => deleteUserSessions(store, id) }, sandboxes }, u));
       ctx.out(`Disabled ${u.name}: their sessions ended, their tokens and sign-ins are refused${stopped ? `, and ${stopped} sandbox container(s) of theirs stopped` : ''}. Nothing of theirs was deleted.`);
       ctx.err('A running gateway closes the pages they have open at its next membership check (within 30 s); a chat turn of theirs running there now goes on to its end, but the gateway runs no more code for them.');
     });
@@ -152,10 +150,11 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Let a disabled user in again (their tokens work again; they sign in afresh)')
     .argument('<name>', 'login name')
     .action(async (name: string) => {
-      const u = requireUser(db(), name);
+      const store = await db();
+      const u = await requireUser(store, name);
       const github = stillRefused(u);
       if (u.disabledAt === null) return ctx.out(`${u.name} is not disabled${github ? `, but ${github}` : ''}.`);
-      await auditedHere(db(), 'user/enable', u, () => enableUser({ db: db() }, u));
+      await auditedHere(store, 'user/enable', u, () => enableUser({ db: store }, u));
       ctx.out(github ? `${u.name} is enabled, but ${github}.` : `${u.name} is enabled again.`);
     });
 
@@ -167,10 +166,10 @@ export function buildProgram(ctx: CliContext): Command {
     .requiredOption('--user <name>', 'the user the token acts as')
     .requiredOption('--name <name>', 'a label for where it is used, e.g. laptop or ci')
     .option('--expires <when>', 'expiry: 30d, 12h, 8w, 1y, an ISO date (at most 5 years ahead), or never', 'never')
-    .action((o: { user: string; name: string; expires: string }) => {
-      const u = requireUser(db(), o.user);
+    .action(async (o: { user: string; name: string; expires: string }) => {
+      const u = await requireUser(await db(), o.user);
       const expiresAt = parseExpiry(o.expires, now());
-      const { token, record } = createToken(db(), { userId: u.id, name: o.name, expiresAt, now: now(), maxActive: ctx.maxTokensPerUser });
+      const { token, record } = await createToken(await db(), { userId: u.id, name: o.name, expiresAt, now: now(), maxActive: ctx.maxTokensPerUser });
       ctx.err(
         `Created token "${record.name}" for ${u.name} (id ${record.id}, ${expiresAt ? `expires ${iso(expiresAt)}` : 'never expires'}).\n` +
           'Copy it now: it is shown only this once. MCP clients send it as the header "Authorization: Bearer <token>" (docs/mcp-clients.md).',
@@ -183,9 +182,9 @@ export function buildProgram(ctx: CliContext): Command {
     .option('--user <name>', 'only this user’s tokens')
     .option('--all', 'include revoked tokens')
     .option('--json', 'print JSON')
-    .action((o: { user?: string; all?: boolean; json?: boolean }) => {
-      const userId = o.user ? requireUser(db(), o.user).id : undefined;
-      const list = listTokens(db(), { userId, includeRevoked: o.all });
+    .action(async (o: { user?: string; all?: boolean; json?: boolean }) => {
+      const userId = o.user ? (await requireUser(await db(), o.user)).id : undefined;
+      const list = await listTokens(await db(), { userId, includeRevoked: o.all });
       if (o.json) return ctx.out(JSON.stringify(list.map((t) => ({ ...t, state: tokenState(t, now()) })), null, 2));
       if (!list.length) return ctx.out(o.user ? `${o.user} has no tokens.` : 'No tokens.');
       ctx.out(
@@ -201,29 +200,30 @@ export function buildProgram(ctx: CliContext): Command {
     .argument('[id-or-token]', 'token id (see tokens list), or the token string')
     .option('--user <name>', 'with --name: the token’s user')
     .option('--name <name>', 'with --user: the token’s name')
-    .action((idOrToken: string | undefined, o: { user?: string; name?: string }) => {
+    .action(async (idOrToken: string | undefined, o: { user?: string; name?: string }) => {
       let record: TokenRecord | undefined;
       if (idOrToken && (o.user || o.name)) throw new CliError('give either a token id (or the token) or --user with --name, not both');
       if (idOrToken?.startsWith(TOKEN_PREFIX)) {
-        record = findTokenBySecret(db(), idOrToken);
+        record = await findTokenBySecret(await db(), idOrToken);
         if (!record) throw new CliError('that token is not known to this gateway (check SANDGATE_DATA_DIR)');
       } else if (idOrToken) {
         if (!/^\d+$/.test(idOrToken)) throw new CliError(`"${idOrToken}" is neither a token id nor a token (${TOKEN_PREFIX}…)`);
-        record = listTokens(db(), { includeRevoked: true }).find((t) => t.id === Number(idOrToken));
+        const id = Number(idOrToken);
+        record = Number.isSafeInteger(id) ? await getToken(await db(), id) : undefined;
         if (!record) throw new CliError(`no token with id ${idOrToken}`);
       } else if (o.user && o.name) {
-        const u = requireUser(db(), o.user);
-        const id = revokeTokenByName(db(), u.id, o.name, now());
+        const u = await requireUser(await db(), o.user);
+        const id = await revokeTokenByName(await db(), u.id, o.name, now());
         if (id === undefined) throw new CliError(`${o.user} has no active token named "${o.name}"`);
-        dropPiiScope(db(), tokenScopeRef(u.id, id));
+        await dropPiiScope(await db(), tokenScopeRef(u.id, id));
         return ctx.out(`Revoked token "${o.name}" of ${o.user}.`);
       } else {
         throw new CliError('say which token: sandgate tokens revoke <id>, or --user <name> --name <token name>');
       }
       if (record.revokedAt !== null) return ctx.out(`Token ${record.id} ("${record.name}" of ${record.userName}) was already revoked at ${iso(record.revokedAt)}.`);
-      revokeToken(db(), record.id, { now: now() });
+      await revokeToken(await db(), record.id, { now: now() });
       // What this token's client was shown is forgotten with it.
-      dropPiiScope(db(), tokenScopeRef(record.userId, record.id));
+      await dropPiiScope(await db(), tokenScopeRef(record.userId, record.id));
       ctx.out(`Revoked token ${record.id} ("${record.name}" of ${record.userName}).`);
     });
 
@@ -234,7 +234,7 @@ export function buildProgram(ctx: CliContext): Command {
     .description('List this gateway’s sandbox containers')
     .option('--json', 'print JSON')
     .action(async (o: { json?: boolean }) => {
-      const list = await listSandboxes(ctx.driver(), db());
+      const list = await listSandboxes(ctx.driver(), await db());
       if (o.json) return ctx.out(JSON.stringify(list, null, 2));
       if (!list.length) return ctx.out('No sandboxes.');
       ctx.out(table(['USER', 'CONTAINER', 'STATE', 'CREATED'], list.map((s) => [s.user ?? '(warm pool)', s.container.slice(0, 12), s.running ? 'running' : 'stopped', iso(s.createdAt)])));
@@ -244,8 +244,8 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Stop a user’s sandbox now (running code is killed; /workspace is kept; the next run starts a fresh one)')
     .argument('<user>', 'login name')
     .action(async (name: string) => {
-      const u = requireUser(db(), name);
-      const stopped = await stopUserSandbox(ctx.driver(), db(), u);
+      const u = await requireUser(await db(), name);
+      const stopped = await stopUserSandbox(ctx.driver(), await db(), u);
       ctx.out(stopped ? `Stopped ${stopped} sandbox container(s) of ${u.name}.` : `${u.name} has no running sandbox.`);
     });
 
@@ -257,10 +257,10 @@ export function buildProgram(ctx: CliContext): Command {
     .requiredOption('--user <name>', 'login name')
     .addOption(new Option('--provider <provider>', 'model provider').choices([...KEYED_PROVIDERS]).makeOptionMandatory())
     .action(async (o: { user: string; provider: string }) => {
-      const u = requireUser(db(), o.user);
+      const u = await requireUser(await db(), o.user);
       const value = (await ctx.readSecret()).trim();
       if (!value) throw new CliError('no key on standard input: pipe it in, e.g. sandgate provider-keys set --user alice --provider openai < key.txt');
-      new ProviderKeys(db(), ctx.dataDir).set(u.id, o.provider, value);
+      await new ProviderKeys(await db(), ctx.dataDir).set(u.id, o.provider, value);
       ctx.out(`Stored ${u.name}’s ${o.provider} key. Their requests to ${o.provider} use it from now on.`);
     });
   keys
@@ -268,18 +268,18 @@ export function buildProgram(ctx: CliContext): Command {
     .description('Delete a user’s key for a provider (the team key applies again, if there is one)')
     .requiredOption('--user <name>', 'login name')
     .addOption(new Option('--provider <provider>', 'model provider').choices([...KEYED_PROVIDERS]).makeOptionMandatory())
-    .action((o: { user: string; provider: string }) => {
-      const u = requireUser(db(), o.user);
-      const gone = new ProviderKeys(db(), ctx.dataDir).delete(u.id, o.provider);
+    .action(async (o: { user: string; provider: string }) => {
+      const u = await requireUser(await db(), o.user);
+      const gone = await new ProviderKeys(await db(), ctx.dataDir).delete(u.id, o.provider);
       ctx.out(gone ? `Deleted ${u.name}’s ${o.provider} key.` : `${u.name} has no ${o.provider} key.`);
     });
   keys
     .command('list')
     .description('Which providers a user has a key for (never the keys)')
     .requiredOption('--user <name>', 'login name')
-    .action((o: { user: string }) => {
-      const u = requireUser(db(), o.user);
-      const list = new ProviderKeys(db(), ctx.dataDir).list(u.id);
+    .action(async (o: { user: string }) => {
+      const u = await requireUser(await db(), o.user);
+      const list = await new ProviderKeys(await db(), ctx.dataDir).list(u.id);
       if (!list.length) return ctx.out(`${u.name} has no provider keys.`);
       ctx.out(table(['PROVIDER', 'SET'], list.map((k) => [k.provider, iso(k.updatedAt)])));
     });
@@ -291,9 +291,9 @@ export function buildProgram(ctx: CliContext): Command {
     .requiredOption('--user <name>', 'login name')
     .addOption(new Option('--limit <n>', 'entries to show').default(50).argParser((v) => Number.parseInt(v, 10)))
     .option('--json', 'print JSON')
-    .action((o: { user: string; limit: number; json?: boolean }) => {
-      const u = requireUser(db(), o.user);
-      const entries = listAudit(db(), u.id, { limit: o.limit });
+    .action(async (o: { user: string; limit: number; json?: boolean }) => {
+      const u = await requireUser(await db(), o.user);
+      const entries = await listAudit(await db(), u.id, { limit: o.limit });
       if (o.json) return ctx.out(JSON.stringify(entries, null, 2));
       if (!entries.length) return ctx.out(`No audit entries for ${u.name}.`);
       ctx.out(
@@ -312,7 +312,8 @@ export function buildProgram(ctx: CliContext): Command {
  * explains, 2 a usage error.
  */
 export async function runCli(argv: string[], ctx: CliContext): Promise<number> {
-  const program = buildProgram(ctx);
+  let opening: Promise<Store> | undefined;
+  const program = buildProgram(ctx, async () => (await (opening ??= ctx.openStore())).db);
   try {
     await program.parseAsync(argv, { from: 'user' });
     return 0;
@@ -322,5 +323,8 @@ export async function runCli(argv: string[], ctx: CliContext): Promise<number> {
     ctx.err(`sandgate: ${(e as Error).message}`);
     if (!(e instanceof GatewayError)) ctx.err((e as Error).stack ?? '');
     return e instanceof GatewayError && e.reason === 'config_invalid' ? 2 : 1;
+  } finally {
+    // A store that failed to open has nothing to close; its error was reported above.
+    if (opening) await opening.then((s) => s.close()).catch(() => {});
   }
 }

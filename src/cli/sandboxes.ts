@@ -20,16 +20,17 @@ export interface SandboxRow {
 }
 
 /** The user a container belongs to: the store's mapping first (pooled containers keep no owner label), then the label. */
-function ownerOf(db: Db, c: { id: string; ownerId?: number }): User | undefined {
-  const id = sandboxOwnerId(db, c.id) ?? c.ownerId;
+async function ownerOf(db: Db, c: { id: string; ownerId?: number }): Promise<User | undefined> {
+  const id = (await sandboxOwnerId(db, c.id)) ?? c.ownerId;
   return id === undefined ? undefined : getUser(db, id);
 }
 
 export async function listSandboxes(driver: SandboxDriver, db: Db): Promise<SandboxRow[]> {
-  const rows = (await driver.list()).map((c) => {
-    const u = ownerOf(db, c);
-    return { user: u?.name, userId: u?.id, container: c.id, running: c.running, createdAt: c.createdAt };
-  });
+  const rows: SandboxRow[] = [];
+  for (const c of await driver.list()) {
+    const u = await ownerOf(db, c);
+    rows.push({ user: u?.name, userId: u?.id, container: c.id, running: c.running, createdAt: c.createdAt });
+  }
   return rows.sort((a, b) => (a.user ?? '\uffff').localeCompare(b.user ?? '\uffff') || a.createdAt - b.createdAt);
 }
 
@@ -37,6 +38,6 @@ export async function listSandboxes(driver: SandboxDriver, db: Db): Promise<Sand
 export async function stopUserSandbox(driver: SandboxDriver, db: Db, user: User): Promise<number> {
   const mine = (await listSandboxes(driver, db)).filter((s) => s.userId === user.id);
   for (const s of mine) await driver.stop(s.container);
-  forgetSandboxContainer(db, user.id);
+  await forgetSandboxContainer(db, user.id);
   return mine.length;
 }

@@ -24,7 +24,7 @@ export function health(store: Store, checks: Record<string, ReadinessCheck>): He
       const results: Record<string, { ok: boolean; detail?: string }> = {};
       const all: Record<string, ReadinessCheck> = {
         store: async () => {
-          store.ping();
+          await store.ping();
           return { ok: true };
         },
         ...checks,

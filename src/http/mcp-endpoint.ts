@@ -96,7 +96,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
    * second per user.
    */
   const refusalAudit = new OncePer(1000);
-  const rateLimit: RequestHandler = function rateLimitPerUser(req, res, next) {
+  const rateLimit: RequestHandler = async function rateLimitPerUser(req, res, next) {
     const caller = callerOf(req);
     const requests = requestsIn(req.body);
     // Every message of a batch is charged, notifications and responses too.
@@ -107,7 +107,8 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     const { at, t0 } = arrivalOf(res);
     if (refusalAudit.due(caller.user.id, at)) {
       const first = requests[0];
-      auditFor(
+      // Written before the 429 goes out, so the log has it by then (auditFor never rejects: a failed write is logged).
+      await auditFor(
         deps,
         caller,
         {

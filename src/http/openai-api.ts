@@ -21,7 +21,6 @@ import type { Agent } from '../agent/agent.js';
 import { HistoryDigests, type ClientMessage } from '../agent/api-history.js';
 import { setClientDigest, takeApiConversation, type Conversation } from '../agent/conversations.js';
 import type { AgentEvent } from '../agent/events.js';
-import { NO_MODELS_MESSAGE } from '../agent/models.js';
 import { recordAudit, callerColumns } from '../audit/audit.js';
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
@@ -165,9 +164,9 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
     sendError(res, 429, budgetSpentMessage(limiter, caller.user.name, d), 'rate_limit_error', 'rate_limit_exceeded');
   };
 
-  const models: RequestHandler = (req, res) => {
+  const models: RequestHandler = async (req, res) => {
     const caller = callerOf(req);
-    res.json({ object: 'list', data: agent.catalog.availableTo(caller.user.id).map((c) => ({ id: c.id, object: 'model', created: 0, owned_by: 'sandgate' })) });
+    res.json({ object: 'list', data: (await agent.catalog.availableTo(caller.user.id)).map((c) => ({ id: c.id, object: 'model', created: 0, owned_by: 'sandgate' })) });
   };
 
   const completions: RequestHandler = async (req: Request, res: Response) => {
@@ -197,9 +196,10 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
       return sendError(res, 400, (e as Error).message, 'invalid_request_error', 'invalid_request', 'messages');
     }
 
-    const audit = (outcome: 'ok' | 'error', errorClass?: string) => {
+    // Written before the answer ends, so the request is in the audit once its client has the answer; a failed write is logged only.
+    const audit = async (outcome: 'ok' | 'error', errorClass?: string) => {
       try {
-        recordAudit(deps.db, { ...callerColumns(token), kind: 'agent', method: 'chat/completions', durationMs: performance.now() - started, outcome, errorClass: errorClass ?? null });
+        await recordAudit(deps.db, { ...callerColumns(token), kind: 'agent', method: 'chat/completions', durationMs: performance.now() - started, outcome, errorClass: errorClass ?? null });
       } catch (err) {
         log.error({ err }, 'could not write an audit entry');
       }
@@ -207,28 +207,31 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
 
     let conversation: Conversation;
     try {
-      if (!agent.catalog.availableTo(user.id).length) return sendError(res, 503, NO_MODELS_MESSAGE, 'server_error', 'no_model_configured');
-      const model = agent.modelFor(user, body.model).id;
+      // No model at all comes back as no_model: answered below as no_model_configured.
+      const model = (await agent.modelFor(user, body.model)).id;
       const priorDigest = history.length ? digests.of(user.id, history) : undefined;
-      const continued = priorDigest ? takeApiConversation(deps.db, user.id, priorDigest) : undefined;
+      const continued = priorDigest ? await takeApiConversation(deps.db, user.id, priorDigest) : undefined;
       const incoming = Buffer.byteLength(last) + (continued ? 0 : history.reduce((n, m) => n + Buffer.byteLength(m.text), 0));
       try {
-        res.on('close', reserveStoreRoom(deps.db, deps.config, user.id, incoming));
+        const release = await reserveStoreRoom(deps.db, deps.config, user.id, incoming);
+        // The client may have gone while the store answered: 'close' is then already past.
+        if (res.destroyed) release();
+        else res.on('close', release);
       } catch (e) {
         // Refused: the conversation stays as it was, to be continued once there is room.
-        if (continued) setClientDigest(deps.db, continued.id, priorDigest!);
+        if (continued) await setClientDigest(deps.db, continued.id, priorDigest!);
         throw e;
       }
       if (continued) {
-        if (continued.model !== model) agent.setModel(user, continued.id, model);
+        if (continued.model !== model) await agent.setModel(user, continued.id, model);
         conversation = { ...continued, model };
       } else {
-        conversation = agent.startConversation(user, { model, source: 'api' });
+        conversation = await agent.startConversation(user, { model, source: 'api' });
         await agent.seed(user, conversation.id, history);
       }
     } catch (e) {
       if (e instanceof StoreQuotaExceeded) {
-        audit('error', e.reason);
+        await audit('error', e.reason);
         return sendError(res, 403, e.message, 'insufficient_quota', e.reason);
       }
       const g = e instanceof GatewayError ? e : undefined;
@@ -236,8 +239,18 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
       if (g?.reason === 'no_model') return sendError(res, 503, g.message, 'server_error', 'no_model_configured');
       throw e;
     }
-    /** Once the client has the answer: the history it now holds is the one that continues this conversation. */
-    const answered = (content: string) => setClientDigest(deps.db, conversation.id, digests.of(user.id, agentHistory([...history, { role: 'user', text: last }, { role: 'assistant', text: content }])));
+    /**
+     * Once the client has the answer: the history it now holds is the one that continues this
+     * conversation. Recorded before the answer ends, so the client's next request finds it; a
+     * failure costs only the continuation (that request starts a new conversation).
+     */
+    const answered = async (content: string) => {
+      try {
+        await setClientDigest(deps.db, conversation.id, digests.of(user.id, agentHistory([...history, { role: 'user', text: last }, { role: 'assistant', text: content }])));
+      } catch (err) {
+        log.error({ err }, 'could not record the history a client was answered with');
+      }
+    };
     const id = `chatcmpl-${conversation.id}`;
     const created = Math.floor(Date.now() / 1000);
     const controller = new AbortController();
@@ -274,10 +287,11 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
         log.error({ err: e }, 'agent turn could not run');
         const g = e instanceof GatewayError ? e : undefined;
         res.write(`data: ${JSON.stringify(errorBody(g?.message ?? 'The gateway could not run this request; its log says why.', 'server_error', g?.reason ?? 'internal'))}\n\n`);
+        await audit('error', 'internal');
         res.end('data: [DONE]\n\n');
-        return audit('error', 'internal');
+        return;
       }
-      if (res.writableEnded || res.destroyed) return audit('error', 'aborted');
+      if (res.writableEnded || res.destroyed) return await audit('error', 'aborted');
       if (error && outcome.reason === 'failed') res.write(`data: ${JSON.stringify(errorBody(error.message, 'api_error', error.code))}\n\n`);
       chunk({}, FINISH[outcome.reason] ?? 'stop');
       if (body.stream_options?.include_usage) {
@@ -285,9 +299,10 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
           `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model: conversation.model, choices: [], usage: { prompt_tokens: outcome.usage.inputTokens, completion_tokens: outcome.usage.outputTokens, total_tokens: outcome.usage.inputTokens + outcome.usage.outputTokens } })}\n\n`,
         );
       }
+      await answered(content);
+      await audit(outcome.reason === 'failed' ? 'error' : 'ok', outcome.reason === 'failed' ? error?.code : undefined);
       res.end('data: [DONE]\n\n');
-      answered(content);
-      return audit(outcome.reason === 'failed' ? 'error' : 'ok', outcome.reason === 'failed' ? error?.code : undefined);
+      return;
     }
 
     let content = '';
@@ -302,14 +317,14 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
       },
       { signal: controller.signal, clientInstructions: instructions || undefined },
     );
-    if (res.destroyed) return audit('error', 'aborted');
+    if (res.destroyed) return await audit('error', 'aborted');
     if (outcome.reason === 'failed' && error) {
-      audit('error', error.code);
-      const status = error.code === 'provider_rate_limited' ? 429 : error.code === 'provider_timeout' ? 504 : 502;
+      await audit('error', error.code);
+      const status = error.code === 'provider_rate_limited' ? 429 : error.code === 'provider_timeout' ? 504 : error.code === 'store_unavailable' ? 503 : 502;
       return sendError(res, status, error.message, status === 429 ? 'rate_limit_error' : 'api_error', error.code);
     }
-    audit('ok');
-    answered(content);
+    await audit('ok');
+    await answered(content);
     res.json({
       id,
       object: 'chat.completion',

@@ -16,7 +16,7 @@
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import { formatBytes } from '../text.js';
-import { statement, type Db } from '../store/store.js';
+import type { Db } from '../store/store.js';
 
 export interface StoreUsage {
   /** Web chats. */
@@ -33,8 +33,8 @@ export interface StoreUsage {
 }
 
 /** What the store holds for `userId`, in bytes, against their quota. */
-export function storeUsage(db: Db, config: Pick<Config, 'storeQuotaMb'>, userId: number): StoreUsage {
-  const rows = statement(db, 'SELECT kind, bytes FROM store_usage WHERE user_id = ?').all(userId) as { kind: string; bytes: number }[];
+export async function storeUsage(db: Db, config: Pick<Config, 'storeQuotaMb'>, userId: number): Promise<StoreUsage> {
+  const rows = await db.selectFrom('store_usage').select(['kind', 'bytes']).where('user_id', '=', userId).execute();
   const bytes = (kind: string) => rows.find((r) => r.kind === kind)?.bytes ?? 0;
   const [web, api, personalData, tokenPersonalData] = [bytes('web'), bytes('api'), bytes('pii_conversation'), bytes('pii_token')];
   return { web, api, personalData, tokenPersonalData, total: web + api + personalData + tokenPersonalData, quota: config.storeQuotaMb * 1024 * 1024 };
@@ -62,23 +62,39 @@ export class StoreQuotaExceeded extends GatewayError {
  * reserved, a request's bytes count twice: the check errs towards refusing. The
  * message says what is stored, the setting, and where to delete (pages under
  * `publicUrl`).
+ *
+ * The room is taken, and what the user's other requests hold is noted, before the totals
+ * are read: a request that ended before then has its bytes in the totals, one still
+ * running then counts by its room (perhaps twice), and one that starts meanwhile sees
+ * this one's.
  */
-export function reserveStoreRoom(db: Db, config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'>, userId: number, incoming: number): () => void {
-  const usage = storeUsage(db, config, userId);
-  const inFlight = reserved.get(db) ?? new Map<number, number>();
+export async function reserveStoreRoom(
+  db: Db,
+  config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'>,
+  userId: number,
+  incoming: number,
+): Promise<() => void> {
+  let inFlight = reserved.get(db);
+  if (!inFlight) reserved.set(db, (inFlight = new Map<number, number>()));
   const held = inFlight.get(userId) ?? 0;
-  if (usage.total + held + incoming <= usage.quota) {
-    reserved.set(db, inFlight);
-    inFlight.set(userId, held + incoming);
-    let released = false;
-    return () => {
-      if (released) return;
-      released = true;
-      const left = (inFlight.get(userId) ?? 0) - incoming;
-      if (left > 0) inFlight.set(userId, left);
-      else inFlight.delete(userId);
-    };
+  inFlight.set(userId, held + incoming);
+  let released = false;
+  const release = () => {
+    if (released) return;
+    released = true;
+    const left = (inFlight.get(userId) ?? 0) - incoming;
+    if (left > 0) inFlight.set(userId, left);
+    else inFlight.delete(userId);
+  };
+  let usage: StoreUsage;
+  try {
+    usage = await storeUsage(db, config, userId);
+  } catch (e) {
+    release();
+    throw e;
   }
+  if (usage.total + held + incoming <= usage.quota) return release;
+  release();
   const base = config.publicUrl.replace(/\/$/, '');
   const parts = [`chats ${formatBytes(usage.web)}`, `API conversations ${formatBytes(usage.api)}`, `personal data tokenized in them ${formatBytes(usage.personalData)}`];
   if (usage.tokenPersonalData) {

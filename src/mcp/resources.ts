@@ -32,11 +32,11 @@ function relFromVariable(v: string | string[] | undefined): string {
 }
 
 export function registerWorkspaceResources(server: McpServer, ctx: ToolContext): void {
-  const readable = (rel: string) => allows(ctx.sandboxes.ceiling(ctx.owner), 'read', rel ? `/workspace/${rel}` : '/workspace');
+  const readable = async (rel: string) => allows(await ctx.sandboxes.ceiling(ctx.owner), 'read', rel ? `/workspace/${rel}` : '/workspace');
 
   const template = new ResourceTemplate(WORKSPACE_TEMPLATE, {
     list: async () => {
-      if (!readable('')) return { resources: [] };
+      if (!(await readable(''))) return { resources: [] };
       const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
       const files = (await ws.list('', { recursive: true, limit: MAX_LISTED_RESOURCES * 4 })).filter((e) => e.type === 'file').slice(0, MAX_LISTED_RESOURCES);
       const resources = await Promise.all(
@@ -57,7 +57,7 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
           .map((e) => (e.type === 'dir' ? `${e.path}/` : e.path))
           .filter((p) => p.startsWith(value))
           .slice(0, 100);
-        return Promise.all(matches.map((p) => toModel(ctx, p)));
+        return Promise.all(matches.map(async (p) => toModel(ctx, p)));
       },
     },
   });
@@ -76,7 +76,7 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
       };
       const failure = async (message: string) => new ProtocolError(ProtocolErrorCode.InvalidParams, await failureText(message));
       const rel = await fromModel(call, relFromVariable(variables.path));
-      if (!readable(rel)) throw await failure(denialMessage('read', `/workspace/${rel}`));
+      if (!(await readable(rel))) throw await failure(denialMessage('read', `/workspace/${rel}`));
       try {
         const ws = await ctx.sandboxes.openWorkspace(ctx.owner);
         const st = await ws.stat(rel);

@@ -25,10 +25,10 @@ export interface ServeOptions {
   arrival?: { at: number; t0: number };
 }
 
-/** Writes one tool-path audit row for a caller; a failing write is logged, never thrown. */
-export function auditFor(deps: Pick<McpDeps, 'db' | 'logger'>, caller: Caller, o: Outcome, timing: Timing): void {
+/** Writes one tool-path audit row for a caller; a failing write is logged, never thrown: the returned promise always resolves. */
+export async function auditFor(deps: Pick<McpDeps, 'db' | 'logger'>, caller: Caller, o: Outcome, timing: Timing): Promise<void> {
   try {
-    recordAudit(deps.db, { ...o, ...callerColumns(caller), kind: 'mcp', ts: timing.ts, durationMs: timing.durationMs });
+    await recordAudit(deps.db, { ...o, ...callerColumns(caller), kind: 'mcp', ts: timing.ts, durationMs: timing.durationMs });
   } catch (err) {
     deps.logger.error({ err }, 'could not write an audit entry');
   }
@@ -41,7 +41,7 @@ export async function serverForCaller(deps: McpDeps, caller: Caller, opts: Serve
   return createMcpServer(ctx, {
     instructions: opts.withInstructions ? await instructionsFor(ctx) : undefined,
     parts: opts.parts,
-    beforeConnect: (transport) => auditTransport(transport, (o, timing) => auditFor(deps, caller, o, timing), { schemaOf, arrival: opts.arrival }),
+    beforeConnect: (transport) => auditTransport(transport, (o, timing) => void auditFor(deps, caller, o, timing), { schemaOf, arrival: opts.arrival }),
   });
 }
 

@@ -21,11 +21,13 @@ export interface FromModelResult {
 /**
  * Text headed to a model in chunks (streamed output). `push` returns what may be sent
  * now, `end` the rest; a boundary that rewrites values holds back a chunk's unfinished
- * tail, so a value split across chunks is never sent in pieces.
+ * tail, so a value split across chunks is never sent in pieces. A boundary that stores
+ * what it rewrote returns a Promise, settled once it is stored: send the outputs in the
+ * order of the calls.
  */
 export interface ModelStream {
-  push(chunk: string): string;
-  end(): string;
+  push(chunk: string): string | Promise<string>;
+  end(): string | Promise<string>;
 }
 
 /** The boundary for one caller: its scope (src/pii/scopes.ts `piiScopeOf`) decides which tokens it knows. */

@@ -16,7 +16,7 @@ const STRUCTURED: readonly PiiEntityType[] = ['EMAIL', 'PHONE', 'CARD', 'IBAN', 
 const TARGETS = { structuredRecall: 0.99, structuredPrecision: 0.97, nameF2: 0.85 };
 
 const docs = generateCorpus({ seed: CORPUS_SEED, docsPerKind: 40 });
-const t = openTestVault();
+const t = await openTestVault();
 afterAll(() => t.cleanup());
 
 describe('the labelled corpus', () => {
@@ -70,9 +70,9 @@ describe('detection quality on the corpus', () => {
 
 describe('model-bound text', () => {
   const tokenized = new Map<CorpusDoc, string>();
-  beforeAll(() => {
-    const scope = t.vault.scope({ userId: t.userId('corpus'), kind: 'token', id: 'corpus' });
-    for (const doc of docs) tokenized.set(doc, scope.tokenize(doc.text).text);
+  beforeAll(async () => {
+    const scope = await t.vault.scope({ userId: await t.userId('corpus'), kind: 'token', id: 'corpus' });
+    for (const doc of docs) tokenized.set(doc, (await scope.tokenize(doc.text)).text);
   });
 
   it('holds no raw structured value anywhere in the corpus', () => {
@@ -104,8 +104,8 @@ describe('model-bound text', () => {
     expect(leaked / names).toBeLessThanOrEqual(1 - TARGETS.nameF2);
   });
 
-  it('turns back into the original text exactly', () => {
-    const scope = t.vault.scope({ userId: t.userId('corpus'), kind: 'token', id: 'corpus' });
-    for (const doc of docs) expect(scope.detokenize(tokenized.get(doc)!)).toEqual({ text: doc.text, unknown: [] });
+  it('turns back into the original text exactly', async () => {
+    const scope = await t.vault.scope({ userId: await t.userId('corpus'), kind: 'token', id: 'corpus' });
+    for (const doc of docs) expect(await scope.detokenize(tokenized.get(doc)!)).toEqual({ text: doc.text, unknown: [] });
   });
 });

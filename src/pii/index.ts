@@ -2,9 +2,9 @@
  * The PII layer: tokenize what goes to a model, detokenize what comes from one.
  *
  *   const vault = new PiiVault(db, loadOrCreateKey(dataDir), { ttlMs: ttlMs(s), detector: createDetector(detectorOptions(s)) });
- *   const scope = vault.scope({ userId, kind: 'token', id: apiTokenId });
- *   scope.tokenize(toolOutput).text          // to the model
- *   scope.detokenizeDeep(toolArguments)      // from the model, to the sandbox or upstream
+ *   const scope = await vault.scope({ userId, kind: 'token', id: apiTokenId });
+ *   (await scope.tokenize(toolOutput)).text          // to the model, once its new values are stored
+ *   await scope.detokenizeDeep(toolArguments)        // from the model, to the sandbox or upstream
  */
 export { PII_ENTITY_TYPES, TOKEN_TYPES, type PiiEntityType, type Span, type TokenType } from './entities.js';
 export { createDetector, type Detector, type DetectorOptions, type DetectionSession, type Segment } from './detector.js';

@@ -7,11 +7,11 @@ import { forCall, fromModel, fromModelDeep, textResult, toModelStream, unknownTo
 import { createToken, revokeToken } from '../tokens/tokens.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii-boundary.js';
 
-const t = openTestVault();
+const t = await openTestVault();
 afterAll(() => t.cleanup());
 const boundary = createPiiBoundary(t.vault);
-const ann = { userId: t.userId('ann'), name: 'ann' };
-const bob = { userId: t.userId('bob'), name: 'bob' };
+const ann = { userId: await t.userId('ann'), name: 'ann' };
+const bob = { userId: await t.userId('bob'), name: 'bob' };
 const laptop = { tokenId: 1, tokenName: 'laptop' };
 const phone = { tokenId: 2, tokenName: 'phone' };
 
@@ -19,8 +19,8 @@ const phone = { tokenId: 2, tokenName: 'phone' };
 const viaToken = (owner: typeof ann, p: typeof laptop): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'token', ...p } });
 const viaAgent = (owner: typeof ann, conversationId: string): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'agent', conversationId } });
 const viaSession = (owner: typeof ann): Caller => ({ user: { id: owner.userId, name: owner.name } as User, via: { kind: 'session', sessionId: 's1' } });
-const toModel = (owner: typeof ann, p: typeof laptop, text: string) => boundary.toModel(viaToken(owner, p), text) as string;
-const fromModelText = (owner: typeof ann, p: typeof laptop, text: string) => boundary.fromModel(viaToken(owner, p), text) as { text: string; unknown: string[] };
+const toModel = async (owner: typeof ann, p: typeof laptop, text: string) => boundary.toModel(viaToken(owner, p), text);
+const fromModelText = async (owner: typeof ann, p: typeof laptop, text: string) => boundary.fromModel(viaToken(owner, p), text);
 
 /** Just enough of a tool context for the helpers that pass the boundary. */
 function contextFor(owner: typeof ann, p: typeof laptop): ToolContext {
@@ -28,48 +28,49 @@ function contextFor(owner: typeof ann, p: typeof laptop): ToolContext {
 }
 
 describe('the PII boundary', () => {
-  it('gives a value the same token in every call with the same user and API token', () => {
-    const first = toModel(ann, laptop, 'mail ann.lee@example.com please');
+  it('gives a value the same token in every call with the same user and API token', async () => {
+    const first = await toModel(ann, laptop, 'mail ann.lee@example.com please');
     expect(first).toBe('mail [EMAIL_1] please');
-    expect(toModel(ann, laptop, 'again: ann.lee@example.com')).toBe('again: [EMAIL_1]');
-    expect(fromModelText(ann, laptop, 'send to [EMAIL_1]')).toEqual({ text: 'send to ann.lee@example.com', unknown: [] });
+    expect(await toModel(ann, laptop, 'again: ann.lee@example.com')).toBe('again: [EMAIL_1]');
+    expect(await fromModelText(ann, laptop, 'send to [EMAIL_1]')).toEqual({ text: 'send to ann.lee@example.com', unknown: [] });
   });
 
-  it('scopes tokens per API token: another token of the same user has its own', () => {
-    expect(fromModelText(ann, phone, '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
-    toModel(ann, phone, 'first zoe.k@example.org then ann.lee@example.com');
-    expect(toModel(ann, phone, 'ann.lee@example.com')).toBe('[EMAIL_2]');
-    expect(fromModelText(ann, phone, '[EMAIL_1]').text).toBe('zoe.k@example.org');
+  it('scopes tokens per API token: another token of the same user has its own', async () => {
+    expect(await fromModelText(ann, phone, '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    await toModel(ann, phone, 'first zoe.k@example.org then ann.lee@example.com');
+    expect(await toModel(ann, phone, 'ann.lee@example.com')).toBe('[EMAIL_2]');
+    expect((await fromModelText(ann, phone, '[EMAIL_1]')).text).toBe('zoe.k@example.org');
   });
 
-  it("never resolves one user's token text for another, whatever API token id they present", () => {
-    expect(fromModelText(bob, laptop, 'x [EMAIL_1] y')).toEqual({ text: 'x [EMAIL_1] y', unknown: ['[EMAIL_1]'] });
-    expect(toModel(bob, laptop, 'bob.r@example.net')).toBe('[EMAIL_1]');
-    expect(fromModelText(bob, laptop, '[EMAIL_1]').text).toBe('bob.r@example.net');
-    expect(fromModelText(ann, laptop, '[EMAIL_1]').text).toBe('ann.lee@example.com');
+  it("never resolves one user's token text for another, whatever API token id they present", async () => {
+    expect(await fromModelText(bob, laptop, 'x [EMAIL_1] y')).toEqual({ text: 'x [EMAIL_1] y', unknown: ['[EMAIL_1]'] });
+    expect(await toModel(bob, laptop, 'bob.r@example.net')).toBe('[EMAIL_1]');
+    expect((await fromModelText(bob, laptop, '[EMAIL_1]')).text).toBe('bob.r@example.net');
+    expect((await fromModelText(ann, laptop, '[EMAIL_1]')).text).toBe('ann.lee@example.com');
   });
 
-  it('scopes a conversation of the agent apart from every token and every other conversation', () => {
+  it('scopes a conversation of the agent apart from every token and every other conversation', async () => {
     const c1 = viaAgent(ann, 'conv-1');
-    expect(boundary.toModel(c1, 'write to ann.lee@example.com')).toBe('write to [EMAIL_1]');
-    expect((boundary.fromModel(c1, '[EMAIL_1]') as { text: string }).text).toBe('ann.lee@example.com');
-    expect(boundary.fromModel(viaAgent(ann, 'conv-2'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
-    expect(boundary.toModel(viaAgent(ann, 'conv-2'), 'zed@example.com ann.lee@example.com')).toBe('[EMAIL_1] [EMAIL_2]');
+    expect(await boundary.toModel(c1, 'write to ann.lee@example.com')).toBe('write to [EMAIL_1]');
+    expect((await boundary.fromModel(c1, '[EMAIL_1]')).text).toBe('ann.lee@example.com');
+    expect(await boundary.fromModel(viaAgent(ann, 'conv-2'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    expect(await boundary.toModel(viaAgent(ann, 'conv-2'), 'zed@example.com ann.lee@example.com')).toBe('[EMAIL_1] [EMAIL_2]');
     // The same conversation id of another user is another scope.
-    expect(boundary.fromModel(viaAgent(bob, 'conv-1'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
+    expect(await boundary.fromModel(viaAgent(bob, 'conv-1'), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: ['[EMAIL_1]'] });
   });
 
   it('a person in a browser reads their own data as it is: no model sees that text', () => {
+    // No scope, no store: answered at once, not in a Promise.
     expect(boundary.toModel(viaSession(ann), 'mail ann.lee@example.com')).toBe('mail ann.lee@example.com');
     expect(boundary.fromModel(viaSession(ann), '[EMAIL_1]')).toEqual({ text: '[EMAIL_1]', unknown: [] });
   });
 
-  it('streams output without ever sending part of a value, and ends equal to toModel', () => {
+  it('streams output without ever sending part of a value, and ends equal to toModel', async () => {
     const text = 'customer Ann Lee <ann.lee@example.com>, card 4111 1111 1111 1111\ndone\n';
     const stream = boundary.toModelStream!(viaToken(ann, laptop));
-    const sent = [...text].map((ch) => stream.push(ch));
-    sent.push(stream.end());
-    expect(sent.join('')).toBe(toModel(ann, laptop, text));
+    // Every character pushed at once, before the scope is even open: the outputs keep their order.
+    const sent = await Promise.all([...[...text].map((ch) => stream.push(ch)), stream.end()]);
+    expect(sent.join('')).toBe(await toModel(ann, laptop, text));
     for (const piece of sent) expect(piece).not.toMatch(/ann|Lee|4111/);
   });
 });
@@ -105,56 +106,61 @@ describe('the tool context helpers', () => {
 });
 
 describe('dropInactiveTokenScopes', () => {
-  it('forgets what the clients of revoked and expired tokens were shown, and nothing else', () => {
-    const v = openTestVault();
+  it('forgets what the clients of revoked and expired tokens were shown, and nothing else', async () => {
+    const v = await openTestVault();
     try {
-      const carl = { userId: v.userId('carl'), name: 'carl' };
+      const carl = { userId: await v.userId('carl'), name: 'carl' };
       const b = createPiiBoundary(v.vault);
       const now = Date.now();
-      const kept = createToken(v.store.db, { userId: carl.userId, name: 'kept' }).record;
-      const revoked = createToken(v.store.db, { userId: carl.userId, name: 'revoked' }).record;
-      const expired = createToken(v.store.db, { userId: carl.userId, name: 'expired', expiresAt: now + 1000 }).record;
-      for (const r of [kept, revoked, expired]) b.toModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), 'carl@example.com');
-      revokeToken(v.store.db, revoked.id);
-      expect(dropInactiveTokenScopes(v.store.db, v.vault, now)).toBe(1);
-      expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(1);
-      expect(dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(0);
-      const resolves = (r: typeof kept) => (b.fromModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]') as { text: string }).text;
-      expect(resolves(kept)).toBe('carl@example.com');
-      expect(resolves(revoked)).toBe('[EMAIL_1]');
-      expect(resolves(expired)).toBe('[EMAIL_1]');
+      const kept = (await createToken(v.store.db, { userId: carl.userId, name: 'kept' })).record;
+      const revoked = (await createToken(v.store.db, { userId: carl.userId, name: 'revoked' })).record;
+      const expired = (await createToken(v.store.db, { userId: carl.userId, name: 'expired', expiresAt: now + 1000 })).record;
+      for (const r of [kept, revoked, expired]) await b.toModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), 'carl@example.com');
+      await revokeToken(v.store.db, revoked.id);
+      expect(await dropInactiveTokenScopes(v.store.db, v.vault, now)).toBe(1);
+      expect(await dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(1);
+      expect(await dropInactiveTokenScopes(v.store.db, v.vault, now + 2000)).toBe(0);
+      const resolves = async (r: typeof kept) => (await b.fromModel(viaToken(carl, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]')).text;
+      expect(await resolves(kept)).toBe('carl@example.com');
+      expect(await resolves(revoked)).toBe('[EMAIL_1]');
+      expect(await resolves(expired)).toBe('[EMAIL_1]');
     } finally {
-      v.cleanup();
+      await v.cleanup();
     }
   });
 
-  it('walks the scopes that exist, in batches: drops those of revoked or purged tokens, keeps active ones', () => {
-    const v = openTestVault();
+  it('walks the scopes that exist, in batches: drops those of revoked or purged tokens, keeps active ones', async () => {
+    const v = await openTestVault();
     try {
       const db = v.store.db;
-      const dee = { userId: v.userId('dee'), name: 'dee' };
+      const dee = { userId: await v.userId('dee'), name: 'dee' };
       const b = createPiiBoundary(v.vault);
-      const active = createToken(db, { userId: dee.userId, name: 'active' }).record;
-      const purged = createToken(db, { userId: dee.userId, name: 'purged' }).record;
-      for (const r of [active, purged]) b.toModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), 'dee@example.com');
+      const active = (await createToken(db, { userId: dee.userId, name: 'active' })).record;
+      const purged = (await createToken(db, { userId: dee.userId, name: 'purged' })).record;
+      for (const r of [active, purged]) await b.toModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), 'dee@example.com');
       // More revoked tokens with scopes than one batch holds, and many revoked ones whose scopes are long gone.
-      const addToken = db.prepare("INSERT INTO api_tokens (user_id, name, hash, created_at, revoked_at) VALUES (?, 'old', randomblob(32), 1, 2) RETURNING id");
-      const addScope = db.prepare("INSERT INTO pii_scopes (user_id, kind, ref, created_at) VALUES (?, 'token', ?, 1)");
-      for (let i = 0; i < 1200; i++) {
-        const id = (addToken.get(dee.userId) as { id: number }).id;
-        if (i < 1100) addScope.run(dee.userId, String(id));
-      }
+      const old = await db
+        .insertInto('api_tokens')
+        .values(Array.from({ length: 1200 }, (_, i) => ({ user_id: dee.userId, name: 'old', hash: Buffer.from(`old token ${i}`.padEnd(32, '.')), created_at: 1, revoked_at: 2 })))
+        .returning('id')
+        .execute();
+      await db
+        .insertInto('pii_scopes')
+        .values(old.slice(0, 1100).map((r) => ({ user_id: dee.userId, kind: 'token' as const, ref: String(r.id), created_at: 1 })))
+        .execute();
       // Its row goes while its scope stays, as when the vault was off when the token was revoked and purged.
-      db.prepare('DELETE FROM api_tokens WHERE id = ?').run(purged.id);
-      const tokenScopes = () => db.prepare("SELECT ref FROM pii_scopes WHERE kind = 'token'").pluck().all();
+      await db.deleteFrom('api_tokens').where('id', '=', purged.id).execute();
+      // A ref that names no token at all is no token's scope either (and no query fails on it).
+      await db.insertInto('pii_scopes').values({ user_id: dee.userId, kind: 'token', ref: 'not-a-token-id', created_at: 1 }).execute();
+      const tokenScopes = async () => (await db.selectFrom('pii_scopes').select('ref').where('kind', '=', 'token').execute()).map((r) => r.ref);
 
-      expect(dropInactiveTokenScopes(db, v.vault)).toBe(1101);
-      expect(tokenScopes()).toEqual([String(active.id)]);
-      const resolves = (r: typeof active) => (b.fromModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]') as { text: string }).text;
-      expect(resolves(active)).toBe('dee@example.com');
-      expect(dropInactiveTokenScopes(db, undefined)).toBe(0);
+      expect(await dropInactiveTokenScopes(db, v.vault)).toBe(1102);
+      expect(await tokenScopes()).toEqual([String(active.id)]);
+      const resolves = async (r: typeof active) => (await b.fromModel(viaToken(dee, { tokenId: r.id, tokenName: r.name }), '[EMAIL_1]')).text;
+      expect(await resolves(active)).toBe('dee@example.com');
+      expect(await dropInactiveTokenScopes(db, undefined)).toBe(0);
     } finally {
-      v.cleanup();
+      await v.cleanup();
     }
   });
 });

@@ -14,11 +14,11 @@
  * The user id is part of every lookup, so one user's token text never resolves for
  * another user, whatever API token id they present.
  */
-import type Database from 'better-sqlite3';
 import type { Caller } from '../auth/caller.js';
-import { IDENTITY_BOUNDARY, type ModelBoundary } from './boundary.js';
+import type { Db } from '../store/store.js';
+import { IDENTITY_BOUNDARY, type ModelBoundary, type ModelStream } from './boundary.js';
 import { dropPiiScope, inactiveTokenScopes, piiScopeOf } from './scopes.js';
-import type { PiiVault } from './vault.js';
+import type { PiiTokenStream, PiiVault } from './vault.js';
 
 /** Scopes read per query by dropInactiveTokenScopes. */
 const SCOPE_SWEEP_BATCH = 500;
@@ -30,13 +30,13 @@ const SCOPE_SWEEP_BATCH = 500;
  * still exist, in batches, so its cost does not grow with every token ever revoked.
  * Returns how many scopes went.
  */
-export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault | undefined, now = Date.now()): number {
+export async function dropInactiveTokenScopes(db: Db, vault: PiiVault | undefined, now = Date.now()): Promise<number> {
   let dropped = 0;
   let afterId = 0;
   for (;;) {
-    const batch = inactiveTokenScopes(db, { now, afterId, limit: SCOPE_SWEEP_BATCH });
+    const batch = await inactiveTokenScopes(db, { now, afterId, limit: SCOPE_SWEEP_BATCH });
     for (const { scopeId, ...ref } of batch) {
-      if (vault ? vault.dropScope(ref) : dropPiiScope(db, ref) !== undefined) dropped++;
+      if (vault ? await vault.dropScope(ref) : (await dropPiiScope(db, ref)) !== undefined) dropped++;
       afterId = scopeId;
     }
     if (batch.length < SCOPE_SWEEP_BATCH) return dropped;
@@ -44,19 +44,27 @@ export function dropInactiveTokenScopes(db: Database.Database, vault: PiiVault |
 }
 
 export function createPiiBoundary(vault: PiiVault): ModelBoundary {
-  const scope = (caller: Caller) => {
-    const ref = piiScopeOf(caller);
-    return ref && vault.scope(ref);
-  };
+  // Empty text needs no scope: nothing to replace, nothing to resolve.
+  const refOf = (caller: Caller, text: string) => (text ? piiScopeOf(caller) : undefined);
   return {
     toModel: (caller, text) => {
-      const s = text && scope(caller);
-      return s ? s.tokenize(text).text : IDENTITY_BOUNDARY.toModel(caller, text);
+      const ref = refOf(caller, text);
+      return ref ? vault.scope(ref).then(async (s) => (await s.tokenize(text)).text) : IDENTITY_BOUNDARY.toModel(caller, text);
     },
     fromModel: (caller, text) => {
-      const s = text && scope(caller);
-      return s ? s.detokenize(text) : IDENTITY_BOUNDARY.fromModel(caller, text);
+      const ref = refOf(caller, text);
+      return ref ? vault.scope(ref).then((s) => s.detokenize(text)) : IDENTITY_BOUNDARY.fromModel(caller, text);
     },
-    toModelStream: (caller) => scope(caller)?.stream() ?? IDENTITY_BOUNDARY.toModelStream!(caller),
+    toModelStream: (caller): ModelStream => {
+      const ref = piiScopeOf(caller);
+      if (!ref) return IDENTITY_BOUNDARY.toModelStream!(caller);
+      // The scope is opened at the first chunk; every call waits for the same opening, so they stay in order.
+      let opened: Promise<PiiTokenStream> | undefined;
+      const stream = () => (opened ??= vault.scope(ref).then((s) => s.stream()));
+      return {
+        push: async (chunk) => (await stream()).push(chunk),
+        end: async () => (opened ? (await opened).end() : ''),
+      };
+    },
   };
 }

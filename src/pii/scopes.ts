@@ -3,8 +3,9 @@
  * key, so the command line can forget what a revoked token's client was shown. Kept
  * apart from vault.ts so that importing it loads no detector.
  */
-import type Database from 'better-sqlite3';
+import { sql } from 'kysely';
 import type { Caller } from '../auth/caller.js';
+import type { Db } from '../store/store.js';
 
 export interface PiiScopeRef {
   userId: number;
@@ -39,12 +40,22 @@ export function tokenScopeRef(userId: number, tokenId: number): PiiScopeRef {
 }
 
 /** Deletes a scope with everything in it. Returns the scope's id, if it existed. */
-export function dropPiiScope(db: Database.Database, ref: PiiScopeRef): number | undefined {
-  const row = db.prepare('DELETE FROM pii_scopes WHERE user_id = ? AND kind = ? AND ref = ? RETURNING id').get(ref.userId, ref.kind, ref.id) as
-    | { id: number }
-    | undefined;
+export async function dropPiiScope(db: Db, ref: PiiScopeRef): Promise<number | undefined> {
+  const row = await db
+    .deleteFrom('pii_scopes')
+    .where('user_id', '=', ref.userId)
+    .where('kind', '=', ref.kind)
+    .where('ref', '=', ref.id)
+    .returning('id')
+    .executeTakeFirst();
   return row?.id;
 }
+
+/**
+ * A token scope's ref as the API token id it names; null when it is not one (a ref is
+ * always one, but Postgres would fail the whole query on a cast of anything else).
+ */
+const tokenIdOfRef = sql<number | null>`CASE WHEN length(s.ref) BETWEEN 1 AND 18 AND ltrim(s.ref, '0123456789') = '' THEN CAST(s.ref AS BIGINT) END`;
 
 /**
  * One batch of token scopes whose token can no longer be used: revoked, past its expiry,
@@ -52,15 +63,18 @@ export function dropPiiScope(db: Database.Database, ref: PiiScopeRef): number | 
  * side, so the cost follows the scopes that exist, not every token ever made. `afterId`
  * pages by scope id.
  */
-export function inactiveTokenScopes(db: Database.Database, opts: { now: number; afterId: number; limit: number }): Array<PiiScopeRef & { scopeId: number }> {
-  const rows = db
-    .prepare(
-      `SELECT s.id, s.user_id, s.ref FROM pii_scopes s
-        LEFT JOIN api_tokens t ON t.id = CAST(s.ref AS INTEGER) AND t.user_id = s.user_id
-        WHERE s.kind = 'token' AND s.id > ?
-          AND (t.id IS NULL OR t.revoked_at IS NOT NULL OR (t.expires_at IS NOT NULL AND t.expires_at <= ?))
-        ORDER BY s.id LIMIT ?`,
+export async function inactiveTokenScopes(db: Db, opts: { now: number; afterId: number; limit: number }): Promise<Array<PiiScopeRef & { scopeId: number }>> {
+  const rows = await db
+    .selectFrom('pii_scopes as s')
+    .leftJoin('api_tokens as t', (join) => join.on('t.id', '=', tokenIdOfRef).onRef('t.user_id', '=', 's.user_id'))
+    .select(['s.id', 's.user_id', 's.ref'])
+    .where('s.kind', '=', 'token')
+    .where('s.id', '>', opts.afterId)
+    .where((eb) =>
+      eb.or([eb('t.id', 'is', null), eb('t.revoked_at', 'is not', null), eb.and([eb('t.expires_at', 'is not', null), eb('t.expires_at', '<=', opts.now)])]),
     )
-    .all(opts.afterId, opts.now, opts.limit) as Array<{ id: number; user_id: number; ref: string }>;
+    .orderBy('s.id')
+    .limit(opts.limit)
+    .execute();
   return rows.map((r) => ({ scopeId: r.id, userId: r.user_id, kind: 'token', id: r.ref }));
 }

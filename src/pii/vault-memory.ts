@@ -3,14 +3,17 @@
  * token and last use, and the scope's counters. A scope is read whole from the database
  * the first time it is used (and again after it was unloaded), so while it is loaded
  * the memory is the complete answer: a value it does not hold has no token yet, a token
- * it does not hold resolves to nothing. The database is written through, in the same
- * transaction that changes memory; when a write fails the scope is unloaded and read
+ * it does not hold resolves to nothing. The database is written through before what
+ * memory learned leaves the vault; when a write fails the scope is unloaded and read
  * again.
  *
  * One ScopeMemory object per scope id for the life of the vault, even when unloaded, so
- * two requests of one scope never hold diverging copies. A gateway runs one process per
- * database; the command line only deletes scopes (a revoked token), which the gateway
- * notices by looking the scope up on every request.
+ * two requests of one scope never hold diverging copies. Work on a scope takes turns
+ * (`turn`): a tokenizing call reads memory, numbers new values and waits for their write
+ * before the next call of that scope looks, so two tool results of one conversation
+ * tokenized at once never give one number to two values, nor two numbers to one value.
+ * Loading happens in a turn too. Unloading does not need one: whatever a turn under way
+ * writes is in the database when the next turn reads it again.
  *
  * Bounded: past MAX_REMEMBERED values the least recently used scopes are unloaded.
  */
@@ -32,6 +35,11 @@ export interface RememberedValue {
 export interface StoredBatch {
   id: number;
   items: RememberedValue[];
+  /**
+   * The row's use list as last read or written: a use is written only over this text,
+   * so a batch changed meanwhile (sealed again by a purge) is noticed, not overwritten.
+   */
+  uses: string;
 }
 
 export class ScopeMemory {
@@ -42,11 +50,25 @@ export class ScopeMemory {
   loaded = false;
   /** Set when the scope was dropped: holders of this object must not read another scope into it. */
   retired = false;
+  /** Set once a PiiScope holds this object: from then on it stays the scope's one memory. */
+  handedOut = false;
+  /** Settles when the last turn queued so far has. */
+  private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
     /** Whose scope this is; a dropped scope's id can be taken by a new one. */
     readonly owner: string,
   ) {}
+
+  /** Runs `fn` once every turn queued before it on this scope has settled, failed ones included. */
+  turn<T>(fn: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(fn);
+    this.tail = result.then(
+      () => undefined,
+      () => undefined,
+    );
+    return result;
+  }
 
   remember(v: RememberedValue): void {
     this.byValue.set(v.value, v);
@@ -73,14 +95,10 @@ export class VaultMemory {
 
   /** The memory of a scope, marked as the most recently used; unloads others past the bound. */
   forScope(scopeId: number, owner: string): ScopeMemory {
-    let m = this.scopes.get(scopeId);
+    let m = this.current(scopeId, owner);
     if (m) this.scopes.delete(scopeId);
-    if (m && m.owner !== owner) {
-      m.unload();
-      m.retired = true;
-      m = undefined;
-    }
     m ??= new ScopeMemory(owner);
+    m.handedOut = true;
     this.scopes.set(scopeId, m);
     let total = 0;
     for (const s of this.scopes.values()) total += s.byValue.size;
@@ -92,16 +110,43 @@ export class VaultMemory {
     return m;
   }
 
+  /**
+   * Runs `fn` in a turn of the scope, for work on its rows from outside a request (the
+   * purge), with the scope's memory if this process has one. Neither loads the scope nor
+   * counts as a use; a memory made only for this turn is let go after it.
+   */
+  async inTurn<T>(scopeId: number, owner: string, fn: (memory: ScopeMemory) => Promise<T>): Promise<T> {
+    let m = this.current(scopeId, owner);
+    const made = !m;
+    if (!m) {
+      m = new ScopeMemory(owner);
+      this.scopes.set(scopeId, m);
+    }
+    const memory = m;
+    try {
+      return await memory.turn(() => fn(memory));
+    } finally {
+      if (made && !memory.handedOut && this.scopes.get(scopeId) === memory) this.scopes.delete(scopeId);
+    }
+  }
+
   forgetScope(scopeId: number): void {
     const m = this.scopes.get(scopeId);
-    if (m) {
-      m.unload();
-      m.retired = true;
-    }
+    if (m) this.retire(m);
     this.scopes.delete(scopeId);
   }
 
-  unloadAll(): void {
-    for (const s of this.scopes.values()) s.unload();
+  /** The memory kept for the scope id, unless it belonged to a dropped scope whose id was taken since. */
+  private current(scopeId: number, owner: string): ScopeMemory | undefined {
+    const m = this.scopes.get(scopeId);
+    if (!m || m.owner === owner) return m;
+    this.retire(m);
+    this.scopes.delete(scopeId);
+    return undefined;
+  }
+
+  private retire(m: ScopeMemory): void {
+    m.unload();
+    m.retired = true;
   }
 }

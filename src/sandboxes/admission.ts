@@ -19,8 +19,8 @@ import type { SandboxOwner } from './types.js';
  * Undefined for an unknown user, whom the caller refuses in its own way. Throws
  * `account_disabled` for an account that is disabled or suspended.
  */
-export function admittedAccount(db: Db, owner: SandboxOwner): User | undefined {
-  const user = getUser(db, owner.userId);
+export async function admittedAccount(db: Db, owner: SandboxOwner): Promise<User | undefined> {
+  const user = await getUser(db, owner.userId);
   if (!user) return undefined;
   if (user.disabledAt !== null) throw new SandboxError('this account is disabled on this gateway: no code runs for it', 'account_disabled');
   if (user.suspendedAt !== null) throw new SandboxError('this account has lost access to this gateway (GitHub membership): no code runs for it', 'account_disabled');

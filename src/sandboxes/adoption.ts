@@ -25,8 +25,8 @@ export interface Leftovers {
 export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void): Promise<void> {
   const { driver, db, log } = deps;
   for (const c of await driver.list()) {
-    const userId = sandboxOwnerId(db, c.id);
-    const user = userId === undefined ? undefined : getUser(db, userId);
+    const userId = await sandboxOwnerId(db, c.id);
+    const user = userId === undefined ? undefined : await getUser(db, userId);
     const mine = user && c.running && user.workspaceId === c.labels[LABEL_WORKSPACE];
     const handle = mine ? await driver.attach(c.id) : undefined;
     if (user && handle) {
@@ -43,5 +43,5 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
 export async function removeLeftover(deps: Pick<Leftovers, 'driver' | 'db' | 'volumes'>, c: SandboxInfo): Promise<void> {
   await deps.driver.stop(c.id);
   const ws = c.labels[LABEL_WORKSPACE];
-  if (c.labels[LABEL_ROLE] === 'pool' && ws && !workspaceInUse(deps.db, ws)) await deps.volumes.destroy(ws).catch(() => {});
+  if (c.labels[LABEL_ROLE] === 'pool' && ws && !(await workspaceInUse(deps.db, ws))) await deps.volumes.destroy(ws).catch(() => {});
 }

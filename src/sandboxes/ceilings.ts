@@ -10,8 +10,8 @@ import { getUser, type User } from '../accounts/accounts.js';
 import { allows, parsePermissions, type Permissions } from './permissions.js';
 import type { SandboxOwner, SandboxSpec } from './types.js';
 
-export function ceilingOf(db: Db, config: Config, owner: SandboxOwner): Permissions {
-  return ceilingFrom(getUser(db, owner.userId), config);
+export async function ceilingOf(db: Db, config: Config, owner: SandboxOwner): Promise<Permissions> {
+  return ceilingFrom(await getUser(db, owner.userId), config);
 }
 
 /** The ceiling of a user row already read (undefined: an unknown user, who gets the default). */

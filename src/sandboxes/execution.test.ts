@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createHarness, type Harness } from '../../test/support/harness.js';
+import { until } from '../../test/support/until.js';
 import { setUserDisabled, suspendUser } from '../accounts/accounts.js';
 import { PermissionError } from './permissions.js';
 import type { SandboxOwner } from './types.js';
@@ -10,7 +11,7 @@ describe('SandboxManager: executions', () => {
   let alice: SandboxOwner;
   beforeAll(async () => {
     h = await createHarness({ env: { SANDGATE_OUTPUT_LIMIT_KB: '16' } });
-    alice = h.user('alice');
+    alice = await h.user('alice');
   });
   afterAll(() => h.close());
 
@@ -195,43 +196,43 @@ describe('SandboxManager: executions', () => {
     const holds = async (owner: SandboxOwner) => (await h.manager.list()).some((s) => s.userId === owner.userId) || h.manager.startingUsers().includes(owner.userId);
 
     it('runs no code and opens no workspace, and nothing starts', async () => {
-      const dan = h.user('dan');
-      setUserDisabled(h.store.db, dan.userId, true);
+      const dan = await h.user('dan');
+      await setUserDisabled(h.store.db, dan.userId, true);
       await expect(h.manager.execute(dan, { language: 'python', code: '1' })).rejects.toMatchObject({ ...refused, message: expect.stringMatching(/disabled on this gateway/) });
       await expect(h.manager.openWorkspace(dan)).rejects.toMatchObject(refused);
-      const sue = h.user('sue');
-      suspendUser(h.store.db, sue.userId, 'no longer in the team');
+      const sue = await h.user('sue');
+      await suspendUser(h.store.db, sue.userId, 'no longer in the team');
       await expect(h.manager.execute(sue, { language: 'bash', code: 'true' })).rejects.toMatchObject({ ...refused, message: expect.stringMatching(/lost access/) });
       for (const who of [dan, sue]) {
         expect(await holds(who)).toBe(false);
         expect(await containersOf(who)).toEqual([]);
       }
       // Enabled again, the same account runs code as before.
-      setUserDisabled(h.store.db, dan.userId, false);
+      await setUserDisabled(h.store.db, dan.userId, false);
       expect((await h.manager.execute(dan, { language: 'bash', code: 'echo back' })).stdout).toBe('back\n');
       await h.manager.stopUser(dan.userId, { kill: true });
     });
 
     it('stops a sandbox whose start was under way when the account was disabled', async () => {
-      const liz = h.user('liz');
+      const liz = await h.user('liz');
       const run = h.manager.execute(liz, { language: 'bash', code: 'echo started' });
-      // The container is starting now: the admin page's stopUser finds no sandbox to stop yet.
-      expect(h.manager.startingUsers()).toContain(liz.userId);
+      // Once the account is read, the container starts: the admin page's stopUser finds no sandbox to stop yet.
+      await until(() => h.manager.startingUsers().includes(liz.userId));
       expect(await h.manager.stopUser(liz.userId, { kill: true })).toBe(false);
-      setUserDisabled(h.store.db, liz.userId, true);
+      await setUserDisabled(h.store.db, liz.userId, true);
       await expect(run).rejects.toMatchObject(refused);
       expect(await holds(liz)).toBe(false);
       expect(await containersOf(liz)).toEqual([]);
     });
 
     it('refuses the runs that waited on a sandbox killed because its user was disabled', async () => {
-      const kim = h.user('kim');
+      const kim = await h.user('kim');
       await h.manager.execute(kim, { language: 'bash', code: 'true' });
       const first = h.manager.execute(kim, { language: 'bash', code: 'sleep 30' });
       // Settled while the test awaits the first run: its outcome is caught now, read below.
       const waiting = h.manager.execute(kim, { language: 'bash', code: 'echo should not run' }).catch((e: unknown) => e);
       await new Promise((r) => setTimeout(r, 300));
-      setUserDisabled(h.store.db, kim.userId, true);
+      await setUserDisabled(h.store.db, kim.userId, true);
       expect(await h.manager.stopUser(kim.userId, { kill: true })).toBe(true);
       expect(await first).toMatchObject({ killed: true });
       // It goes back through execute, which refuses it: no fresh sandbox starts for the disabled user.

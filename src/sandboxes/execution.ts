@@ -31,7 +31,7 @@ export interface SandboxExecution {
    */
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
   /** The user's permission ceiling: their own row, else the configured default. */
-  ceiling(owner: SandboxOwner): Permissions;
+  ceiling(owner: SandboxOwner): Promise<Permissions>;
   /** The workspace, created and mounted if needed (file access before any run); refused, like a run, to an account disabled or suspended. */
   openWorkspace(owner: SandboxOwner): Promise<Workspace>;
   /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
@@ -43,7 +43,7 @@ export class Execution implements SandboxExecution {
 
   constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {}
 
-  ceiling(owner: SandboxOwner): Permissions {
+  ceiling(owner: SandboxOwner): Promise<Permissions> {
     return ceilingOf(this.deps.db, this.deps.config, owner);
   }
 
@@ -53,8 +53,8 @@ export class Execution implements SandboxExecution {
   }
 
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
-    admittedAccount(this.deps.db, owner);
-    const id = this.deps.lifecycle.workspaceIdFor(owner, true)!;
+    await admittedAccount(this.deps.db, owner);
+    const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
 
@@ -72,13 +72,13 @@ export class Execution implements SandboxExecution {
       throw new SandboxError(`timeout must be between 1 and ${cfg.execMaxTimeoutSec} seconds (SANDGATE_EXEC_MAX_TIMEOUT_SEC)`, 'invalid_request');
     }
     // The user's row, read once: whether their account may run code, and their ceiling.
-    const ceiling = ceilingFrom(admittedAccount(this.deps.db, owner), cfg);
+    const ceiling = ceilingFrom(await admittedAccount(this.deps.db, owner), cfg);
     // Network is refused whatever the ceiling says: say why before anything else.
     const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
     if (net) throw new PermissionError(net, 'net');
     const effective = narrowPermissions(ceiling, opts.permissions);
 
-    const sb = await this.deps.lifecycle.sandboxFor(owner);
+    const sb = await this.deps.lifecycle.sandboxFor(owner, ceiling);
     return sb.queue.push(async () => {
       // The sandbox died while this waited: the run joins its replacement's queue like any
       // new one (its limit, its order, its timer starting only when the run does). Its
@@ -105,7 +105,7 @@ export class Execution implements SandboxExecution {
         return result;
       } finally {
         sb.run = undefined;
-        recordUse(this.deps, sb);
+        void recordUse(this.deps, sb);
         idle.rest(sb);
       }
     });

@@ -68,7 +68,7 @@ export interface SandboxInspection {
   /** runsc processes whose container is gone (none when the driver cannot say which containers exist). */
   runtimeLeftovers(): Promise<RuntimeLeftover[]>;
   /** Writes the executions gathered so far to the store (the usage view calls it before reading). */
-  flushExecutions(): void;
+  flushExecutions(): Promise<void>;
 }
 
 export class Inspection implements SandboxInspection {
@@ -138,7 +138,7 @@ export class Inspection implements SandboxInspection {
     return known ? runtimeLeftovers(known) : [];
   }
 
-  flushExecutions(): void {
-    this.deps.executions.flush();
+  flushExecutions(): Promise<void> {
+    return this.deps.executions.flush();
   }
 }

@@ -15,7 +15,7 @@ describe('SandboxManager: lifecycle', () => {
   afterAll(() => h.close());
 
   it('hands a pooled sandbox with the data stack imported to a new user', async () => {
-    const bob = h.user('bob');
+    const bob = await h.user('bob');
     expect(h.manager.poolSize).toBe(1);
     const r = await h.manager.execute(bob, { language: 'python', code: 'import sys\n"pandas" in sys.modules and "numpy" in sys.modules' });
     expect(r.result).toBe('True');
@@ -28,7 +28,7 @@ describe('SandboxManager: lifecycle', () => {
   });
 
   it('keeps the workspace when the sandbox is stopped and replaced', async () => {
-    const carol = h.user('carol');
+    const carol = await h.user('carol');
     await h.manager.execute(carol, { language: 'bash', code: 'echo persisted > note.txt' });
     const [before] = (await h.manager.list()).filter((s) => s.user === 'carol');
     expect(await h.manager.stopUser(carol.userId)).toBe(true);
@@ -40,8 +40,8 @@ describe('SandboxManager: lifecycle', () => {
   });
 
   it('stops idle sandboxes, but never one that is running code', async () => {
-    const dave = h.user('dave');
-    const erin = h.user('erin');
+    const dave = await h.user('dave');
+    const erin = await h.user('erin');
     await h.manager.execute(dave, { language: 'python', code: '1' });
     const long = h.manager.execute(erin, { language: 'bash', code: 'sleep 3; echo done' });
     await new Promise((r) => setTimeout(r, 1500));
@@ -53,18 +53,18 @@ describe('SandboxManager: lifecycle', () => {
   });
 
   it('counts every execution in the store, at the latest when the sandbox stops', async () => {
-    const gina = h.user('gina');
-    const row = () => sandboxRecord(h.store.db, gina.userId)!;
+    const gina = await h.user('gina');
+    const row = async () => (await sandboxRecord(h.store.db, gina.userId))!;
     for (let i = 0; i < 5; i++) await h.manager.execute(gina, { language: 'python', code: `${i}` });
     // The first run is written at once; the next ones wait for the interval or the stop.
-    expect(row().executions).toBe(1);
+    expect((await row()).executions).toBe(1);
     const [live] = (await h.manager.list()).filter((s) => s.user === 'gina');
     expect(await h.manager.stopUser(gina.userId)).toBe(true);
-    expect(row()).toMatchObject({ executions: 5, lastUsedAt: live!.lastActivity });
+    expect(await row()).toMatchObject({ executions: 5, lastUsedAt: live!.lastActivity });
   });
 
   it('reports stats for the admin page', async () => {
-    const frank = h.user('frank');
+    const frank = await h.user('frank');
     await h.manager.execute(frank, { language: 'bash', code: 'head -c 1000000 /dev/urandom > blob' });
     const [s] = (await h.manager.list({ stats: true })).filter((x) => x.user === 'frank');
     expect(s!.stats!.memoryBytes).toBeGreaterThan(1_000_000);
@@ -78,17 +78,17 @@ describe('SandboxManager: lifecycle', () => {
 describe('SandboxManager: gateway restart', () => {
   it('adopts running sandboxes (Python state intact) and removes what it cannot place', async () => {
     const first = await createHarness({ env: { SANDGATE_WARM_POOL_SIZE: '1' } });
-    const gina = first.user('gina');
+    const gina = await first.user('gina');
     await first.manager.poolReady();
     await first.manager.execute(gina, { language: 'python', code: 'survivor = "still here"' });
     const dataDir = first.dataDir;
     // A crash-like stop: every container keeps running, nothing is cleaned.
     await first.manager.shutdown({ detachOnly: true });
-    first.store.close();
+    await first.store.close();
 
     const second = await createHarness({ dataDir });
     try {
-      const g = second.user('gina');
+      const g = await second.user('gina');
       expect((await second.manager.list()).map((s) => s.user)).toEqual(['gina']);
       const r = await second.manager.execute(g, { language: 'python', code: 'survivor' });
       expect(r.result).toBe("'still here'");
@@ -110,25 +110,25 @@ describe('SandboxManager: gateway restart', () => {
     let firstOpen = true;
     let second: Harness | undefined;
     try {
-      const ann = first.user('ann');
-      const bob = first.user('bob');
+      const ann = await first.user('ann');
+      const bob = await first.user('bob');
       await first.manager.execute(ann, { language: 'bash', code: 'echo kept > a.txt' });
       await first.manager.execute(bob, { language: 'python', code: 'kept = 1' });
       await first.manager.stopUser(ann.userId);
-      const workspaceOf = (userId: number) => path.join(dataDir, 'workspaces', getUser(first.store.db, userId)!.workspaceId!);
+      const workspaceOf = async (userId: number) => path.join(dataDir, 'workspaces', (await getUser(first.store.db, userId))!.workspaceId!);
       const mounted = (p: string) => fs.readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === fs.realpathSync(p).replaceAll(' ', '\\040'));
-      const [annWs, bobWs] = [workspaceOf(ann.userId), workspaceOf(bob.userId)];
+      const [annWs, bobWs] = [await workspaceOf(ann.userId), await workspaceOf(bob.userId)];
       expect([mounted(annWs), mounted(bobWs)]).toEqual([true, true]);
 
       await first.manager.shutdown();
-      first.store.close();
+      await first.store.close();
       firstOpen = false;
       // Ann's sandbox had stopped: her workspace is unmounted, its files still in the image.
       expect([mounted(annWs), mounted(bobWs)]).toEqual([false, true]);
 
       second = await createHarness({ dataDir });
-      expect((await second.manager.execute(second.user('bob'), { language: 'python', code: 'kept' })).result).toBe('1');
-      expect((await second.manager.execute(second.user('ann'), { language: 'bash', code: 'cat a.txt' })).stdout).toBe('kept\n');
+      expect((await second.manager.execute(await second.user('bob'), { language: 'python', code: 'kept' })).result).toBe('1');
+      expect((await second.manager.execute(await second.user('ann'), { language: 'bash', code: 'cat a.txt' })).stdout).toBe('kept\n');
     } finally {
       // Whatever failed: stop every sandbox the test started and unmount its workspaces.
       if (firstOpen) await first.close();

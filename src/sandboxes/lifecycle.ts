@@ -15,7 +15,7 @@ import { claimWorkspace, getUser } from '../accounts/accounts.js';
 import { admittedAccount } from './admission.js';
 import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
-import { ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
+import { ceilingFrom, ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { forgetCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
@@ -79,7 +79,7 @@ export class Lifecycle implements SandboxLifecycle {
     const { driver, db, volumes, log, config } = this.deps;
     await adoptOrRemove({ driver, db, volumes, log }, (user, handle, c) => {
       const owner = { userId: user.id, name: user.name };
-      const ceiling = ceilingOf(db, config, owner);
+      const ceiling = ceilingFrom(user, config);
       this.keep({
         owner,
         handle,
@@ -105,11 +105,18 @@ export class Lifecycle implements SandboxLifecycle {
     this.deps.held.bridge = handler;
   }
 
-  /** The owner's live sandbox, started (from the pool when possible) if needed. */
-  async sandboxFor(owner: SandboxOwner): Promise<UserSandbox> {
+  /**
+   * The owner's live sandbox, started (from the pool when possible) if needed.
+   * `ceiling`: the owner's, when the caller has just read it (one query less per run).
+   */
+  async sandboxFor(owner: SandboxOwner, ceiling?: Permissions): Promise<UserSandbox> {
     const { held, db, config } = this.deps;
+    ceiling ??= await ceilingOf(db, config, owner);
+    const key = ceilingKey(ceiling);
+    // From here to the start (or the stop below), nothing is awaited: two runs arriving
+    // together see the same sandbox, or the same start.
     const have = held.users.get(owner.userId);
-    if (have && !have.handle.exited && have.ceilingKey === ceilingKey(ceilingOf(db, config, owner))) return have;
+    if (have && !have.handle.exited && have.ceilingKey === key) return have;
     if (have && !have.handle.exited) {
       // The admin changed this user's ceiling: mounts must follow, so replace it when idle.
       if (have.running === 0 && have.queue.waiting === 0) await this.deps.stops.stopSandbox(owner.userId, 'permission ceiling changed');
@@ -117,15 +124,15 @@ export class Lifecycle implements SandboxLifecycle {
     }
     let p = held.starting.get(owner.userId);
     if (!p) {
-      p = this.startFor(owner).finally(() => held.starting.delete(owner.userId));
+      p = this.startFor(owner, ceiling).finally(() => held.starting.delete(owner.userId));
       held.starting.set(owner.userId, p);
     }
     return p;
   }
 
   /** The owner's workspace id; with `create`, one is claimed if they have none yet. */
-  workspaceIdFor(owner: SandboxOwner, create: boolean): string | undefined {
-    const user = getUser(this.deps.db, owner.userId);
+  async workspaceIdFor(owner: SandboxOwner, create: boolean): Promise<string | undefined> {
+    const user = await getUser(this.deps.db, owner.userId);
     if (!user) throw new SandboxError(`unknown user ${owner.name}`, 'invalid_request');
     if (user.workspaceId || !create) return user.workspaceId ?? undefined;
     return claimWorkspace(this.deps.db, owner.userId, this.deps.volumes.newId());
@@ -160,8 +167,9 @@ export class Lifecycle implements SandboxLifecycle {
     for (const p of held.starting.values()) await p.catch(() => {});
     await this.pool.close({ detachOnly: opts.detachOnly });
     const running = new Set<string>();
+    const uses: Promise<void>[] = [];
     for (const sb of [...held.users.values()]) {
-      recordUse(this.deps, sb, true);
+      uses.push(recordUse(this.deps, sb, true));
       if (opts.stopAll && !opts.detachOnly) {
         await this.deps.stops.stopSandbox(sb.owner.userId, 'gateway shutdown');
       } else {
@@ -173,7 +181,9 @@ export class Lifecycle implements SandboxLifecycle {
       }
     }
     held.users.clear();
-    this.deps.executions.flush();
+    // Written before the store closes (the gateway closes it after this).
+    await Promise.all(uses);
+    await this.deps.executions.flush();
     if (opts.releaseVolumes) await volumes.releaseAll();
     else if (!opts.detachOnly) await volumes.releaseAll(running);
   }
@@ -201,30 +211,31 @@ export class Lifecycle implements SandboxLifecycle {
     this.pool.fill();
   }
 
-  private async startFor(owner: SandboxOwner): Promise<UserSandbox> {
+  private async startFor(owner: SandboxOwner, ceiling: Permissions): Promise<UserSandbox> {
     const { db, config, log } = this.deps;
-    const ceiling = ceilingOf(db, config, owner);
-    const existing = this.workspaceIdFor(owner, false);
+    const existing = await this.workspaceIdFor(owner, false);
     const poolable = !existing && ceilingKey(ceiling) === ceilingKey(defaultCeiling(config)) && workspaceWritable(ceiling);
     let live = poolable ? this.pool.take() : undefined;
     if (live) {
-      claimWorkspace(db, owner.userId, live.workspaceId);
+      await claimWorkspace(db, owner.userId, live.workspaceId);
       await this.deps.prepareTools(live.toolsDir, owner);
       log.info({ user: owner.name }, 'sandbox taken from the warm pool');
     } else {
-      live = await this.startLive(owner, this.workspaceIdFor(owner, true)!, ceiling);
+      live = await this.startLive(owner, (await this.workspaceIdFor(owner, true))!, ceiling);
     }
     this.pool.fill();
     const sb = this.keep({ ...live, owner, ceilingKey: ceilingKey(ceiling), queue: new RunQueue(), running: 0 });
-    recordSandboxStarted(db, owner.userId, sb.handle.id, sb.startedAt);
     // The account may have been disabled (or suspended) while this container started.
     // `stopUser` looks only at the sandboxes held, so it found none to stop then, and the
     // command line may have listed the containers before this one was recorded as the
-    // user's. From the line above on, both see it; what came before, this check sees (no
-    // await lies between them). So a start never outlives a disable: the container just
-    // made is stopped, and whatever waited for it is refused as `execute` refuses it.
+    // user's. Once `keep` above has run, `stopUser` sees it; once the record below is
+    // written, the command line does; and the check comes after the record, so a disable
+    // written before the record is seen by the check. So a start never outlives a
+    // disable: the container just made is stopped, and whatever waited for it is refused
+    // as `execute` refuses it.
+    await recordSandboxStarted(db, owner.userId, sb.handle.id, sb.startedAt);
     try {
-      admittedAccount(db, owner);
+      await admittedAccount(db, owner);
     } catch (e) {
       await this.deps.stops.stopSandbox(owner.userId, 'its account was disabled while it started').catch((err: unknown) => log.warn({ err, user: owner.name }, 'could not stop a sandbox whose account was disabled while it started'));
       throw e;
@@ -257,7 +268,7 @@ export class Lifecycle implements SandboxLifecycle {
     routeCalls(sb, () => held.bridge);
     sb.handle.onExit((reason) => {
       if (held.users.get(sb.owner.userId) !== sb) return;
-      recordUse(this.deps, sb, true);
+      void recordUse(this.deps, sb, true);
       held.users.delete(sb.owner.userId);
       log.info({ user: sb.owner.name, reason }, 'sandbox ended');
       // A dead container is removed now; its workspace stays.

@@ -62,7 +62,7 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
     return this.execution.execute(owner, opts);
   }
-  ceiling(owner: SandboxOwner): Permissions {
+  ceiling(owner: SandboxOwner): Promise<Permissions> {
     return this.execution.ceiling(owner);
   }
   openWorkspace(owner: SandboxOwner): Promise<Workspace> {
@@ -136,7 +136,7 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   runtimeLeftovers(): Promise<RuntimeLeftover[]> {
     return this.inspection.runtimeLeftovers();
   }
-  flushExecutions(): void {
-    this.inspection.flushExecutions();
+  flushExecutions(): Promise<void> {
+    return this.inspection.flushExecutions();
   }
 }

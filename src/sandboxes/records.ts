@@ -2,9 +2,41 @@
  * The sandboxes table: each user's container (at most one), when it started, when it was
  * last used and how many executions it has run. The manager writes it as sandboxes start,
  * run and stop; the CLI and the admin page read it to match containers to users. Every
- * statement on these rows is here.
+ * statement on these rows is here, and on the executions the usage view counts.
+ *
+ * Both tables are created by steps of the accounts schema (src/accounts/schema.ts,
+ * src/accounts/admin-schema.ts); their columns are declared here, beside their queries.
  */
-import { statement, type Db } from '../store/store.js';
+import type { Generated } from 'kysely';
+import type { Db } from '../store/store.js';
+
+declare module '../store/tables.js' {
+  interface Tables {
+    sandboxes: SandboxesTable;
+    executions: ExecutionsTable;
+  }
+}
+
+export interface SandboxesTable {
+  user_id: number;
+  /** Null once the container was stopped on purpose. */
+  container_id: string | null;
+  started_at: number | null;
+  last_used_at: number | null;
+  executions: Generated<number>;
+}
+
+export interface ExecutionsTable {
+  id: Generated<number>;
+  user_id: number;
+  /** Epoch ms when the run began. */
+  ts: number;
+  language: string;
+  duration_ms: number;
+  /** The container's CPU time during the run; null when unknown. */
+  cpu_ms: number | null;
+  outcome: ExecutionRow['outcome'];
+}
 
 export interface SandboxRecord {
   userId: number;
@@ -15,50 +47,56 @@ export interface SandboxRecord {
   executions: number;
 }
 
-interface Row {
-  user_id: number;
-  container_id: string | null;
-  started_at: number | null;
-  last_used_at: number | null;
-  executions: number;
-}
-
-const toRecord = (r: Row): SandboxRecord => ({
-  userId: r.user_id,
-  containerId: r.container_id,
-  startedAt: r.started_at,
-  lastUsedAt: r.last_used_at,
-  executions: r.executions,
-});
-
 /** A container became the user's sandbox (a fresh start, or one taken from the warm pool). */
-export function recordSandboxStarted(db: Db, userId: number, containerId: string, startedAt: number): void {
-  statement(
-    db,
-    `INSERT INTO sandboxes (user_id, container_id, started_at, last_used_at) VALUES (?, ?, ?, ?)
-     ON CONFLICT(user_id) DO UPDATE SET container_id = excluded.container_id, started_at = excluded.started_at, last_used_at = excluded.last_used_at`,
-  ).run(userId, containerId, startedAt, startedAt);
+export async function recordSandboxStarted(db: Db, userId: number, containerId: string, startedAt: number): Promise<void> {
+  await db
+    .insertInto('sandboxes')
+    .values({ user_id: userId, container_id: containerId, started_at: startedAt, last_used_at: startedAt })
+    .onConflict((oc) =>
+      oc.column('user_id').doUpdateSet((eb) => ({
+        container_id: eb.ref('excluded.container_id'),
+        started_at: eb.ref('excluded.started_at'),
+        last_used_at: eb.ref('excluded.last_used_at'),
+      })),
+    )
+    .execute();
 }
 
-/** Adds `executions` runs to the user's count and moves their last use. */
-export function recordSandboxUse(db: Db, userId: number, lastUsedAt: number, executions: number): void {
-  statement(db, 'UPDATE sandboxes SET last_used_at = ?, executions = executions + ? WHERE user_id = ?').run(lastUsedAt, executions, userId);
+/**
+ * Adds `executions` runs to the user's count and moves their last use forward (never
+ * back: two writes for the same sandbox may land in either order).
+ */
+export async function recordSandboxUse(db: Db, userId: number, lastUsedAt: number, executions: number): Promise<void> {
+  await db
+    .updateTable('sandboxes')
+    .set((eb) => ({
+      last_used_at: eb.case().when('last_used_at', '>', lastUsedAt).then(eb.ref('last_used_at')).else(lastUsedAt).end(),
+      executions: eb('executions', '+', executions),
+    }))
+    .where('user_id', '=', userId)
+    .execute();
 }
 
 /** The user's container was stopped on purpose: nothing is to be adopted for them. */
-export function forgetSandboxContainer(db: Db, userId: number): void {
-  statement(db, 'UPDATE sandboxes SET container_id = NULL WHERE user_id = ?').run(userId);
+export async function forgetSandboxContainer(db: Db, userId: number): Promise<void> {
+  await db.updateTable('sandboxes').set({ container_id: null }).where('user_id', '=', userId).execute();
 }
 
 /** Whose sandbox a container is, by the store's mapping (pooled containers carry no owner label). */
-export function sandboxOwnerId(db: Db, containerId: string): number | undefined {
-  const r = statement(db, 'SELECT user_id FROM sandboxes WHERE container_id = ?').get(containerId) as { user_id: number } | undefined;
+export async function sandboxOwnerId(db: Db, containerId: string): Promise<number | undefined> {
+  const r = await db.selectFrom('sandboxes').select('user_id').where('container_id', '=', containerId).executeTakeFirst();
   return r?.user_id;
 }
 
-export function sandboxRecord(db: Db, userId: number): SandboxRecord | undefined {
-  const r = statement(db, 'SELECT * FROM sandboxes WHERE user_id = ?').get(userId) as Row | undefined;
-  return r && toRecord(r);
+const RECORD_COLUMNS = ['user_id as userId', 'container_id as containerId', 'started_at as startedAt', 'last_used_at as lastUsedAt', 'executions'] as const;
+
+export async function sandboxRecord(db: Db, userId: number): Promise<SandboxRecord | undefined> {
+  return db.selectFrom('sandboxes').select(RECORD_COLUMNS).where('user_id', '=', userId).executeTakeFirst();
+}
+
+/** Every user's record, by user id (the admin page's list of users). */
+export async function sandboxRecords(db: Db): Promise<Map<number, SandboxRecord>> {
+  return new Map((await db.selectFrom('sandboxes').select(RECORD_COLUMNS).execute()).map((r) => [r.userId, r]));
 }
 
 /** One execution as the usage view counts it. */
@@ -71,14 +109,24 @@ export interface ExecutionRow {
   outcome: 'ok' | 'error' | 'timeout' | 'killed';
 }
 
+/** Rows written by one statement: well below SQLite's limit on bound values (6 a row). */
+const EXECUTIONS_PER_INSERT = 500;
+
 /** Writes executions (the manager gathers them and writes them together, off the run's path). */
-export function recordExecutions(db: Db, rows: readonly ExecutionRow[]): void {
+export async function recordExecutions(db: Db, rows: readonly ExecutionRow[]): Promise<void> {
   if (!rows.length) return;
-  const insert = statement(db, 'INSERT INTO executions (user_id, ts, language, duration_ms, cpu_ms, outcome) VALUES (?, ?, ?, ?, ?, ?)');
-  db.transaction(() => {
+  await db.transaction().execute(async (tx) => {
     // A user deleted meanwhile has no rows to count.
-    for (const r of rows) if (statement(db, 'SELECT 1 FROM users WHERE id = ?').get(r.userId)) insert.run(r.userId, r.ts, r.language, r.durationMs, r.cpuMs, r.outcome);
-  })();
+    const ids = [...new Set(rows.map((r) => r.userId))];
+    const known = new Set((await tx.selectFrom('users').select('id').where('id', 'in', ids).execute()).map((u) => u.id));
+    const kept = rows.filter((r) => known.has(r.userId));
+    for (let i = 0; i < kept.length; i += EXECUTIONS_PER_INSERT) {
+      await tx
+        .insertInto('executions')
+        .values(kept.slice(i, i + EXECUTIONS_PER_INSERT).map((r) => ({ user_id: r.userId, ts: r.ts, language: r.language, duration_ms: r.durationMs, cpu_ms: r.cpuMs, outcome: r.outcome })))
+        .execute();
+    }
+  });
 }
 
 export interface ExecutionUsage {
@@ -91,12 +139,22 @@ export interface ExecutionUsage {
 }
 
 /** Executions and their CPU time per user in [since, until). */
-export function executionUsage(db: Db, since: number, until: number): ExecutionUsage[] {
-  return statement(
-    db,
-    `SELECT e.user_id AS userId, u.name AS user, COUNT(*) AS executions, SUM(e.outcome != 'ok') AS failed,
-            COALESCE(SUM(e.cpu_ms), 0) / 1000.0 AS cpuSeconds, SUM(e.duration_ms) / 1000.0 AS runSeconds
-     FROM executions e JOIN users u ON u.id = e.user_id
-     WHERE e.ts >= ? AND e.ts < ? GROUP BY e.user_id ORDER BY u.name`,
-  ).all(since, until) as ExecutionUsage[];
+export async function executionUsage(db: Db, since: number, until: number): Promise<ExecutionUsage[]> {
+  return db
+    .selectFrom('executions as e')
+    .innerJoin('users as u', 'u.id', 'e.user_id')
+    .select((eb) => [
+      'e.user_id as userId',
+      'u.name as user',
+      eb.fn.countAll<number>().as('executions'),
+      // Literals, not parameters: Postgres must see numbers to sum them.
+      eb.fn.sum<number>(eb.case().when('e.outcome', '!=', 'ok').then(eb.lit(1)).else(eb.lit(0)).end()).as('failed'),
+      eb(eb.fn.coalesce(eb.fn.sum<number>('e.cpu_ms'), eb.lit(0)), '/', eb.lit(1000)).$castTo<number>().as('cpuSeconds'),
+      eb(eb.fn.sum<number>('e.duration_ms'), '/', eb.lit(1000)).$castTo<number>().as('runSeconds'),
+    ])
+    .where('e.ts', '>=', since)
+    .where('e.ts', '<', until)
+    .groupBy(['e.user_id', 'u.name'])
+    .orderBy('u.name')
+    .execute();
 }

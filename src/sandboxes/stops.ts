@@ -92,13 +92,16 @@ export class Stops implements SandboxStops {
     const { held, idle, driver, db, log } = this.deps;
     const sb = held.users.get(userId);
     if (!sb) return;
-    recordUse(this.deps, sb, true);
+    // Its count is taken now (the write goes on while the container stops), and it is no
+    // longer the user's before anything is awaited: a second stop finds nothing to do.
+    const used = recordUse(this.deps, sb, true);
     held.users.delete(userId);
     log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
     idle.wake(sb);
     await driver.stop(sb.handle.id);
     forgetCgroup(sb.handle.id);
-    forgetSandboxContainer(db, userId);
+    await used;
+    await forgetSandboxContainer(db, userId);
   }
 
   private async stopUserNow(sb: UserSandbox, opts: StopOptions): Promise<boolean> {

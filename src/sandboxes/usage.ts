@@ -18,6 +18,8 @@ const EXECUTION_LOG_INTERVAL_MS = 5_000;
 export class ExecutionLog {
   private rows: ExecutionRow[] = [];
   private timer?: NodeJS.Timeout;
+  /** The writes under way, one after another: a flush is done when every earlier one is. */
+  private writing: Promise<void> = Promise.resolve();
 
   constructor(private readonly deps: { db: Db; log: Logger }) {}
 
@@ -27,7 +29,7 @@ export class ExecutionLog {
 
   /** Writes every few seconds from now on. */
   start(): void {
-    this.timer = setInterval(() => this.flush(), EXECUTION_LOG_INTERVAL_MS);
+    this.timer = setInterval(() => void this.flush(), EXECUTION_LOG_INTERVAL_MS);
     this.timer.unref();
   }
 
@@ -35,28 +37,42 @@ export class ExecutionLog {
     if (this.timer) clearInterval(this.timer);
   }
 
-  /** Writes the executions gathered so far to the store. */
-  flush(): void {
+  /**
+   * Writes the executions gathered so far to the store; resolves once they (and every
+   * batch before them) are written, or failed and were logged. Never rejects.
+   */
+  flush(): Promise<void> {
     const rows = this.rows;
     this.rows = [];
-    try {
-      recordExecutions(this.deps.db, rows);
-    } catch (e) {
-      this.deps.log.warn({ err: e, rows: rows.length }, 'could not record executions');
-    }
+    this.writing = this.writing.then(async () => {
+      try {
+        await recordExecutions(this.deps.db, rows);
+      } catch (e) {
+        this.deps.log.warn({ err: e, rows: rows.length }, 'could not record executions');
+      }
+    });
+    return this.writing;
   }
 }
 
-/** Writes the sandbox's uncounted executions to the store, if due (or `now`). */
-export function recordUse(deps: { db: Db; log: Logger }, sb: UserSandbox, now = false): void {
+/**
+ * Writes the sandbox's uncounted executions to the store, if due (or `now`). The count
+ * is taken before the write starts, so runs that end meanwhile wait for the next one;
+ * a failed write gives its count back. Never rejects.
+ */
+export async function recordUse(deps: { db: Db; log: Logger }, sb: UserSandbox, now = false): Promise<void> {
   if (!sb.unrecorded) return;
   const at = Date.now();
   if (!now && at - (sb.recordedAt ?? 0) < USE_RECORD_INTERVAL_MS) return;
+  const count = sb.unrecorded;
+  const before = sb.recordedAt;
+  sb.unrecorded = 0;
+  sb.recordedAt = at;
   try {
-    recordSandboxUse(deps.db, sb.owner.userId, sb.lastActivity, sb.unrecorded);
-    sb.unrecorded = 0;
-    sb.recordedAt = at;
+    await recordSandboxUse(deps.db, sb.owner.userId, sb.lastActivity, count);
   } catch (e) {
+    sb.unrecorded = (sb.unrecorded ?? 0) + count;
+    sb.recordedAt = before;
     deps.log.warn({ err: e, user: sb.owner.name }, 'could not record sandbox use');
   }
 }

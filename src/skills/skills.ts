@@ -191,7 +191,7 @@ export async function skillsFor(
   deps: { skills: SkillsDir; sandboxes: Pick<SandboxExecution, 'ceiling' | 'openWorkspace'>; logger: Logger },
   owner: SandboxOwner,
 ): Promise<SkillInfo[]> {
-  const ceiling = deps.sandboxes.ceiling(owner);
+  const ceiling = await deps.sandboxes.ceiling(owner);
   const builtin = allows(ceiling, 'read', '/skills') ? await deps.skills.skills() : [];
   let own: SkillInfo[] = [];
   if (allows(ceiling, 'read', '/workspace/skills')) {

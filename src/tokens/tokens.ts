@@ -5,8 +5,9 @@
  * records the last-used time.
  */
 import crypto from 'node:crypto';
-import type { Statement } from 'better-sqlite3';
-import type { Db } from '../store/store.js';
+import type { Expression, ExpressionBuilder, SqlBool } from 'kysely';
+import { serializable, type Db } from '../store/store.js';
+import type { Tables } from '../store/tables.js';
 import { getUser, type User } from '../accounts/accounts.js';
 import { generateToken, hashToken, isWellFormedToken } from './format.js';
 import { GatewayError } from '../errors.js';
@@ -56,31 +57,17 @@ interface TokenRow {
   user_id: number;
   user_name: string;
   name: string;
-  hash: Buffer;
   created_at: number;
   expires_at: number | null;
   last_used_at: number | null;
   revoked_at: number | null;
 }
 
-const SELECT = 'SELECT t.*, u.name AS user_name FROM api_tokens t JOIN users u ON u.id = t.user_id';
+/** A token's columns and its user's name, the shape of TokenRow. */
+const TOKEN_COLUMNS = ['t.id', 't.user_id', 'u.name as user_name', 't.name', 't.created_at', 't.expires_at', 't.last_used_at', 't.revoked_at'] as const;
 
-/** Statements of the per-request path, prepared once per database. */
-const prepared = new WeakMap<Db, Map<string, Statement>>();
-function stmt(db: Db, sql: string): Statement {
-  let m = prepared.get(db);
-  if (!m) prepared.set(db, (m = new Map()));
-  let s = m.get(sql);
-  if (!s) m.set(sql, (s = db.prepare(sql)));
-  return s;
-}
-
-const VERIFY_SQL = `SELECT t.id, t.user_id, t.name, t.hash, t.expires_at, t.revoked_at, t.created_at, t.last_used_at,
-  u.name AS user_name, u.is_admin AS user_is_admin, u.permissions AS user_permissions, u.workspace_id AS user_workspace_id, u.created_at AS user_created_at,
-  u.default_model AS user_default_model, u.github_teams AS user_github_teams,
-  u.disabled_at AS user_disabled_at, u.last_sign_in_at AS user_last_sign_in_at, u.sign_in_method AS user_sign_in_method,
-  u.github_id AS user_github_id, u.suspended_at AS user_suspended_at, u.suspended_reason AS user_suspended_reason
-  FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE t.hash = ?`;
+/** Tokens with their users' names. */
+const tokensWithUsers = (db: Db) => db.selectFrom('api_tokens as t').innerJoin('users as u', 'u.id', 't.user_id');
 
 const toRecord = (r: TokenRow): TokenRecord => ({
   id: r.id,
@@ -152,9 +139,16 @@ export function parseExpiry(input: string, now = Date.now()): number | null {
  * A user's active tokens. Reads only their unrevoked rows (the covering index
  * api_tokens_user_active, on user_id, revoked_at, expires_at), however many they ever revoked.
  */
-export function countActiveTokens(db: Db, userId: number, now = Date.now()): number {
-  // A stored expiry that is no number (an old install's) counts as active, as tokenState says.
-  return stmt(db, 'SELECT COUNT(*) FROM api_tokens WHERE user_id = ? AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > ?)').pluck().get(userId, now) as number;
+export async function countActiveTokens(db: Db, userId: number, now = Date.now()): Promise<number> {
+  // A stored expiry that is no number (an old install's SQLite file) counts as active, as tokenState says.
+  const r = await db
+    .selectFrom('api_tokens')
+    .select((eb) => eb.fn.countAll<number>().as('n'))
+    .where('user_id', '=', userId)
+    .where('revoked_at', 'is', null)
+    .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+    .executeTakeFirstOrThrow();
+  return r.n;
 }
 
 /**
@@ -165,10 +159,10 @@ export function countActiveTokens(db: Db, userId: number, now = Date.now()): num
  * `maxActive` active tokens (default DEFAULT_MAX_ACTIVE_TOKENS), or when they created
  * `maxPerDay` tokens in the last 24 hours (default MAX_TOKENS_CREATED_PER_DAY).
  */
-export function createToken(
+export async function createToken(
   db: Db,
   opts: { userId: number; name: string; expiresAt?: number | null; now?: number; maxActive?: number; maxPerDay?: number },
-): { token: string; record: TokenRecord } {
+): Promise<{ token: string; record: TokenRecord }> {
   const now = opts.now ?? Date.now();
   const maxActive = opts.maxActive ?? DEFAULT_MAX_ACTIVE_TOKENS;
   const maxPerDay = opts.maxPerDay ?? MAX_TOKENS_CREATED_PER_DAY;
@@ -180,42 +174,59 @@ export function createToken(
     if (opts.expiresAt <= now) throw new TokenError('a token cannot expire in the past');
     if (opts.expiresAt - now > MAX_TOKEN_LIFETIME_MS) throw new TokenError(`the expiry is too far ahead: ${TOO_FAR}`);
   }
-  if (!getUser(db, opts.userId)) throw new TokenError(`no user with id ${opts.userId}`);
+  if (!(await getUser(db, opts.userId))) throw new TokenError(`no user with id ${opts.userId}`);
   const token = generateToken();
-  const id = db.transaction(() => {
-    db.prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL AND expires_at IS NOT NULL AND expires_at <= ?').run(
-      now,
-      opts.userId,
-      opts.name,
-      now,
-    );
-    const live = db.prepare('SELECT 1 FROM api_tokens WHERE user_id = ? AND name = ? AND revoked_at IS NULL').get(opts.userId, opts.name);
+  // The counts and the insert they allow in one serializable transaction: two creations at
+  // once cannot both pass a limit that has room for one more.
+  const record = await serializable(db, async (tx) => {
+    await tx
+      .updateTable('api_tokens')
+      .set({ revoked_at: now })
+      .where('user_id', '=', opts.userId)
+      .where('name', '=', opts.name)
+      .where('revoked_at', 'is', null)
+      .where('expires_at', 'is not', null)
+      .where('expires_at', '<=', now)
+      .execute();
+    const live = await tx
+      .selectFrom('api_tokens')
+      .select('id')
+      .where('user_id', '=', opts.userId)
+      .where('name', '=', opts.name)
+      .where('revoked_at', 'is', null)
+      .executeTakeFirst();
     if (live) throw new TokenError(`this user already has an active token named "${opts.name}": choose another name or revoke that one first`);
-    const active = countActiveTokens(db, opts.userId, now);
+    const active = await countActiveTokens(tx, opts.userId, now);
     if (active >= maxActive) {
       throw new TokenError(
         `this user already has ${active} active tokens, the most one user may hold (SANDGATE_MAX_TOKENS_PER_USER=${maxActive}): revoke a token that is no longer used, then create this one`,
       );
     }
-    const recent = db
-      .prepare('SELECT created_at FROM api_tokens WHERE user_id = ? AND created_at > ? ORDER BY created_at DESC LIMIT ?')
-      .pluck()
-      .all(opts.userId, now - DAY_MS, maxPerDay) as number[];
+    const recent = await tx
+      .selectFrom('api_tokens')
+      .select('created_at')
+      .where('user_id', '=', opts.userId)
+      .where('created_at', '>', now - DAY_MS)
+      .orderBy('created_at', 'desc')
+      .limit(maxPerDay)
+      .execute();
     if (recent.length >= maxPerDay) {
       throw new TokenError(
-        `this user created ${recent.length} tokens in the last 24 hours, the most one user may create in a day (revoked ones count too): use a token already made, or try again after ${fmtDate(recent[recent.length - 1]! + DAY_MS)}`,
+        `this user created ${recent.length} tokens in the last 24 hours, the most one user may create in a day (revoked ones count too): use a token already made, or try again after ${fmtDate(recent[recent.length - 1]!.created_at + DAY_MS)}`,
       );
     }
-    const r = db
-      .prepare('INSERT INTO api_tokens (user_id, name, hash, created_at, expires_at) VALUES (?, ?, ?, ?, ?)')
-      .run(opts.userId, opts.name, hashToken(token), now, opts.expiresAt ?? null);
-    return Number(r.lastInsertRowid);
-  })();
-  return { token, record: getToken(db, id)! };
+    const { id } = await tx
+      .insertInto('api_tokens')
+      .values({ user_id: opts.userId, name: opts.name, hash: hashToken(token), created_at: now, expires_at: opts.expiresAt ?? null })
+      .returning('id')
+      .executeTakeFirstOrThrow();
+    return (await getToken(tx, id))!;
+  });
+  return { token, record };
 }
 
-export function getToken(db: Db, id: number): TokenRecord | undefined {
-  const r = db.prepare(`${SELECT} WHERE t.id = ?`).get(id) as TokenRow | undefined;
+export async function getToken(db: Db, id: number): Promise<TokenRecord | undefined> {
+  const r = await tokensWithUsers(db).select(TOKEN_COLUMNS).where('t.id', '=', id).executeTakeFirst();
   return r && toRecord(r);
 }
 
@@ -224,48 +235,46 @@ export function getToken(db: Db, id: number): TokenRecord | undefined {
  * `includeRevoked`. `activeFirst` puts the active ones (tokenState at `now`) before the
  * rest; `limit` and `offset` take one page of that order.
  */
-export function listTokens(
+export async function listTokens(
   db: Db,
   opts: { userId?: number; includeRevoked?: boolean; activeFirst?: boolean; limit?: number; offset?: number; now?: number } = {},
-): TokenRecord[] {
-  const where: string[] = [];
-  const args: unknown[] = [];
-  if (opts.userId !== undefined) {
-    where.push('t.user_id = ?');
-    args.push(opts.userId);
-  }
-  if (!opts.includeRevoked) where.push('t.revoked_at IS NULL');
-  let order = 't.created_at DESC, t.id DESC';
+): Promise<TokenRecord[]> {
+  let q = tokensWithUsers(db).select(TOKEN_COLUMNS);
+  if (opts.userId !== undefined) q = q.where('t.user_id', '=', opts.userId);
+  if (!opts.includeRevoked) q = q.where('t.revoked_at', 'is', null);
   if (opts.activeFirst) {
-    order = `(t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > ?)) DESC, ${order}`;
-    args.push(opts.now ?? Date.now());
+    const now = opts.now ?? Date.now();
+    q = q.orderBy((eb) =>
+      eb
+        .case()
+        .when(eb.and([eb('t.revoked_at', 'is', null), eb.or([eb('t.expires_at', 'is', null), eb('t.expires_at', '>', now)])]))
+        .then(0)
+        .else(1)
+        .end(),
+    );
   }
-  let sql = `${SELECT}${where.length ? ` WHERE ${where.join(' AND ')}` : ''} ORDER BY ${order}`;
-  if (opts.limit !== undefined) {
-    sql += ' LIMIT ? OFFSET ?';
-    args.push(opts.limit, opts.offset ?? 0);
-  }
-  return (db.prepare(sql).all(...args) as TokenRow[]).map(toRecord);
+  q = q.orderBy('t.created_at', 'desc').orderBy('t.id', 'desc');
+  if (opts.limit !== undefined) q = q.limit(opts.limit).offset(opts.offset ?? 0);
+  return (await q.execute()).map(toRecord);
 }
 
 /** How many tokens listTokens would list with the same `userId` and `includeRevoked`. */
-export function countTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): number {
-  const where: string[] = [];
-  const args: unknown[] = [];
-  if (opts.userId !== undefined) {
-    where.push('user_id = ?');
-    args.push(opts.userId);
-  }
-  if (!opts.includeRevoked) where.push('revoked_at IS NULL');
-  return db.prepare(`SELECT COUNT(*) FROM api_tokens${where.length ? ` WHERE ${where.join(' AND ')}` : ''}`).pluck().get(...args) as number;
+export async function countTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): Promise<number> {
+  let q = db.selectFrom('api_tokens').select((eb) => eb.fn.countAll<number>().as('n'));
+  if (opts.userId !== undefined) q = q.where('user_id', '=', opts.userId);
+  if (!opts.includeRevoked) q = q.where('revoked_at', 'is', null);
+  return (await q.executeTakeFirstOrThrow()).n;
 }
 
 /** Revokes by id. Returns false when there is no such live token. */
-export function revokeToken(db: Db, id: number, opts: { userId?: number; now?: number } = {}): boolean {
-  const sql = `UPDATE api_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL${opts.userId !== undefined ? ' AND user_id = ?' : ''}`;
-  const args: unknown[] = [opts.now ?? Date.now(), id];
-  if (opts.userId !== undefined) args.push(opts.userId);
-  return db.prepare(sql).run(...args).changes > 0;
+export async function revokeToken(db: Db, id: number, opts: { userId?: number; now?: number } = {}): Promise<boolean> {
+  let q = db
+    .updateTable('api_tokens')
+    .set({ revoked_at: opts.now ?? Date.now() })
+    .where('id', '=', id)
+    .where('revoked_at', 'is', null);
+  if (opts.userId !== undefined) q = q.where('user_id', '=', opts.userId);
+  return Number((await q.executeTakeFirst()).numUpdatedRows) > 0;
 }
 
 /**
@@ -276,22 +285,32 @@ export function revokeToken(db: Db, id: number, opts: { userId?: number; now?: n
  * entries stay whole; a token's PII scope, if one is left, goes with the next
  * dropInactiveTokenScopes (a scope whose token row is gone counts as inactive).
  */
-export function purgeOldTokens(db: Db, opts: { now?: number; retentionMs?: number; batch?: number } = {}): number {
+export async function purgeOldTokens(db: Db, opts: { now?: number; retentionMs?: number; batch?: number } = {}): Promise<number> {
   const before = (opts.now ?? Date.now()) - (opts.retentionMs ?? TOKEN_RETENTION_MS);
   const batch = opts.batch ?? 500;
   // Two statements, each on its own partial index (api_tokens_revoked, api_tokens_expiry).
   // The newest row always stays: SQLite gives a new row the highest id plus one, so
   // deleting the highest would hand its id, which audit entries and PII scopes name, to
-  // the next token.
-  const keepNewest = 'AND id < (SELECT MAX(id) FROM api_tokens)';
-  const revoked = db.prepare(`DELETE FROM api_tokens WHERE id IN (SELECT id FROM api_tokens WHERE revoked_at IS NOT NULL AND revoked_at < ? ${keepNewest} LIMIT ?)`);
-  const expired = db.prepare(
-    `DELETE FROM api_tokens WHERE id IN (SELECT id FROM api_tokens WHERE revoked_at IS NULL AND expires_at IS NOT NULL AND expires_at < ? ${keepNewest} LIMIT ?)`,
-  );
+  // the next token. A batch is the ids a limited SELECT finds: Postgres's DELETE has no LIMIT.
+  const old: Array<(eb: ExpressionBuilder<Tables, 'api_tokens'>) => Expression<SqlBool>> = [
+    (eb) => eb.and([eb('revoked_at', 'is not', null), eb('revoked_at', '<', before)]),
+    (eb) => eb.and([eb('revoked_at', 'is', null), eb('expires_at', 'is not', null), eb('expires_at', '<', before)]),
+  ];
   let total = 0;
-  for (const s of [revoked, expired]) {
+  for (const which of old) {
     for (;;) {
-      const n = s.run(before, batch).changes;
+      const r = await db
+        .deleteFrom('api_tokens')
+        .where('id', 'in', (eb) =>
+          eb
+            .selectFrom('api_tokens')
+            .select('id')
+            .where(which)
+            .where('id', '<', (eb) => eb.selectFrom('api_tokens').select((eb) => eb.fn.max('id').as('newest')))
+            .limit(batch),
+        )
+        .executeTakeFirst();
+      const n = Number(r.numDeletedRows);
       total += n;
       if (n < batch) break;
     }
@@ -300,17 +319,22 @@ export function purgeOldTokens(db: Db, opts: { now?: number; retentionMs?: numbe
 }
 
 /** Revokes a user's active token by name; returns its id, or undefined when there is none. */
-export function revokeTokenByName(db: Db, userId: number, name: string, now = Date.now()): number | undefined {
-  return db
-    .prepare('UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND name = ? AND revoked_at IS NULL RETURNING id')
-    .pluck()
-    .get(now, userId, name) as number | undefined;
+export async function revokeTokenByName(db: Db, userId: number, name: string, now = Date.now()): Promise<number | undefined> {
+  const r = await db
+    .updateTable('api_tokens')
+    .set({ revoked_at: now })
+    .where('user_id', '=', userId)
+    .where('name', '=', name)
+    .where('revoked_at', 'is', null)
+    .returning('id')
+    .executeTakeFirst();
+  return r?.id;
 }
 
 /** Finds the record of a token given in clear (e.g. one found leaked), whatever its state. */
-export function findTokenBySecret(db: Db, token: string): TokenRecord | undefined {
+export async function findTokenBySecret(db: Db, token: string): Promise<TokenRecord | undefined> {
   if (!isWellFormedToken(token)) return undefined;
-  const r = db.prepare(`${SELECT} WHERE t.hash = ?`).get(hashToken(token)) as TokenRow | undefined;
+  const r = await tokensWithUsers(db).select(TOKEN_COLUMNS).where('t.hash', '=', hashToken(token)).executeTakeFirst();
   return r && toRecord(r);
 }
 
@@ -327,7 +351,7 @@ function fmtDate(ms: number): string {
  * as stored: whether they are still a member (and an admin) now is the membership
  * check's to say (src/auth/membership.ts, run by src/auth/bearer.ts after this).
  */
-export function verifyToken(db: Db, presented: string | undefined, now = Date.now()): VerifyResult {
+export async function verifyToken(db: Db, presented: string | undefined, now = Date.now()): Promise<VerifyResult> {
   if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token. ${HOW_TO_GET_ONE}` };
   if (!isWellFormedToken(presented)) {
     return {
@@ -337,22 +361,25 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
     };
   }
   const hash = hashToken(presented);
-  const row = stmt(db, VERIFY_SQL).get(hash) as
-    | (TokenRow & {
-        user_is_admin: number;
-        user_permissions: string | null;
-        user_workspace_id: string | null;
-        user_created_at: number;
-        user_default_model: string | null;
-        user_github_teams: string | null;
-        user_disabled_at: number | null;
-        user_last_sign_in_at: number | null;
-        user_sign_in_method: 'github' | 'link' | null;
-        user_github_id: number | null;
-        user_suspended_at: number | null;
-        user_suspended_reason: string | null;
-      })
-    | undefined;
+  const row = await tokensWithUsers(db)
+    .select([
+      ...TOKEN_COLUMNS,
+      't.hash',
+      'u.is_admin as user_is_admin',
+      'u.permissions as user_permissions',
+      'u.workspace_id as user_workspace_id',
+      'u.created_at as user_created_at',
+      'u.default_model as user_default_model',
+      'u.github_teams as user_github_teams',
+      'u.disabled_at as user_disabled_at',
+      'u.last_sign_in_at as user_last_sign_in_at',
+      'u.sign_in_method as user_sign_in_method',
+      'u.github_id as user_github_id',
+      'u.suspended_at as user_suspended_at',
+      'u.suspended_reason as user_suspended_reason',
+    ])
+    .where('t.hash', '=', hash)
+    .executeTakeFirst();
   if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
     return { ok: false, reason: 'unknown', message: `The token is not known to this gateway (it may belong to another installation, or have been deleted). ${HOW_TO_GET_ONE}` };
   }
@@ -393,7 +420,13 @@ export function verifyToken(db: Db, presented: string | undefined, now = Date.no
   };
   // Last use is kept to the second: a burst of requests writes it once.
   if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {
-    stmt(db, 'UPDATE api_tokens SET last_used_at = ? WHERE id = ?').run(now, row.id);
+    // Never back in time: a request checked earlier may write after a later one.
+    await db
+      .updateTable('api_tokens')
+      .set({ last_used_at: now })
+      .where('id', '=', row.id)
+      .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', now)]))
+      .execute();
   }
   return { ok: true, principal: { user, tokenId: row.id, tokenName: row.name } };
 }

@@ -38,7 +38,8 @@ export interface UpstreamAuditEntry {
   errorClass?: string;
 }
 
-export type UpstreamAudit = (entry: UpstreamAuditEntry) => void;
+/** Where upstream calls are recorded; a write it returns runs on its own, off the call's path. */
+export type UpstreamAudit = (entry: UpstreamAuditEntry) => void | Promise<void>;
 
 /** A tool as `tools/list` reports it to code in the sandbox. */
 export interface BridgeToolInfo {
@@ -170,10 +171,12 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
 }
 
 function safeAudit(audit: UpstreamAudit, logger: Logger | undefined, entry: UpstreamAuditEntry): void {
+  // A failing audit sink must not turn a finished upstream call into an error; say so loudly instead.
+  const failed = (e: unknown) => logger?.error({ err: (e as Error).message, tool: entry.tool, userId: entry.userId }, 'audit of an upstream call failed');
   try {
-    audit(entry);
+    const written = audit(entry);
+    if (written) written.catch(failed);
   } catch (e) {
-    // A failing audit sink must not turn a finished upstream call into an error; say so loudly instead.
-    logger?.error({ err: (e as Error).message, tool: entry.tool, userId: entry.userId }, 'audit of an upstream call failed');
+    failed(e);
   }
 }

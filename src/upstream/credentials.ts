@@ -29,13 +29,13 @@ export function loadOrCreateCredentialsKey(dataDir: string): Buffer {
 
 export interface CredentialStore {
   /** Stores (or replaces) one credential. */
-  set(userId: number, server: string, name: string, value: string): void;
+  set(userId: number, server: string, name: string, value: string): Promise<void>;
   /** Deletes one credential, or all of a user's credentials for the server; returns how many. */
-  delete(userId: number, server: string, name?: string): number;
+  delete(userId: number, server: string, name?: string): Promise<number>;
   /** The user's decrypted credentials for the server, by name. */
-  get(userId: number, server: string): Record<string, string>;
+  get(userId: number, server: string): Promise<Record<string, string>>;
   /** Names of the credentials the user has stored for the server (no values). */
-  names(userId: number, server: string): string[];
+  names(userId: number, server: string): Promise<string[]>;
 }
 
 const aad = (userId: number, server: string, name: string) => Buffer.from(`${userId}\0${server}\0${name}`, 'utf8');
@@ -43,23 +43,29 @@ const aad = (userId: number, server: string, name: string) => Buffer.from(`${use
 /** A CredentialStore over the `upstream_credentials` table (schema.ts). */
 export function createCredentialStore(db: Db, key: Buffer): CredentialStore {
   return {
-    set(userId, server, name, value) {
-      db.prepare(
-        `INSERT INTO upstream_credentials (user_id, server, name, sealed, updated_at) VALUES (?, ?, ?, ?, ?)
-         ON CONFLICT(user_id, server, name) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at`,
-      ).run(userId, server, name, seal(key, value, aad(userId, server, name)), Date.now());
+    async set(userId, server, name, value) {
+      await db
+        .insertInto('upstream_credentials')
+        .values({ user_id: userId, server, name, sealed: seal(key, value, aad(userId, server, name)), updated_at: Date.now() })
+        .onConflict((oc) =>
+          oc.columns(['user_id', 'server', 'name']).doUpdateSet((eb) => ({ sealed: eb.ref('excluded.sealed'), updated_at: eb.ref('excluded.updated_at') })),
+        )
+        .execute();
     },
-    delete(userId, server, name) {
-      const r =
-        name === undefined
-          ? db.prepare('DELETE FROM upstream_credentials WHERE user_id = ? AND server = ?').run(userId, server)
-          : db.prepare('DELETE FROM upstream_credentials WHERE user_id = ? AND server = ? AND name = ?').run(userId, server, name);
-      return r.changes;
+    async delete(userId, server, name) {
+      let query = db.deleteFrom('upstream_credentials').where('user_id', '=', userId).where('server', '=', server);
+      if (name !== undefined) query = query.where('name', '=', name);
+      const r = await query.executeTakeFirst();
+      return Number(r.numDeletedRows);
     },
-    get(userId, server) {
-      const rows = db
-        .prepare('SELECT name, sealed FROM upstream_credentials WHERE user_id = ? AND server = ?')
-        .all(userId, server) as { name: string; sealed: Buffer }[];
+    async get(userId, server) {
+      const rows = await db
+        .selectFrom('upstream_credentials')
+        .select(['name', 'sealed'])
+        .where('user_id', '=', userId)
+        .where('server', '=', server)
+        .orderBy('name')
+        .execute();
       const out: Record<string, string> = {};
       for (const r of rows) {
         try {
@@ -72,12 +78,15 @@ export function createCredentialStore(db: Db, key: Buffer): CredentialStore {
       }
       return out;
     },
-    names(userId, server) {
-      return (
-        db.prepare('SELECT name FROM upstream_credentials WHERE user_id = ? AND server = ? ORDER BY name').all(userId, server) as {
-          name: string;
-        }[]
-      ).map((r) => r.name);
+    async names(userId, server) {
+      const rows = await db
+        .selectFrom('upstream_credentials')
+        .select('name')
+        .where('user_id', '=', userId)
+        .where('server', '=', server)
+        .orderBy('name')
+        .execute();
+      return rows.map((r) => r.name);
     },
   };
 }

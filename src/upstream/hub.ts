@@ -24,7 +24,7 @@ export interface UpstreamHubOptions {
   /** Where connection homes go (SANDGATE_UPSTREAM_HOME_DIR and the gateway's id): `<homeDir>/<server id>/<shared|user-N>`. */
   homeDir: string;
   /** The uid a stdio connection runs as (identities.ts), by its name `<server id>/<shared|user-N>`. */
-  identityOf: (connection: string) => UpstreamIdentity;
+  identityOf: (connection: string) => Promise<UpstreamIdentity>;
   /** Needed when any server is per-user with userCredentials. */
   credentials?: CredentialStore;
   /** GitHub teams (`org/team`, any case) of a user; for allowTeams. Defaults to none. */
@@ -69,6 +69,11 @@ export class UpstreamHub {
   private readonly lastTools = new Map<string, { tools: Tool[]; hash: string }>();
   private readonly listeners = new Set<(server: string) => void>();
   private closed = false;
+  /**
+   * Counts the times connections were dropped (credentials changed, a reconnect): a
+   * connection being set up while that happens read what is now stale, and starts over.
+   */
+  private drops = 0;
 
   constructor(private readonly opts: UpstreamHubOptions) {
     for (const s of opts.servers) this.byName.set(s.name, s);
@@ -144,14 +149,14 @@ export class UpstreamHub {
   async callTool(owner: SandboxOwner, serverName: string, toolName: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
     const server = await this.usable(owner, serverName);
     await this.findTool(owner, server, toolName);
-    const conn = this.connectionFor(owner, server);
+    const conn = await this.connectionFor(owner, server);
     return conn.callTool(toolName, args, server.timeoutMs);
   }
 
   /** Names the server needs from the user and whether each is stored (never the values). */
-  credentialStatus(owner: SandboxOwner, serverName: string): { name: string; set: boolean }[] {
+  async credentialStatus(owner: SandboxOwner, serverName: string): Promise<{ name: string; set: boolean }[]> {
     const server = this.configured(serverName);
-    const stored = new Set(this.opts.credentials?.names(owner.userId, server.name) ?? []);
+    const stored = new Set((await this.opts.credentials?.names(owner.userId, server.name)) ?? []);
     return server.userCredentials.map((name) => ({ name, set: stored.has(name) }));
   }
 
@@ -166,14 +171,14 @@ export class UpstreamHub {
       );
     }
     if (!value) throw new UpstreamError(`the value of ${name} is empty`, 'missing_credential');
-    this.requireCredentialStore().set(owner.userId, server.name, name, value);
+    await this.requireCredentialStore().set(owner.userId, server.name, name, value);
     await this.dropConnection(server, owner);
   }
 
   /** Deletes one (or every) credential of the user for the server; their connection closes. */
   async deleteUserCredential(owner: SandboxOwner, serverName: string, name?: string): Promise<number> {
     const server = this.configured(serverName);
-    const n = this.requireCredentialStore().delete(owner.userId, server.name, name);
+    const n = await this.requireCredentialStore().delete(owner.userId, server.name, name);
     await this.dropConnection(server, owner);
     return n;
   }
@@ -213,6 +218,7 @@ export class UpstreamHub {
   /** Closes a server's connections (every user's, for a per-user server): the next call connects afresh. */
   async reconnect(serverName: string): Promise<number> {
     this.configured(serverName);
+    this.drops++;
     const closing: Promise<void>[] = [];
     for (const [key, c] of [...this.connections.entries()]) {
       if (key.split('\0')[0] !== serverName) continue;
@@ -227,6 +233,7 @@ export class UpstreamHub {
   /** Closes every connection (stdio servers are stopped). */
   async close(): Promise<void> {
     this.closed = true;
+    this.drops++;
     const all = [...this.connections.values()];
     this.connections.clear();
     for (const c of all) if (c.idle) clearTimeout(c.idle);
@@ -282,10 +289,10 @@ export class UpstreamHub {
       tools = seen.tools;
     } else {
       if (server.scope === 'per-user') {
-        const missing = this.missingCredentials(owner, server);
+        const missing = await this.missingCredentials(owner, server);
         if (missing.length) throw missingCredentials(server, missing);
       }
-      tools = await this.connectionFor(owner, server).tools();
+      tools = await (await this.connectionFor(owner, server)).tools();
     }
     return tools.filter((t) => this.toolOffered(server, t.name));
   }
@@ -294,62 +301,82 @@ export class UpstreamHub {
     return server.scope === 'per-user' ? `${server.name}\0${owner.userId}` : server.name;
   }
 
-  private missingCredentials(owner: SandboxOwner, server: UpstreamServerConfig): string[] {
+  private async missingCredentials(owner: SandboxOwner, server: UpstreamServerConfig): Promise<string[]> {
     if (!server.userCredentials.length) return [];
-    const stored = new Set(this.opts.credentials?.names(owner.userId, server.name) ?? []);
+    const stored = new Set((await this.opts.credentials?.names(owner.userId, server.name)) ?? []);
     return server.userCredentials.filter((n) => !stored.has(n));
   }
 
-  private connectionFor(owner: SandboxOwner, server: UpstreamServerConfig): UpstreamConnection {
-    if (this.closed) throw new UpstreamError('the upstream hub is shutting down', 'unavailable');
-    const perUser = server.scope === 'per-user';
+  /**
+   * The connection the user's calls to the server go through, made (not yet opened) on
+   * first use. Making one reads the store (the user's credentials, the connection's uid),
+   * so two calls can get here at once: the first to finish keeps its connection and the
+   * other uses it, and one made while connections were being dropped is made again.
+   */
+  private async connectionFor(owner: SandboxOwner, server: UpstreamServerConfig): Promise<UpstreamConnection> {
     const key = this.connectionKey(owner, server);
-    let entry = this.connections.get(key);
-    if (!entry) {
-      let user: { id: number; name: string; credentials: Record<string, string> } | undefined;
-      if (perUser) {
-        const missing = this.missingCredentials(owner, server);
-        if (missing.length) throw missingCredentials(server, missing);
-        user = {
-          id: owner.userId,
-          name: owner.name,
-          credentials: server.userCredentials.length ? this.requireCredentialStore().get(owner.userId, server.name) : {},
-        };
-      }
-      const name = `${server.id}/${perUser ? `user-${owner.userId}` : 'shared'}`;
-      const identity = server.transport.type === 'stdio' ? this.opts.identityOf(name) : { uid: -1, gid: -1 };
-      const conn = new UpstreamConnection({
-        server,
-        ...(user ? { user } : {}),
-        workDir: path.join(this.opts.homeDir, name),
-        isolation: {
-          ...identity,
-          base: this.opts.homeDir,
-          proxyDir: path.join(this.opts.homeDir, '.proxy'),
-          legacyWorkDir: path.join(this.opts.dataDir, 'upstream', name),
-        },
-        connectTimeoutMs: this.opts.connectTimeoutMs ?? 30_000,
-        backoff: this.opts.backoff ?? DEFAULT_BACKOFF,
-        ...(this.opts.logger ? { logger: this.opts.logger } : {}),
-        onToolsChanged: (tools) => this.noteTools(server.name, tools),
-      });
-      entry = { conn };
+    for (;;) {
+      if (this.closed) throw new UpstreamError('the upstream hub is shutting down', 'unavailable');
+      const existing = this.connections.get(key);
+      if (existing) return this.keepAlive(key, server, existing);
+      const drops = this.drops;
+      const conn = await this.newConnection(owner, server);
+      if (this.drops !== drops) continue;
+      if (this.closed) throw new UpstreamError('the upstream hub is shutting down', 'unavailable');
+      const entry = this.connections.get(key) ?? { conn };
       this.connections.set(key, entry);
+      return this.keepAlive(key, server, entry);
     }
-    if (perUser && this.opts.idleCloseMs) {
-      const e = entry;
-      if (e.idle) clearTimeout(e.idle);
-      e.idle = setTimeout(() => {
-        if (this.connections.get(key) === e) this.connections.delete(key);
-        void e.conn.close();
+  }
+
+  /** A connection for the user to the server, with their credentials and the connection's uid; it connects at its first use. */
+  private async newConnection(owner: SandboxOwner, server: UpstreamServerConfig): Promise<UpstreamConnection> {
+    const perUser = server.scope === 'per-user';
+    let user: { id: number; name: string; credentials: Record<string, string> } | undefined;
+    if (perUser) {
+      const missing = await this.missingCredentials(owner, server);
+      if (missing.length) throw missingCredentials(server, missing);
+      user = {
+        id: owner.userId,
+        name: owner.name,
+        credentials: server.userCredentials.length ? await this.requireCredentialStore().get(owner.userId, server.name) : {},
+      };
+    }
+    const name = `${server.id}/${perUser ? `user-${owner.userId}` : 'shared'}`;
+    const identity = server.transport.type === 'stdio' ? await this.opts.identityOf(name) : { uid: -1, gid: -1 };
+    return new UpstreamConnection({
+      server,
+      ...(user ? { user } : {}),
+      workDir: path.join(this.opts.homeDir, name),
+      isolation: {
+        ...identity,
+        base: this.opts.homeDir,
+        proxyDir: path.join(this.opts.homeDir, '.proxy'),
+        legacyWorkDir: path.join(this.opts.dataDir, 'upstream', name),
+      },
+      connectTimeoutMs: this.opts.connectTimeoutMs ?? 30_000,
+      backoff: this.opts.backoff ?? DEFAULT_BACKOFF,
+      ...(this.opts.logger ? { logger: this.opts.logger } : {}),
+      onToolsChanged: (tools) => this.noteTools(server.name, tools),
+    });
+  }
+
+  /** Restarts a per-user connection's idle timer; returns the connection. */
+  private keepAlive(key: string, server: UpstreamServerConfig, entry: { conn: UpstreamConnection; idle?: NodeJS.Timeout }): UpstreamConnection {
+    if (server.scope === 'per-user' && this.opts.idleCloseMs) {
+      if (entry.idle) clearTimeout(entry.idle);
+      entry.idle = setTimeout(() => {
+        if (this.connections.get(key) === entry) this.connections.delete(key);
+        void entry.conn.close();
       }, this.opts.idleCloseMs);
-      e.idle.unref();
+      entry.idle.unref();
     }
     return entry.conn;
   }
 
   private async dropConnection(server: UpstreamServerConfig, owner: SandboxOwner): Promise<void> {
     if (server.scope !== 'per-user') return;
+    this.drops++;
     const key = this.connectionKey(owner, server);
     const entry = this.connections.get(key);
     if (!entry) return;

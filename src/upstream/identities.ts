@@ -24,10 +24,26 @@ export interface UpstreamIdentity {
   gid: number;
 }
 
-/** The identity of a connection, made on its first use, in the gateway's block (`uidBlockOf`). */
-export function upstreamIdentity(db: Db, connection: string, block: number): UpstreamIdentity {
-  db.prepare('INSERT INTO upstream_identities (connection) VALUES (?) ON CONFLICT(connection) DO NOTHING').run(connection);
-  const row = db.prepare('SELECT id FROM upstream_identities WHERE connection = ?').get(connection) as { id: number };
+/**
+ * The identity of a connection, made on its first use, in the gateway's block (`uidBlockOf`).
+ * The row is looked up first and only added when missing: on Postgres every insert
+ * attempt takes a number from the id sequence, even one that finds the row there, and
+ * the block has room for 65,536 ids. Two gateways (or two requests) adding the same
+ * connection at once both end up reading the one row the unique index lets in.
+ */
+export async function upstreamIdentity(db: Db, connection: string, block: number): Promise<UpstreamIdentity> {
+  const find = () => db.selectFrom('upstream_identities').select('id').where('connection', '=', connection).executeTakeFirst();
+  let row = await find();
+  if (!row) {
+    row =
+      (await db
+        .insertInto('upstream_identities')
+        .values({ connection })
+        .onConflict((oc) => oc.column('connection').doNothing())
+        .returning('id')
+        .executeTakeFirst()) ?? (await find());
+  }
+  if (!row) throw new Error(`the uid of upstream connection ${connection} could not be stored`);
   if (row.id >= BLOCK) throw new Error(`more than ${BLOCK} upstream connections have been given a uid; remove old rows from upstream_identities`);
   const uid = block + row.id;
   return { uid, gid: uid };

@@ -1,17 +1,14 @@
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ensureUser, getUser, suspendUser, type User } from '../accounts/accounts.js';
 import { deleteUserSessions, loadSession, saveSession } from '../auth/sessions.js';
-import { MIGRATIONS } from '../migrations.js';
-import { openStore, type Store } from '../store/store.js';
+import type { Store } from '../store/store.js';
+import { openTestStore } from '../../test/support/store.js';
 import { createToken, verifyToken } from '../tokens/tokens.js';
 import { cutOff, deleteUser, disableUser, enableUser, stillRefused, type UserParts } from './users.js';
 
 describe('what is done to a user as a whole', () => {
-  let dir: string;
-  let store: Store;
+  let store: Store & { dataDir: string };
   let alice: User;
   let bob: User;
   let token: string;
@@ -40,80 +37,81 @@ describe('what is done to a user as a whole', () => {
       throw new Error('the user still has a sandbox running');
     },
   };
-  const sessionsOf = (u: User) => (store.db.prepare('SELECT COUNT(*) AS n FROM sessions WHERE user_id = ?').get(u.id) as { n: number }).n;
+  const sessionsOf = async (u: User) =>
+    (await store.db.selectFrom('sessions').select((eb) => eb.fn.countAll<number>().as('n')).where('user_id', '=', u.id).executeTakeFirstOrThrow()).n;
 
-  beforeEach(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-users-'));
-    store = openStore(dir, MIGRATIONS);
-    alice = ensureUser(store.db, 'alice');
-    bob = ensureUser(store.db, 'bob');
-    saveSession(store.db, 'alice-laptop', '{}', alice.id, later());
-    saveSession(store.db, 'alice-phone', '{}', alice.id, later());
-    saveSession(store.db, 'bob-laptop', '{}', bob.id, later());
-    token = createToken(store.db, { userId: alice.id, name: 'laptop' }).token;
+  beforeEach(async () => {
+    store = await openTestStore();
+    alice = await ensureUser(store.db, 'alice');
+    bob = await ensureUser(store.db, 'bob');
+    await saveSession(store.db, 'alice-laptop', '{}', alice.id, later());
+    await saveSession(store.db, 'alice-phone', '{}', alice.id, later());
+    await saveSession(store.db, 'bob-laptop', '{}', bob.id, later());
+    token = (await createToken(store.db, { userId: alice.id, name: 'laptop' })).token;
     calls = [];
   });
-  afterEach(() => {
-    store.close();
-    fs.rmSync(dir, { recursive: true, force: true });
+  afterEach(async () => {
+    await store.close();
+    fs.rmSync(store.dataDir, { recursive: true, force: true });
   });
 
   it('enabling says when GitHub membership still keeps the user out', async () => {
     await disableUser(cliParts(), alice, 'root');
-    suspendUser(store.db, alice.id, 'not on the allow-list');
-    enableUser(cliParts(), getUser(store.db, alice.id)!);
-    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
-    expect(stillRefused(getUser(store.db, alice.id)!)).toMatch(/GitHub membership still refuses them/);
-    expect(stillRefused(getUser(store.db, bob.id)!)).toBeUndefined();
+    await suspendUser(store.db, alice.id, 'not on the allow-list');
+    await enableUser(cliParts(), (await getUser(store.db, alice.id))!);
+    expect((await getUser(store.db, alice.id))?.disabledAt).toBeNull();
+    expect(stillRefused((await getUser(store.db, alice.id))!)).toMatch(/GitHub membership still refuses them/);
+    expect(stillRefused((await getUser(store.db, bob.id))!)).toBeUndefined();
   });
 
   it('cutting off ends the turns, then the sessions, the live pages and the sandbox (killed, naming the admin)', async () => {
     await cutOff(gatewayParts(), alice, 'root');
     expect(calls).toEqual([`turns ${alice.id}`, `sessions ${alice.id}`, `live ${alice.id} true`, `sandbox ${alice.id} kill=true by=root`]);
-    expect(sessionsOf(alice)).toBe(0);
-    expect(loadSession(store.db, 'bob-laptop')).toBeDefined();
+    expect(await sessionsOf(alice)).toBe(0);
+    expect(await loadSession(store.db, 'bob-laptop')).toBeDefined();
     // Cutting off alone disables nothing.
-    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
+    expect((await getUser(store.db, alice.id))?.disabledAt).toBeNull();
   });
 
   it('disabling ends everything that works now and keeps everything stored; the token is refused, not revoked', async () => {
     await disableUser(gatewayParts(), alice, 'root');
-    expect(getUser(store.db, alice.id)?.disabledAt).toEqual(expect.any(Number));
-    expect(sessionsOf(alice)).toBe(0);
-    expect(sessionsOf(bob)).toBe(1);
+    expect((await getUser(store.db, alice.id))?.disabledAt).toEqual(expect.any(Number));
+    expect(await sessionsOf(alice)).toBe(0);
+    expect(await sessionsOf(bob)).toBe(1);
     expect(calls).toContain(`sandbox ${alice.id} kill=true by=root`);
-    const refused = verifyToken(store.db, token);
+    const refused = await verifyToken(store.db, token);
     expect(refused).toMatchObject({ ok: false, reason: 'disabled' });
 
-    enableUser({ db: store.db }, alice);
-    expect(getUser(store.db, alice.id)?.disabledAt).toBeNull();
-    expect(verifyToken(store.db, token)).toMatchObject({ ok: true });
+    await enableUser({ db: store.db }, alice);
+    expect((await getUser(store.db, alice.id))?.disabledAt).toBeNull();
+    expect(await verifyToken(store.db, token)).toMatchObject({ ok: true });
     // Sessions ended stay ended: they sign in afresh.
-    expect(sessionsOf(alice)).toBe(0);
+    expect(await sessionsOf(alice)).toBe(0);
   });
 
   it('from the command line (no live pages, no turns) the stored state comes out the same', async () => {
     await disableUser(cliParts(), alice);
     expect(calls).toEqual([`sandbox ${alice.id}`]);
-    expect(getUser(store.db, alice.id)?.disabledAt).toEqual(expect.any(Number));
-    expect(sessionsOf(alice)).toBe(0);
-    expect(verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
+    expect((await getUser(store.db, alice.id))?.disabledAt).toEqual(expect.any(Number));
+    expect(await sessionsOf(alice)).toBe(0);
+    expect(await verifyToken(store.db, token)).toMatchObject({ ok: false, reason: 'disabled' });
   });
 
   it('deleting cuts off, removes the workspace, then every row of the user', async () => {
     await deleteUser({ ...gatewayParts(), workspaces }, alice, 'root');
     expect(calls.slice(-2)).toEqual([`sandbox ${alice.id} kill=true by=root`, `workspace ${alice.id}`]);
-    expect(getUser(store.db, alice.id)).toBeUndefined();
-    expect(sessionsOf(alice)).toBe(0);
-    expect((store.db.prepare('SELECT COUNT(*) AS n FROM api_tokens WHERE user_id = ?').get(alice.id) as { n: number }).n).toBe(0);
-    expect(verifyToken(store.db, token)).toMatchObject({ ok: false });
-    expect(getUser(store.db, bob.id)).toBeDefined();
-    expect(sessionsOf(bob)).toBe(1);
+    expect(await getUser(store.db, alice.id)).toBeUndefined();
+    expect(await sessionsOf(alice)).toBe(0);
+    const tokens = await store.db.selectFrom('api_tokens').select((eb) => eb.fn.countAll<number>().as('n')).where('user_id', '=', alice.id).executeTakeFirstOrThrow();
+    expect(tokens.n).toBe(0);
+    expect(await verifyToken(store.db, token)).toMatchObject({ ok: false });
+    expect(await getUser(store.db, bob.id)).toBeDefined();
+    expect(await sessionsOf(bob)).toBe(1);
   });
 
   it('a workspace that cannot be removed leaves the account in place (cut off), so the delete can be tried again', async () => {
     await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(/still has a sandbox/);
-    expect(getUser(store.db, alice.id)).toBeDefined();
-    expect(sessionsOf(alice)).toBe(0);
+    expect(await getUser(store.db, alice.id)).toBeDefined();
+    expect(await sessionsOf(alice)).toBe(0);
   });
 });

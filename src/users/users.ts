@@ -19,7 +19,7 @@ import type { Db } from '../store/store.js';
 
 /** The web app's sessions: every one of a user's ends (WebSessions, or the sessions table itself). */
 export interface UserSessions {
-  endSessionsOf(userId: number): void;
+  endSessionsOf(userId: number): Promise<unknown>;
 }
 
 /** Pages connected to the live channel (the LiveHub): a user's are disconnected. */
@@ -56,18 +56,17 @@ export interface UserParts {
 /** Ends everything of a user that works now: their turns, sessions, live pages and sandbox. `by`: the admin who asked. */
 export async function cutOff(parts: UserParts, user: User, by?: string): Promise<void> {
   parts.turns?.cancelUser(user.id);
-  parts.sessions.endSessionsOf(user.id);
+  await parts.sessions.endSessionsOf(user.id);
   parts.live?.signedOut(user.id, true);
   await parts.sandboxes.stopUser(user.id, { kill: true, by });
 }
 
 /** Disables a user: their sessions, tokens and sandbox stop working; nothing of theirs is deleted. */
 export async function disableUser(parts: UserParts, user: User, by?: string): Promise<void> {
-  setUserDisabled(parts.db, user.id, true);
+  await setUserDisabled(parts.db, user.id, true);
   await cutOff(parts, user, by);
 }
 
-/** Lets a disabled user in again (their tokens work again; sessions ended stay ended). */
 /**
  * What still keeps an enabled user out, in words for whoever enabled them: enabling lifts
  * an admin's disable only, and a GitHub membership check that said no still refuses them.
@@ -76,13 +75,14 @@ export function stillRefused(user: Pick<User, 'suspendedAt'>): string | undefine
   return user.suspendedAt !== null ? 'GitHub membership still refuses them: they get in again once GitHub lists them' : undefined;
 }
 
-export function enableUser(parts: Pick<UserParts, 'db'>, user: User): void {
-  setUserDisabled(parts.db, user.id, false);
+/** Lets a disabled user in again (their tokens work again; sessions ended stay ended). */
+export async function enableUser(parts: Pick<UserParts, 'db'>, user: User): Promise<void> {
+  await setUserDisabled(parts.db, user.id, false);
 }
 
 /** Deletes a user and their data: cut off first, then their workspace, then every row of theirs (the store cascades from users). */
 export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<void> {
   await cutOff(parts, user, by);
   await parts.workspaces.destroyWorkspaceOf(user);
-  deleteAccount(parts.db, user.id);
+  await deleteAccount(parts.db, user.id);
 }

@@ -25,9 +25,12 @@ export function webRateLimit(limiter: RateLimiter): RequestHandler {
 
 /** Refuses a chat message (the form's `text`, so after the body is parsed) that the user's store quota has no room for. */
 export function chatStoreRoom(deps: { db: Db; config: Pick<Config, 'storeQuotaMb' | 'apiConversationDays' | 'piiTtlHours' | 'publicUrl'> }): RequestHandler {
-  return function storeRoomForMessage(req, res, next) {
+  return async function storeRoomForMessage(req, res, next) {
     const text = (req.body as { text?: unknown } | undefined)?.text;
-    const release = reserveStoreRoom(deps.db, deps.config, userOf(req).id, Buffer.byteLength(typeof text === 'string' ? text : ''));
+    // A refusal rejects: Express hands it to the error handler.
+    const release = await reserveStoreRoom(deps.db, deps.config, userOf(req).id, Buffer.byteLength(typeof text === 'string' ? text : ''));
+    // The connection may have closed while the store was asked: then nothing will say so again.
+    if (res.closed) return release();
     res.on('close', release);
     next();
   };

@@ -1,8 +1,8 @@
 /**
- * A real gateway stack for tests and benchmarks: a fresh data directory, a SQLite
- * store, the Docker+runsc driver with the real sandbox image, and the manager.
- * Nothing is mocked. `close()` removes every container it started and unmounts
- * its workspaces.
+ * A real gateway stack for tests and benchmarks: a fresh data directory, a store (SQLite
+ * in it, or in the `postgres` test project a fresh Postgres database: test/support/store.ts),
+ * the Docker+runsc driver with the real sandbox image, and the manager. Nothing is mocked.
+ * `close()` removes every container it started and unmounts its workspaces.
  */
 import fs from 'node:fs';
 import os from 'node:os';
@@ -15,6 +15,7 @@ import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
 import { openStore, type Store } from '../../src/store/store.js';
 import { MIGRATIONS } from '../../src/migrations.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
+import { testDatabaseEnv } from './store.js';
 
 export interface Harness {
   config: Config;
@@ -23,7 +24,7 @@ export interface Harness {
   manager: SandboxManager;
   dataDir: string;
   /** Creates (or finds) a user and returns it as a sandbox owner. */
-  user(name: string, opts?: { isAdmin?: boolean }): SandboxOwner;
+  user(name: string, opts?: { isAdmin?: boolean }): Promise<SandboxOwner>;
   close(): Promise<void>;
 }
 
@@ -36,11 +37,34 @@ export interface HarnessOptions extends SandboxStackOptions {
   noInit?: boolean;
 }
 
+/** The database of each data directory a test made: one reopened (a restart) finds its data again. */
+const databases = new Map<string, Promise<Record<string, string>>>();
+
+/**
+ * The settings that point a gateway on `dataDir` at the run's kind of database
+ * (SANDGATE_DATABASE_URL in the `postgres` project, nothing for SQLite), the same each
+ * time for the same directory.
+ */
+export function databaseEnvFor(dataDir: string): Promise<Record<string, string>> {
+  let env = databases.get(dataDir);
+  if (!env) {
+    env = testDatabaseEnv();
+    databases.set(dataDir, env);
+  }
+  return env;
+}
+
 export async function createHarness(opts: HarnessOptions = {}): Promise<Harness> {
   const dataDir = opts.dataDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-test-'));
-  const config = configFor({ SANDGATE_DATA_DIR: dataDir, SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent', ...opts.env });
+  const config = configFor({
+    SANDGATE_DATA_DIR: dataDir,
+    SANDGATE_WARM_POOL_SIZE: '0',
+    SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent',
+    ...(await databaseEnvFor(dataDir)),
+    ...opts.env,
+  });
   const logger = createLogger(config.logLevel);
-  const store = openStore(config.dataDir, MIGRATIONS);
+  const store = await openStore(config, MIGRATIONS);
   const manager = createSandboxManager(config, store.db, logger, opts);
   if (opts.bridgeHandler) manager.setBridgeHandler(opts.bridgeHandler);
   if (!opts.noInit) await manager.init();
@@ -50,13 +74,13 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
     logger,
     manager,
     dataDir,
-    user(name, o) {
-      const u = ensureUser(store.db, name, o);
+    async user(name, o) {
+      const u = await ensureUser(store.db, name, o);
       return { userId: u.id, name: u.name };
     },
     async close() {
       await manager.shutdown({ stopAll: true, releaseVolumes: true });
-      store.close();
+      await store.close();
       // A data directory this harness made is removed; one it was given is kept.
       if (!opts.dataDir) fs.rmSync(dataDir, { recursive: true, force: true });
     },

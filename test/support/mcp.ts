@@ -2,7 +2,7 @@
  * A real gateway for the MCP, token and audit tests: createGateway, exactly as main.ts
  * composes it (store, sandboxes on Docker with runsc and the real image, upstream hub,
  * PII boundary, tools, app), listening on a free loopback port with a fresh data
- * directory. Tests give a part of their own (a driver that fails in a named way) only
+ * directory (and, in the `postgres` test project, a fresh Postgres database). Tests give a part of their own (a driver that fails in a named way) only
  * where the real one cannot produce the failure.
  */
 import fs from 'node:fs';
@@ -17,7 +17,7 @@ import type { McpDeps } from '../../src/mcp/context.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import type { Upstream } from '../../src/upstream/index.js';
-import type { Harness } from './harness.js';
+import { databaseEnvFor, type Harness } from './harness.js';
 
 export interface GatewayOptions {
   /** Settings, by environment variable name, over the test defaults. */
@@ -51,7 +51,7 @@ export interface Gateway {
   /** What the endpoint serves its tools with: an in-process caller uses the same (src/mcp/serve.ts). */
   tools: McpDeps;
   /** Creates the user if needed and a fresh token for it. */
-  tokenFor(user: string, name?: string, opts?: { expiresAt?: number }): string;
+  tokenFor(user: string, name?: string, opts?: { expiresAt?: number }): Promise<string>;
   /** `keepData`: leave the data directory (and the sandboxes) for a gateway started on it next, as a restart would. */
   close(opts?: { keepData?: boolean }): Promise<void>;
 }
@@ -74,10 +74,12 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     SANDGATE_PII_TOKENIZE: opts.pii ? 'true' : 'false',
     // Homes of upstream servers beside the data directory, where their users can reach them.
     SANDGATE_UPSTREAM_HOME_DIR: `${dataDir}-homes`,
+    // SQLite in the data directory, or in the `postgres` project its own Postgres database.
+    ...(await databaseEnvFor(dataDir)),
     ...opts.env,
   });
   const logger = createLogger(config.logLevel);
-  const gateway = createGateway(config, logger, opts.parts);
+  const gateway = await createGateway(config, logger, opts.parts);
   const preflight = opts.noStart ? undefined : await gateway.start();
   server.on('request', gateway.app);
   gateway.attach(server);
@@ -87,8 +89,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     logger,
     manager: gateway.manager,
     dataDir,
-    user(name, o) {
-      const u = ensureUser(gateway.store.db, name, o);
+    async user(name, o) {
+      const u = await ensureUser(gateway.store.db, name, o);
       return { userId: u.id, name: u.name };
     },
   };
@@ -103,9 +105,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     port,
     dataDir,
     tools: gateway.tools,
-    tokenFor(user, name, o = {}) {
-      const u = ensureUser(gateway.store.db, user);
-      return createToken(gateway.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt }).token;
+    async tokenFor(user, name, o = {}) {
+      const u = await ensureUser(gateway.store.db, user);
+      return (await createToken(gateway.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt })).token;
     },
     async close(o = {}) {
       server.closeAllConnections();

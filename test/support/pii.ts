@@ -3,38 +3,36 @@
  * a user to own scopes, and a seeded random source for property tests.
  */
 import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import crypto from 'node:crypto';
-import { openStoreFile, type Store } from '../../src/store/store.js';
+import type { Store } from '../../src/store/store.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
-import { MIGRATIONS } from '../../src/migrations.js';
 import { PiiVault, type PiiVaultOptions } from '../../src/pii/vault.js';
+import { openTestStore } from './store.js';
 
 export interface TestVault {
   store: Store;
   vault: PiiVault;
   key: Buffer;
+  /** The store's data directory (the SQLite file is in it). */
   dir: string;
-  userId(name: string): number;
-  cleanup(): void;
+  userId(name: string): Promise<number>;
+  cleanup(): Promise<void>;
 }
 
-/** A vault over a fresh SQLite file in a temporary directory. */
-export function openTestVault(options: Partial<PiiVaultOptions> = {}): TestVault {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-pii-'));
-  const store = openStoreFile(path.join(dir, 'sandgate.db'), MIGRATIONS);
+/** A vault over a fresh store: a SQLite file in a temporary directory, or a fresh Postgres database in the postgres project. */
+export async function openTestVault(options: Partial<PiiVaultOptions> = {}): Promise<TestVault> {
+  const store = await openTestStore();
   const key = crypto.randomBytes(32);
   const vault = new PiiVault(store.db, key, { ttlMs: 7 * 24 * 3_600_000, ...options });
   return {
     store,
     vault,
     key,
-    dir,
-    userId: (name) => ensureUser(store.db, name).id,
-    cleanup() {
-      store.close();
-      fs.rmSync(dir, { recursive: true, force: true });
+    dir: store.dataDir,
+    userId: async (name) => (await ensureUser(store.db, name)).id,
+    async cleanup() {
+      await store.close();
+      fs.rmSync(store.dataDir, { recursive: true, force: true });
     },
   };
 }

@@ -9,9 +9,9 @@ import os from 'node:os';
 import net from 'node:net';
 import path from 'node:path';
 import type { BridgeHandler, SandboxOwner } from '../../src/sandboxes/types.js';
-import { openStore, type Store } from '../../src/store/store.js';
-import { MIGRATIONS } from '../../src/migrations.js';
+import type { Store } from '../../src/store/store.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
+import { openTestStore } from './store.js';
 import type { Db } from '../../src/store/store.js';
 import { parseUpstreamConfig, type UpstreamServerConfig } from '../../src/upstream/config.js';
 import { gatewayIdFor } from '../../src/sandboxes/index.js';
@@ -31,14 +31,14 @@ export function upstreamSettings(dataDir: string, mcpServersFile = ''): { dataDi
 }
 
 /** A fresh data directory with a migrated store and the named users, as sandbox owners. */
-export function openTestStore(prefix: string, names: string[]): { dataDir: string; store: Store; owners: SandboxOwner[] } {
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${prefix}-`));
-  const store = openStore(dataDir, MIGRATIONS);
-  const owners = names.map((name) => {
-    const r = ensureUser(store.db, name);
-    return { userId: r.id, name: r.name };
-  });
-  return { dataDir, store, owners };
+export async function openStoreWithUsers(prefix: string, names: string[]): Promise<{ dataDir: string; store: Store; owners: SandboxOwner[] }> {
+  const store = await openTestStore(fs.mkdtempSync(path.join(os.tmpdir(), `sandgate-${prefix}-`)));
+  const owners: SandboxOwner[] = [];
+  for (const name of names) {
+    const r = await ensureUser(store.db, name);
+    owners.push({ userId: r.id, name: r.name });
+  }
+  return { dataDir: store.dataDir, store, owners };
 }
 
 const require = createRequire(import.meta.url);

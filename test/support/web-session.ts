@@ -30,7 +30,7 @@ export async function webSession(gw: Gateway, user: User): Promise<WebSession> {
   };
   const form = (fields: Record<string, string>) => ({ 'content-type': 'application/x-www-form-urlencoded', body: new URLSearchParams(fields).toString() });
 
-  const secret = createLoginLink(gw.gateway.store.db, user.id).secret;
+  const secret = (await createLoginLink(gw.gateway.store.db, user.id)).secret;
   const linkPage = await (await request(`/login/link/${secret}`)).text();
   const linkCsrf = /name="_csrf" value="([^"]+)"/.exec(linkPage)?.[1];
   if (!linkCsrf) throw new Error('the sign-in link page has no CSRF field');

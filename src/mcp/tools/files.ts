@@ -34,7 +34,7 @@ const OUTSIDE =
 /** Maps a path a model gave to the place it names, checking the user's ceiling for `access`. */
 export async function resolveArea(ctx: ToolContext, rawPath: string, access: 'read' | 'write'): Promise<Area> {
   const p = (await fromModel(ctx, rawPath)).trim().replace(/\\/g, '/') || '.';
-  const ceiling = ctx.sandboxes.ceiling(ctx.owner);
+  const ceiling = await ctx.sandboxes.ceiling(ctx.owner);
   if (p === '/skills' || p.startsWith('/skills/')) {
     const rel = ctx.skills.relative(p);
     if (access === 'write') {

@@ -46,9 +46,9 @@ beforeAll(async () => {
     upstream: { memory: nodeServer(MEMORY_SERVER, [], { env: { MEMORY_FILE_PATH: '${SANDGATE_WORKDIR}/memory.jsonl' }, sandgate: { scope: 'shared', allowUsers: ['ann'] } }) },
     env: { SANDGATE_OPENAI_API_KEY: 'sk-team', SANDGATE_OPENAI_BASE_URL: model.baseURL, SANDGATE_MODELS: 'openai:gpt-test' } });
   const db = gw.gateway.store.db;
-  root = ensureUser(db, 'root', { isAdmin: true });
-  ann = ensureUser(db, 'ann');
-  ben = ensureUser(db, 'ben');
+  root = await ensureUser(db, 'root', { isAdmin: true });
+  ann = await ensureUser(db, 'ann');
+  ben = await ensureUser(db, 'ben');
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
 });
 
@@ -62,7 +62,7 @@ async function signIn(user: User, viewport = { width: 1280, height: 800 }): Prom
   const context = await browser.newContext({ viewport });
   const page = await context.newPage();
   page.on('dialog', (d) => void d.accept());
-  await page.goto(`${gw.url}/login/link/${createLoginLink(gw.gateway.store.db, user.id).secret}`);
+  await page.goto(`${gw.url}/login/link/${(await createLoginLink(gw.gateway.store.db, user.id)).secret}`);
   await page.click('button[type=submit]');
   await page.waitForURL(/\/chat$/);
   return { context, page };
@@ -114,7 +114,7 @@ describe('the admin page', () => {
     expect(result.notice).toContain('killed by an admin (root)');
     expect((await gw.gateway.manager.execute(owner(ben), { language: 'python', code: 'print(1)' })).stdout.trim()).toBe('1');
 
-    const actions = queryAudit(gw.gateway.store.db, { kind: 'admin' }).map((e) => [e.userId, e.method, e.targetUserId, e.outcome]);
+    const actions = (await queryAudit(gw.gateway.store.db, { kind: 'admin' })).map((e) => [e.userId, e.method, e.targetUserId, e.outcome]);
     expect(actions).toContainEqual([root.id, 'sandbox/stop', ann.id, 'ok']);
     expect(actions).toContainEqual([root.id, 'sandbox/kill', ben.id, 'ok']);
     await user.context.close();
@@ -122,7 +122,7 @@ describe('the admin page', () => {
   });
 
   it('disables a user: their token gets 401 and their browser session ends; enabling gives access back', async () => {
-    const token = gw.tokenFor('ben', 'ben-laptop');
+    const token = await gw.tokenFor('ben', 'ben-laptop');
     const benBrowser = await signIn(ben);
     await benBrowser.page.goto(`${gw.url}/files`);
     await benBrowser.page.waitForSelector('body[data-live-state=connected]');
@@ -139,11 +139,11 @@ describe('the admin page', () => {
     await benBrowser.page.goto(`${gw.url}/chat`);
     expect(new URL(benBrowser.page.url()).pathname).toBe('/login');
     // A fresh sign-in link does not let them in either.
-    await benBrowser.page.goto(`${gw.url}/login/link/${createLoginLink(gw.gateway.store.db, ben.id).secret}`);
+    await benBrowser.page.goto(`${gw.url}/login/link/${(await createLoginLink(gw.gateway.store.db, ben.id)).secret}`);
     await benBrowser.page.click('button[type=submit]');
     await benBrowser.page.waitForURL(/\/login$/);
     expect(await benBrowser.page.locator('[role=alert]').innerText()).toContain('disabled');
-    expect(findUser(gw.gateway.store.db, 'ben')).toBeTruthy();
+    expect(await findUser(gw.gateway.store.db, 'ben')).toBeTruthy();
 
     await admin.page.locator('#user-rows tr[data-user="ben"] button', { hasText: 'Enable' }).click();
     await admin.page.waitForSelector('#admin-status >> text=ben is enabled');
@@ -183,7 +183,7 @@ describe('the admin page', () => {
       await admin.page.screenshot({ path: path.join(SHOTS, `admin-${p.split('/')[2] ?? 'sandboxes'}-phone.png`), fullPage: true });
     }
     await gw.gateway.manager.execute(owner(ben), { language: 'python', code: 'z = 3' });
-    const token = gw.tokenFor('root', 'scripts');
+    const token = await gw.tokenFor('root', 'scripts');
     const usage = (await (await fetch(`${gw.url}/admin/api/usage?period=24h`, { headers: { authorization: `Bearer ${token}` } })).json()) as { executions: { user: string; executions: number; cpuSeconds: number }[]; models: { user: string; model: string }[] };
     const annUse = usage.executions.find((e) => e.user === 'ann')!;
     expect(annUse.executions).toBeGreaterThanOrEqual(2);
@@ -207,7 +207,7 @@ describe('users, tokens and upstream servers', () => {
     const admin = await signIn(root);
     const csrf = await admin.page.evaluate(() => document.body.dataset.csrf ?? '');
     const post = (p: string, form: Record<string, string> = {}) => admin.context.request.post(`${gw.url}${p}`, { form, headers: { 'x-csrf-token': csrf, 'hx-request': 'true' } });
-    const carl = ensureUser(gw.gateway.store.db, 'carl');
+    const carl = await ensureUser(gw.gateway.store.db, 'carl');
     // Beyond the team ceiling (network): refused, naming the grant; within it: kept, and the next run uses it.
     const beyond = await post(`/admin/users/${carl.id}/permissions`, { permissions: '{"read":["/workspace"],"net":true}' });
     expect(beyond.status()).toBe(400);
@@ -216,17 +216,17 @@ describe('users, tokens and upstream servers', () => {
     const denied = await gw.gateway.manager.execute(owner(carl), { language: 'python', code: "open('/workspace/x','w').write('1')" });
     expect(denied.stderr).toMatch(/Permission|Read-only|denied/i);
 
-    const token = gw.tokenFor('carl', 'carl-phone');
+    const token = await gw.tokenFor('carl', 'carl-phone');
     await admin.page.goto(`${gw.url}/admin/tokens`);
     await admin.page.locator('#token-rows tr', { hasText: 'carl-phone' }).locator('button', { hasText: 'Revoke' }).click();
     await admin.page.waitForSelector('#token-rows td.state.revoked');
     expect((await fetch(`${gw.url}/v1/models`, { headers: { authorization: `Bearer ${token}` } })).status).toBe(401);
 
     expect((await post(`/admin/users/${carl.id}/delete`, { confirm: 'carlx' })).status()).toBe(400);
-    expect(findUser(gw.gateway.store.db, 'carl')).toBeTruthy();
+    expect(await findUser(gw.gateway.store.db, 'carl')).toBeTruthy();
     expect((await post(`/admin/users/${root.id}/delete`, { confirm: 'root' })).status()).toBe(400);
     expect((await post(`/admin/users/${carl.id}/delete`, { confirm: 'carl' })).status()).toBe(200);
-    expect(findUser(gw.gateway.store.db, 'carl')).toBeUndefined();
+    expect(await findUser(gw.gateway.store.db, 'carl')).toBeUndefined();
     expect(await gw.gateway.manager.list()).not.toContainEqual(expect.objectContaining({ user: 'carl' }));
 
     await gw.upstream.hub.callTool(owner(ann), 'memory', 'read_graph', {});
@@ -274,7 +274,7 @@ describe('orphans', () => {
 describe('a non-admin', () => {
   it('shows frozen sandboxes as frozen, and stops and kills them from the page within seconds', async () => {
     const db = gw.gateway.store.db;
-    const [cal, dee] = [ensureUser(db, 'cal'), ensureUser(db, 'dee')];
+    const [cal, dee] = [await ensureUser(db, 'cal'), await ensureUser(db, 'dee')];
     for (const u of [cal, dee]) await gw.gateway.manager.execute(owner(u), { language: 'python', code: 'kept = 1' });
     const ids = (await gw.gateway.manager.list()).filter((s) => s.user === 'cal' || s.user === 'dee').map((s) => s.containerId);
     await until(() => ids.length === 2 && ids.every((id) => freezeState(id) === 'frozen'), 30_000);
@@ -301,7 +301,7 @@ describe('a non-admin', () => {
     const { context, page } = await signIn(ann);
     await page.goto(`${gw.url}/settings`);
     const csrf = await page.evaluate(() => document.body.dataset.csrf ?? '');
-    const token = gw.tokenFor('ann', 'ann-cli');
+    const token = await gw.tokenFor('ann', 'ann-cli');
     const refused: string[] = [];
     for (const r of routes) {
       const url = `${gw.url}${r.path.replace(/:[a-zA-Z]+/g, String(ben.id))}`;
@@ -312,7 +312,7 @@ describe('a non-admin', () => {
     }
     expect(refused.length).toBe(routes.length);
     // Nothing happened to ben.
-    expect(findUser(gw.gateway.store.db, 'ben')?.disabledAt).toBeNull();
+    expect((await findUser(gw.gateway.store.db, 'ben'))?.disabledAt).toBeNull();
 
     const cookie = (await context.cookies()).find((c) => c.name === 'sandgate.sid')!;
     const answer = await new Promise<unknown>((resolve, reject) => {

@@ -22,7 +22,7 @@ import { narrowPermissions, parsePermissions, type Permissions } from '../../san
 import type { SandboxInspection } from '../../sandboxes/inspection.js';
 import type { SandboxStops } from '../../sandboxes/stops.js';
 import type { Db } from '../../store/store.js';
-import { getUser, listUsers, setUserPermissions, type User } from '../../accounts/accounts.js';
+import { getUser, setUserPermissions, type User } from '../../accounts/accounts.js';
 import { getToken, revokeToken } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
 import { deleteUser, disableUser, enableUser, stillRefused, type UserParts } from '../../users/users.js';
@@ -121,18 +121,18 @@ export function adminPage(deps: AdminDeps): AdminPage {
     const entry = { userId: admin(req).id, via: (req as { adminVia?: string }).adminVia === 'token' ? ('token' as const) : ('session' as const), kind: 'admin' as const, method, targetUserId: target };
     try {
       const out = await act();
-      recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'ok' });
+      await recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'ok' });
       log.info({ admin: admin(req).name, action: method, target }, 'admin action');
       return out;
     } catch (e) {
-      recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'error', errorClass: 'internal' });
+      await recordAudit(db, { ...entry, durationMs: performance.now() - started, outcome: 'error', errorClass: 'internal' });
       throw e;
     }
   };
 
-  const userById = (raw: unknown): User => {
+  const userById = async (raw: unknown): Promise<User> => {
     const id = Number(raw);
-    const u = Number.isSafeInteger(id) ? getUser(db, id) : undefined;
+    const u = Number.isSafeInteger(id) ? await getUser(db, id) : undefined;
     if (!u) throw new GatewayError('No such user.', { reason: 'not_found', status: 404 });
     return u;
   };
@@ -173,12 +173,12 @@ export function adminPage(deps: AdminDeps): AdminPage {
       res.type('html').send(rowsHtml(await monitor.sample()));
     },
     async stopSandbox(req, res) {
-      const u = userById(req.params.userId);
+      const u = await userById(req.params.userId);
       const done = await audited(req, 'sandbox/stop', u.id, () => sandboxes.stopUser(u.id, { by: admin(req).name }));
       await refreshed(res, done ? `Stopped ${u.name}’s sandbox.` : `${u.name} has no sandbox running.`);
     },
     async killSandbox(req, res) {
-      const u = userById(req.params.userId);
+      const u = await userById(req.params.userId);
       const done = await audited(req, 'sandbox/kill', u.id, () => sandboxes.stopUser(u.id, { kill: true, by: admin(req).name }));
       await refreshed(res, done ? `Killed ${u.name}’s sandbox.` : `${u.name} has no sandbox running.`);
     },
@@ -195,19 +195,19 @@ export function adminPage(deps: AdminDeps): AdminPage {
       renderPage(res, 'admin/users', page(req), { title: 'Admin · users', tab: 'users', users: await usersView({ config, db, monitor }), team: config.maxPermissions || config.defaultPermissions, defaultPermissions: config.defaultPermissions });
     },
     async disableUser(req, res) {
-      const u = userById(req.params.id);
+      const u = await userById(req.params.id);
       notSelf(req, u, 'disable');
       await audited(req, 'user/disable', u.id, () => disableUser(userParts, u, admin(req).name));
       await usersAnswer(res, `${u.name} is disabled: their sessions, tokens and sandbox stopped working. Nothing of theirs was deleted.`);
     },
     async enableUser(req, res) {
-      const u = userById(req.params.id);
+      const u = await userById(req.params.id);
       await audited(req, 'user/enable', u.id, () => enableUser(userParts, u));
       const github = stillRefused(u);
       await usersAnswer(res, github ? `${u.name} is enabled, but ${github}.` : `${u.name} is enabled again.`);
     },
     async setPermissions(req, res) {
-      const u = userById(req.params.id);
+      const u = await userById(req.params.id);
       const raw = str(req.body.permissions).trim();
       let value: string | null = null;
       if (raw) {
@@ -222,38 +222,38 @@ export function adminPage(deps: AdminDeps): AdminPage {
         value = JSON.stringify(parsed);
       }
       await audited(req, 'user/permissions', u.id, async () => {
-        setUserPermissions(db, u.name, value);
+        await setUserPermissions(db, u.name, value);
         // The container follows the ceiling: the next run starts one made for the new ceiling.
       });
       await usersAnswer(res, value ? `${u.name}’s ceiling is now ${value}; it applies from their next run.` : `${u.name} has the default ceiling again; it applies from their next run.`);
     },
     async deleteUser(req, res) {
-      const u = userById(req.params.id);
+      const u = await userById(req.params.id);
       notSelf(req, u, 'delete');
       if (str(req.body.confirm) !== u.name) throw new GatewayError(`Type the user’s name (${u.name}) to delete them.`, { reason: 'invalid_request', status: 400 });
       await audited(req, 'user/delete', u.id, () => deleteUser({ ...userParts, workspaces: sandboxes }, u, admin(req).name));
       await usersAnswer(res, `${u.name} and their data are deleted.`);
     },
 
-    tokens(req, res) {
-      renderPage(res, 'admin/tokens', page(req), { title: 'Admin · tokens', tab: 'tokens', ...tokensView(db, pageNumber(req.query.page)) });
+    async tokens(req, res) {
+      renderPage(res, 'admin/tokens', page(req), { title: 'Admin · tokens', tab: 'tokens', ...(await tokensView(db, pageNumber(req.query.page))) });
     },
     async revokeToken(req, res) {
       const id = Number(req.params.id);
-      const t = Number.isSafeInteger(id) ? getToken(db, id) : undefined;
+      const t = Number.isSafeInteger(id) ? await getToken(db, id) : undefined;
       if (!t) throw new GatewayError('No such token.', { reason: 'not_found', status: 404 });
-      await audited(req, 'token/revoke', t.userId, () => {
-        revokeToken(db, id);
-        dropPiiScope(db, tokenScopeRef(t.userId, id));
+      await audited(req, 'token/revoke', t.userId, async () => {
+        await revokeToken(db, id);
+        await dropPiiScope(db, tokenScopeRef(t.userId, id));
       });
-      res.type('html').send(renderPartial('admin/token-rows', tokensView(db, pageNumber(req.query.page))));
+      res.type('html').send(renderPartial('admin/token-rows', await tokensView(db, pageNumber(req.query.page))));
     },
 
-    audit(req, res) {
-      const { form, query } = auditFilter(db, req.query);
+    async audit(req, res) {
+      const { form, query } = await auditFilter(db, req.query);
       const before = Number(req.query.before) || undefined;
-      const entries = queryAudit(db, { ...query, before, limit: AUDIT_PAGE + 1 });
-      const who = userNames(db);
+      const entries = await queryAudit(db, { ...query, before, limit: AUDIT_PAGE + 1 });
+      const who = await userNames(db);
       const rows = entries.slice(0, AUDIT_PAGE).map((e) => auditRow(e, who));
       const params = new URLSearchParams(Object.entries(form).filter(([, v]) => v));
       const older = entries.length > AUDIT_PAGE ? `/admin/audit?${new URLSearchParams({ ...Object.fromEntries(params), before: String(rows.at(-1)!.id) })}` : null;
@@ -267,12 +267,12 @@ export function adminPage(deps: AdminDeps): AdminPage {
         csv: `/admin/audit.csv?${params}`,
         kinds: AUDIT_KINDS,
         outcomes: AUDIT_OUTCOMES,
-        users: listUsers(db).map((u) => u.name),
+        users: [...who.values()],
       });
     },
-    auditCsv(req, res) {
-      const { query } = auditFilter(db, req.query);
-      const who = userNames(db);
+    async auditCsv(req, res) {
+      const { query } = await auditFilter(db, req.query);
+      const who = await userNames(db);
       const cell = (v: string) => (/[",\n\r]/.test(v) || /^[=+\-@\t]/.test(v) ? `"${(/^[=+\-@\t]/.test(v) ? `'${v}` : v).replace(/"/g, '""')}"` : v);
       const head = ['id', 'time', 'user', 'via', 'token', 'kind', 'action', 'tool', 'target', 'outcome', 'error', 'ms', 'shape'] as const;
       res.set({ 'Content-Type': 'text/csv; charset=utf-8', 'Content-Disposition': `attachment; filename="sandgate-audit-${new Date().toISOString().slice(0, 10)}.csv"` });
@@ -280,7 +280,7 @@ export function adminPage(deps: AdminDeps): AdminPage {
       let before: number | undefined;
       let written = 0;
       while (written < AUDIT_CSV_MAX) {
-        const batch = queryAudit(db, { ...query, before, limit: 1000 });
+        const batch = await queryAudit(db, { ...query, before, limit: 1000 });
         if (!batch.length) break;
         res.write(batch.map((e) => auditRow(e, who)).map((r) => head.map((h) => cell(String(r[h]))).join(',')).join('\n') + '\n');
         written += batch.length;
@@ -289,12 +289,12 @@ export function adminPage(deps: AdminDeps): AdminPage {
       res.end();
     },
 
-    usage(req, res) {
-      renderPage(res, 'admin/usage', page(req), { title: 'Admin · usage', tab: 'usage', periods: Object.keys(PERIODS), ...usageOf(deps, str(req.query.period)) });
+    async usage(req, res) {
+      renderPage(res, 'admin/usage', page(req), { title: 'Admin · usage', tab: 'usage', periods: Object.keys(PERIODS), ...(await usageOf(deps, str(req.query.period))) });
     },
 
-    upstream(req, res) {
-      renderPage(res, 'admin/upstream', page(req), { title: 'Admin · upstream servers', tab: 'upstream', servers: upstreamView(deps) });
+    async upstream(req, res) {
+      renderPage(res, 'admin/upstream', page(req), { title: 'Admin · upstream servers', tab: 'upstream', servers: await upstreamView(deps) });
     },
     async reconnectUpstream(req, res) {
       const name = str(req.params.name);
@@ -310,8 +310,8 @@ export function adminPage(deps: AdminDeps): AdminPage {
     async apiUsers(_req, res) {
       res.json({ users: await usersView({ config, db, monitor }) });
     },
-    apiUsage(req, res) {
-      const u = usageOf(deps, str(req.query.period));
+    async apiUsage(req, res) {
+      const u = await usageOf(deps, str(req.query.period));
       res.json({ period: u.period, since: u.since, until: u.until, executions: u.executions.map(({ bar: _b, cpu: _c, run: _r, ...e }) => e), models: u.models.map(({ bar: _b, ...m }) => m) });
     },
   };

@@ -81,6 +81,8 @@ export class SandboxMonitor {
     const now = Date.now();
     const limit = config.sandboxMemoryMb * 1024 * 1024;
     const users = await sandboxes.list();
+    const starting = sandboxes.startingUsers().filter((id) => !users.some((u) => u.userId === id));
+    const startingNames = await Promise.all(starting.map(async (id) => (await getUser(this.deps.db, id))?.name ?? `#${id}`));
     const rows: (SandboxRow & { workspaceId: string })[] = [
       ...users.map((s) => ({
         user: s.user,
@@ -94,11 +96,8 @@ export class SandboxMonitor {
         queued: s.queued,
         workspaceId: s.workspaceId,
       })),
-      ...sandboxes
-        .startingUsers()
-        .filter((id) => !users.some((u) => u.userId === id))
-        .map((id) => ({
-          user: getUser(this.deps.db, id)?.name ?? `#${id}`,
+      ...starting.map((id, i) => ({
+          user: startingNames[i]!,
           userId: id,
           containerId: '',
           state: 'starting' as const,

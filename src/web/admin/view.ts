@@ -10,9 +10,9 @@ import type { Config } from '../../config.js';
 import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
 import type { SandboxInspection } from '../../sandboxes/inspection.js';
-import { executionUsage, sandboxRecord } from '../../sandboxes/records.js';
+import { executionUsage, sandboxRecords } from '../../sandboxes/records.js';
 import type { Db } from '../../store/store.js';
-import { listUsers } from '../../accounts/accounts.js';
+import { findUser, listUsers } from '../../accounts/accounts.js';
 import { countTokens, listTokens, tokenState } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
 import { formatBytes } from '../../text.js';
@@ -66,10 +66,11 @@ export async function usersView(deps: { config: Config; db: Db; monitor: Sandbox
   const snap = monitor.latest ?? (await monitor.sample());
   const byUser = new Map(snap.rows.filter((r) => r.userId !== null).map((r) => [r.userId!, r]));
   const tokens = new Map<number, number>();
-  for (const t of listTokens(db)) if (tokenState(t) === 'active') tokens.set(t.userId, (tokens.get(t.userId) ?? 0) + 1);
-  return listUsers(db).map((u) => {
+  for (const t of await listTokens(db)) if (tokenState(t) === 'active') tokens.set(t.userId, (tokens.get(t.userId) ?? 0) + 1);
+  const records = await sandboxRecords(db);
+  return (await listUsers(db)).map((u) => {
     const sb = byUser.get(u.id);
-    const rec = sandboxRecord(db, u.id);
+    const rec = records.get(u.id);
     return {
       id: u.id,
       name: u.name,
@@ -93,11 +94,11 @@ export async function usersView(deps: { config: Config; db: Db; monitor: Sandbox
 export const pageNumber = (raw: unknown) => Math.max(1, Math.floor(Number(raw)) || 1);
 
 /** One page of tokens: active ones first, then revoked and expired, newest first, TOKEN_PAGE a page. */
-export function tokensView(db: Db, pageNo: number) {
+export async function tokensView(db: Db, pageNo: number) {
   const now = Date.now();
-  const pages = Math.max(1, Math.ceil(countTokens(db, { includeRevoked: true }) / TOKEN_PAGE));
+  const pages = Math.max(1, Math.ceil((await countTokens(db, { includeRevoked: true })) / TOKEN_PAGE));
   const p = Math.min(pageNo, pages);
-  const tokens = listTokens(db, { includeRevoked: true, activeFirst: true, now, limit: TOKEN_PAGE, offset: (p - 1) * TOKEN_PAGE }).map((t) => ({
+  const tokens = (await listTokens(db, { includeRevoked: true, activeFirst: true, now, limit: TOKEN_PAGE, offset: (p - 1) * TOKEN_PAGE })).map((t) => ({
     id: t.id,
     user: t.userName,
     name: t.name,
@@ -109,12 +110,12 @@ export function tokensView(db: Db, pageNo: number) {
   return { tokens, page: p, pages, prev: p > 1 ? `/admin/tokens?page=${p - 1}` : '', next: p < pages ? `/admin/tokens?page=${p + 1}` : '' };
 }
 
-/** User names by id (audit rows and upstream connections name users). */
-export const userNames = (db: Db) => new Map(listUsers(db).map((u) => [u.id, u.name]));
+/** User names by id, in name order (audit rows and upstream connections name users; the audit filter lists them). */
+export const userNames = async (db: Db) => new Map((await listUsers(db)).map((u) => [u.id, u.name]));
 
 /** The audit log's filter form as sent, and the query it stands for. */
-export function auditFilter(db: Db, q: Record<string, unknown>) {
-  const user = str(q.user) ? listUsers(db).find((u) => u.name === str(q.user)) : undefined;
+export async function auditFilter(db: Db, q: Record<string, unknown>) {
+  const user = str(q.user) ? await findUser(db, str(q.user)) : undefined;
   const date = (v: string, end = false) => {
     if (!v) return undefined;
     const t = Date.parse(/^\d{4}-\d{2}-\d{2}$/.test(v) ? `${v}T00:00:00Z` : v);
@@ -156,15 +157,15 @@ export const auditRow = (e: AuditRecord, who: Map<number, string>) => ({
 });
 
 /** Sandbox time and model tokens per user over a period (7 days if the name is not one of PERIODS), with bar widths. */
-export function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: string) {
+export async function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: string) {
   // Object.hasOwn: a name such as `constructor` is not a period.
   const known = Object.hasOwn(PERIODS, period);
   const span = known ? PERIODS[period]! : PERIODS['7d']!;
   const until = Date.now() + 1;
   const since = Number.isFinite(span) ? until - span : 0;
-  deps.sandboxes.flushExecutions();
-  const executions = executionUsage(deps.db, since, until);
-  const models = usageByUserAndModel(deps.db, since);
+  await deps.sandboxes.flushExecutions();
+  const executions = await executionUsage(deps.db, since, until);
+  const models = await usageByUserAndModel(deps.db, since);
   const maxCpu = Math.max(1e-9, ...executions.map((e) => e.cpuSeconds));
   const maxTokens = Math.max(1, ...models.map((m) => (m.inputTokens ?? 0) + (m.outputTokens ?? 0)));
   return {
@@ -177,9 +178,9 @@ export function usageOf(deps: { db: Db; sandboxes: SandboxInspection }, period: 
 }
 
 /** Every upstream server: who may use it, its connections and its calls. */
-export function upstreamView(deps: { db: Db; upstream: Upstream }) {
-  const counts = upstreamCallCounts(deps.db);
-  const who = userNames(deps.db);
+export async function upstreamView(deps: { db: Db; upstream: Upstream }) {
+  const counts = await upstreamCallCounts(deps.db);
+  const who = await userNames(deps.db);
   const status = deps.upstream.hub.status();
   return deps.upstream.hub.servers().map((s) => {
     const conns = status.filter((c) => c.server === s.name);

@@ -57,10 +57,10 @@ export function chatPage(deps: ChatDeps): ChatPage {
       renderPage(res, 'chat/page', { user, csrf: auth.csrfToken(req) }, await chatIndexView(deps, user));
     },
 
-    create: (req, res) => {
+    create: async (req, res) => {
       const user = userOf(req);
       const model = String((req.body as { model?: unknown }).model ?? '') || undefined;
-      const c = agent.startConversation(user, { model, source: 'web' });
+      const c = await agent.startConversation(user, { model, source: 'web' });
       res.redirect(303, `/c/${c.id}`);
     },
 
@@ -73,16 +73,20 @@ export function chatPage(deps: ChatDeps): ChatPage {
       res.type('html').send(renderPartial('chat/transcript', { ...(await conversationTurns(deps, userOf(req), req.params.id as string)), oob: true }));
     },
 
-    send: (req, res) => {
+    send: async (req, res) => {
       const user = userOf(req);
       const id = req.params.id as string;
       const text = String((req.body as { text?: unknown }).text ?? '');
-      getConversation(db, user.id, id);
+      await getConversation(db, user.id, id);
       const sink = deps.live.sinkFor(user, id, text);
-      // The turn runs on; its start (or why it cannot) is known at once.
-      const turn = agent.send(user, id, text, sink);
+      // The turn runs on; the answer says it started, or why it could not.
       let answered = false;
-      turn.then(
+      const started = () => {
+        if (answered) return;
+        answered = true;
+        res.status(204).end();
+      };
+      agent.send(user, id, text, sink, { started }).then(
         () => undefined,
         (e: unknown) => {
           if (answered) return log.warn({ err: e }, 'a turn failed after it started');
@@ -92,32 +96,26 @@ export function chatPage(deps: ChatDeps): ChatPage {
           res.status(e instanceof GatewayError ? e.status : 500).type('html').send(renderPartial('notice', { message, error: true }));
         },
       );
-      // send() rejects before it starts a turn or not at all: a tick later, it has started.
-      setImmediate(() => {
-        if (answered) return;
-        answered = true;
-        res.status(204).end();
-      });
     },
 
-    stop: (req, res) => {
-      agent.cancel(userOf(req), req.params.id as string);
+    stop: async (req, res) => {
+      await agent.cancel(userOf(req), req.params.id as string);
       res.status(204).end();
     },
 
-    setModel: (req, res) => {
-      agent.setModel(userOf(req), req.params.id as string, String((req.body as { model?: unknown }).model ?? ''));
+    setModel: async (req, res) => {
+      await agent.setModel(userOf(req), req.params.id as string, String((req.body as { model?: unknown }).model ?? ''));
       res.status(204).end();
     },
 
     remove: async (req, res) => {
       const user = userOf(req);
       const id = req.params.id as string;
-      getConversation(db, user.id, id);
-      agent.cancel(user, id);
+      await getConversation(db, user.id, id);
+      await agent.cancel(user, id);
       await deleteConversationInSteps(db, user.id, id);
       // What the model was shown in it is forgotten too.
-      dropPiiScope(db, conversationScopeRef(user.id, id));
+      await dropPiiScope(db, conversationScopeRef(user.id, id));
       res.set('HX-Redirect', '/chat').status(204).end();
     },
   };

@@ -97,7 +97,7 @@ async function answerHtml(db: Db, user: User, m: StoredMessage, texts: string[])
     lasting &&= r.lasting;
   }
   // Plain text shown for a passing reason (a busy formatter) is formatted again at the next load.
-  if (lasting) setMessageHtml(db, m.id, JSON.stringify({ v: RENDERED_FORM, parts }));
+  if (lasting) await setMessageHtml(db, m.id, JSON.stringify({ v: RENDERED_FORM, parts }));
   return parts;
 }
 
@@ -131,11 +131,13 @@ export async function titleFor(boundary: ModelBoundary, user: User, conversation
 export async function transcript(db: Db, boundary: ModelBoundary, user: User, conversation: Conversation, only?: number): Promise<TurnView[]> {
   const caller: Caller = { user, via: { kind: 'agent', conversationId: conversation.id } };
   const show = (t: string) => forUser(boundary, caller, t);
-  const turns = new Map(turnsOf(db, conversation.id).map((t) => [t.id, t]));
+  // Messages first: every turn a message names is then among the turns read after them.
+  const messages = await messagesOf(db, conversation.id);
+  const turns = new Map((await turnsOf(db, conversation.id)).map((t) => [t.id, t]));
   const views: TurnView[] = [];
   const tools = new Map<string, Extract<TranscriptItem, { kind: 'tool' }>>();
   let current: TurnView | undefined;
-  for (const m of messagesOf(db, conversation.id)) {
+  for (const m of messages) {
     if (only !== undefined && m.turnId !== only) continue;
     const msg: ModelMessage = m.message;
     if (msg.role === 'user') {

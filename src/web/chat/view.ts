@@ -18,24 +18,24 @@ export interface ChatViewDeps {
 
 /** Conversation titles as their user reads them. */
 export async function conversationList(deps: ChatViewDeps, user: User) {
-  return Promise.all(listConversations(deps.db, user.id, { source: 'web' }).map(async (c) => ({ ...c, title: await titleFor(deps.boundary, user, c) })));
+  return Promise.all((await listConversations(deps.db, user.id, { source: 'web' })).map(async (c) => ({ ...c, title: await titleFor(deps.boundary, user, c) })));
 }
 
 /** A conversation's turns as its user reads them, and the one still running. */
 export async function conversationTurns(deps: ChatViewDeps, user: User, id: string) {
-  const conversation = getConversation(deps.db, user.id, id);
+  const conversation = await getConversation(deps.db, user.id, id);
   const turns = await transcript(deps.db, deps.boundary, user, conversation);
-  const running = turnsOf(deps.db, conversation.id).find((t) => t.status === 'running' && deps.agent.isRunning(conversation.id));
+  const running = (await turnsOf(deps.db, conversation.id)).find((t) => t.status === 'running' && deps.agent.isRunning(conversation.id));
   return { conversation, turns, runningTurn: running?.id ?? null };
 }
 
 /** The chat page with no conversation open: the list and the model a new one starts with. */
 export async function chatIndexView(deps: ChatViewDeps, user: User) {
-  const models = deps.agent.catalog.availableTo(user.id);
+  const models = await deps.agent.catalog.availableTo(user.id);
   return {
     title: 'Chat',
     models,
-    defaultModel: models.find((m) => m.id === user.defaultModel)?.id ?? deps.agent.catalog.defaultFor(user.id)?.id,
+    defaultModel: models.find((m) => m.id === user.defaultModel)?.id ?? (await deps.agent.catalog.defaultFor(user.id))?.id,
     conversations: await conversationList(deps, user),
     conversation: undefined,
     turns: [],
@@ -49,7 +49,7 @@ export async function conversationView(deps: ChatViewDeps, user: User, id: strin
   const conversations = await conversationList(deps, user);
   return {
     title: conversations.find((c) => c.id === conversation.id)?.title || 'New conversation',
-    models: deps.agent.catalog.availableTo(user.id),
+    models: await deps.agent.catalog.availableTo(user.id),
     conversations,
     conversation,
     turns,

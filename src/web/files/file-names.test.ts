@@ -29,7 +29,7 @@ beforeAll(async () => {
     return { text: ['The file is written.'] };
   });
   gw = await startGateway({ env: { SANDGATE_OPENAI_API_KEY: 'sk-team', SANDGATE_OPENAI_BASE_URL: model.baseURL, SANDGATE_MODELS: 'openai:gpt-test' } });
-  nadia = ensureUser(gw.gateway.store.db, 'nadia');
+  nadia = await ensureUser(gw.gateway.store.db, 'nadia');
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
 });
 
@@ -49,7 +49,7 @@ async function signedIn(): Promise<{ context: BrowserContext; page: Page; seen: 
     seen.dialogs.push(d.message());
     void (d.type() === 'confirm' ? d.accept() : d.dismiss());
   });
-  await page.goto(`${gw.url}/login/link/${createLoginLink(gw.gateway.store.db, nadia.id).secret}`);
+  await page.goto(`${gw.url}/login/link/${(await createLoginLink(gw.gateway.store.db, nadia.id)).secret}`);
   await page.click('button[type=submit]');
   await page.waitForURL(`${gw.url}/chat`);
   return { context, page, seen };

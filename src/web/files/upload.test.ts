@@ -52,7 +52,7 @@ const setCookie = (res: Response) =>
 
 /** Signs a user in with a one-time link, as a browser does: the link's form, then its post. */
 async function signIn(user: User): Promise<Session> {
-  const secret = createLoginLink(gw.gateway.store.db, user.id).secret;
+  const secret = (await createLoginLink(gw.gateway.store.db, user.id)).secret;
   const form = await fetch(`${gw.url}/login/link/${secret}`);
   const first = setCookie(form)!;
   const formCsrf = /name="_csrf" value="([^"]+)"/.exec(await form.text())![1]!;
@@ -124,8 +124,8 @@ async function watchedConversation(s: Session): Promise<{ id: string; socket: So
 describe('uploads the workspace cannot take', () => {
   it('each answer a clear 4xx and leave nothing behind, while another member’s turn streams on to its end', async () => {
     const db = gw.gateway.store.db;
-    const ann = ensureUser(db, 'ann');
-    const bob = ensureUser(db, 'bob');
+    const ann = await ensureUser(db, 'ann');
+    const bob = await ensureUser(db, 'bob');
     const annSession = await signIn(ann);
     const bobSession = await signIn(bob);
     // Bob's own code makes a link out of his workspace, and a folder to upload into.
@@ -188,7 +188,7 @@ describe('uploads the workspace cannot take', () => {
   }, 300_000);
 
   it('answers a form that is not multipart, or has no file, with 400', async () => {
-    const carol = ensureUser(gw.gateway.store.db, 'carol');
+    const carol = await ensureUser(gw.gateway.store.db, 'carol');
     const s = await signIn(carol);
     const headers = { cookie: s.cookie, 'x-csrf-token': s.csrf, 'hx-request': 'true' };
     const plain = await fetch(`${gw.url}/files/upload`, { method: 'POST', headers: { ...headers, 'content-type': 'text/plain' }, body: 'just text' });
@@ -205,7 +205,7 @@ describe('uploads the workspace cannot take', () => {
   });
 
   it('removes what a browser that goes away mid-upload had sent', async () => {
-    const dora = ensureUser(gw.gateway.store.db, 'dora');
+    const dora = await ensureUser(gw.gateway.store.db, 'dora');
     const s = await signIn(dora);
     const { body, type } = multipart({ name: 'gone.bin', data: Buffer.alloc(8 * 1024 * 1024, 3) });
     const { port } = new URL(gw.url);

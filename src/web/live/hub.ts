@@ -123,24 +123,32 @@ export class LiveHub {
           .catch(() => reply({ ok: false, status: 500 }));
       });
       let watching: string | undefined;
+      // One watch at a time, in the order they came: the last one asked for is the one watched.
+      let watches = Promise.resolve();
       socket.on('watch', (conversationId: unknown, ack?: unknown) => {
         const reply = typeof ack === 'function' ? (ack as (r: { ok: boolean }) => void) : () => {};
         if (typeof conversationId !== 'string' || conversationId.length > 64) return reply({ ok: false });
-        try {
-          getConversation(this.deps.db, user.id, conversationId);
-        } catch {
-          return reply({ ok: false });
-        }
-        if (watching) void socket.leave(`conv:${watching}`);
-        watching = conversationId;
-        void socket.join(`conv:${conversationId}`);
-        reply({ ok: true });
+        watches = watches
+          // Only a conversation of this user's (getConversation throws for any other).
+          .then(() => getConversation(this.deps.db, user.id, conversationId))
+          .then(
+            () => {
+              // Gone meanwhile: a room joined now would never be left.
+              if (!socket.connected) return;
+              if (watching) void socket.leave(`conv:${watching}`);
+              watching = conversationId;
+              void socket.join(`conv:${conversationId}`);
+              reply({ ok: true });
+            },
+            () => reply({ ok: false }),
+          )
+          .catch((e: unknown) => this.log.warn({ err: e }, 'a live watch failed'));
       });
     });
     this.io = io;
     this.unsubscribe = auth.membership.onAccessLost((userId) => this.signedOut(userId, true));
     const every = Math.min(MEMBERSHIP_SWEEP_MS, Math.max(1000, (config.authRecheckSec * 1000) / 2));
-    this.sweep = setInterval(() => void this.sweepMembership(), every);
+    this.sweep = setInterval(() => void this.sweepMembership().catch((e: unknown) => this.log.warn({ err: e }, 'could not check the connected users’ membership')), every);
     this.sweep.unref();
   }
 
@@ -220,7 +228,7 @@ export class LiveHub {
           send({ target: '#transcript', swap: 'beforeend', html: renderPartial('live/turn-start', { turnId, userText }) });
           send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('chat/composer-actions', { running: true, conversationId }) });
           // Its name (the first message's words): the header, its entry in the list and the window's title.
-          const title = await titleFor(this.deps.boundary, user, getConversation(this.deps.db, user.id, conversationId));
+          const title = await titleFor(this.deps.boundary, user, await getConversation(this.deps.db, user.id, conversationId));
           if (title) {
             send({ target: '#conversation-title', swap: 'innerHTML', html: escapeHtml(title) });
             send({ target: `#conv-link-${conversationId}`, swap: 'innerHTML', html: escapeHtml(title) });
@@ -269,7 +277,7 @@ export class LiveHub {
           send({ target: live(), swap: 'beforeend', html: renderPartial('notice', { message: e.message, error: true }) });
           return;
         case 'done': {
-          const conversation = getConversation(this.deps.db, user.id, conversationId);
+          const conversation = await getConversation(this.deps.db, user.id, conversationId);
           const [turn] = await transcript(this.deps.db, this.deps.boundary, user, conversation, turnId);
           if (turn) send({ target: `#turn-${turnId}`, swap: 'outerHTML', html: renderPartial('chat/turn', { turn, running: false }) });
           send({ target: '#composer-actions', swap: 'innerHTML', html: renderPartial('chat/composer-actions', { running: false, conversationId }) });

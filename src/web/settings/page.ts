@@ -51,25 +51,25 @@ export function settingsPage(deps: { db: Db; agent: Agent; keys: ProviderKeys; u
       renderPage(res, 'settings/page', { user, csrf: auth.csrfToken(req) }, await settingsView(deps, user));
     },
 
-    setModel: (req, res) => {
+    setModel: async (req, res) => {
       const user = userOf(req);
-      const model = agent.modelFor(user, field(req, 'model'));
-      setDefaultModel(db, user.id, model.id);
+      const model = await agent.modelFor(user, field(req, 'model'));
+      await setDefaultModel(db, user.id, model.id);
       res.type('html').send('Saved.');
     },
 
-    saveKey: (req, res) => {
+    saveKey: async (req, res) => {
       const user = userOf(req);
       const p = provider(req.params.provider as string);
-      keys.set(user.id, p, field(req, 'key'));
-      res.type('html').send(renderPartial('settings/keys', { providers: providersFor(deps, user), saved: `Your ${providerLabel(p)} key is saved.` }));
+      await keys.set(user.id, p, field(req, 'key'));
+      res.type('html').send(renderPartial('settings/keys', { providers: await providersFor(deps, user), saved: `Your ${providerLabel(p)} key is saved.` }));
     },
 
-    deleteKey: (req, res) => {
+    deleteKey: async (req, res) => {
       const user = userOf(req);
       const p = provider(req.params.provider as string);
-      keys.delete(user.id, p);
-      res.type('html').send(renderPartial('settings/keys', { providers: providersFor(deps, user), saved: `Your ${providerLabel(p)} key is removed.` }));
+      await keys.delete(user.id, p);
+      res.type('html').send(renderPartial('settings/keys', { providers: await providersFor(deps, user), saved: `Your ${providerLabel(p)} key is removed.` }));
     },
 
     saveCredential: async (req, res) => {

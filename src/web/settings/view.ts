@@ -20,18 +20,22 @@ export const ownerOf = (u: User) => ({ userId: u.id, name: u.name });
 
 /** views/web/settings/keys.eta */
 export const providersFor = (deps: SettingsViewDeps, u: User) =>
-  KEYED_PROVIDERS.map((p) => ({ id: p, label: providerLabel(p), set: deps.keys.has(u.id, p), team: deps.agent.catalog.teamModels().some((m) => m.provider === p) }));
+  Promise.all(
+    KEYED_PROVIDERS.map(async (p) => ({ id: p, label: providerLabel(p), set: await deps.keys.has(u.id, p), team: deps.agent.catalog.teamModels().some((m) => m.provider === p) })),
+  );
 
 /** views/web/settings/credentials.eta */
 export const serversFor = async (deps: SettingsViewDeps, u: User) =>
-  (await deps.upstream.hub.serversFor(ownerOf(u))).filter((s) => s.userCredentials.length).map((s) => ({ name: s.name, credentials: deps.upstream.hub.credentialStatus(ownerOf(u), s.name) }));
+  Promise.all(
+    (await deps.upstream.hub.serversFor(ownerOf(u))).filter((s) => s.userCredentials.length).map(async (s) => ({ name: s.name, credentials: await deps.upstream.hub.credentialStatus(ownerOf(u), s.name) })),
+  );
 
 /** views/web/settings/page.eta */
 export async function settingsView(deps: SettingsViewDeps, user: User) {
   return {
-    models: deps.agent.catalog.availableTo(user.id),
-    defaultModel: user.defaultModel ?? deps.agent.catalog.defaultFor(user.id)?.id,
-    providers: providersFor(deps, user),
+    models: await deps.agent.catalog.availableTo(user.id),
+    defaultModel: user.defaultModel ?? (await deps.agent.catalog.defaultFor(user.id))?.id,
+    providers: await providersFor(deps, user),
     servers: await serversFor(deps, user),
   };
 }

@@ -62,7 +62,7 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
     } catch (e) {
       return next(e);
     }
-    recordSignIn(db, r.user.id, a.name);
+    await recordSignIn(db, r.user.id, a.name);
     log.info({ user: r.user.name, method: a.name }, 'signed in');
     res.redirect(303, '/chat');
   }
@@ -105,9 +105,9 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
       if (r === 'restart') return a.start(req, res, next);
       await finish(a, r, req, res, next);
     },
-    linkPage(req, res) {
+    async linkPage(req, res) {
       // Only a link that can still sign in gets the form (and a session to hold its token).
-      if (!links.usable(req.params.secret as string)) return res.redirect(303, '/login?why=link');
+      if (!(await links.usable(req.params.secret as string))) return res.redirect(303, '/login?why=link');
       renderPage(res, 'link', { csrf: sessions.csrfToken(req) }, { title: 'Sign in', secret: req.params.secret });
     },
     async link(req, res, next) {

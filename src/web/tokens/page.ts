@@ -34,35 +34,35 @@ export function tokensPage(deps: { config: Config; db: Db; auth: WebSessions }):
   const base = config.publicUrl.replace(/\/$/, '');
 
   return {
-    index: (req, res) => {
+    index: async (req, res) => {
       const user = userOf(req);
-      renderPage(res, 'tokens/page', { user, csrf: auth.csrfToken(req) }, { ...tokenList(db, user.id), storage: storageView(db, config, user.id), maxTokens: config.maxTokensPerUser });
+      renderPage(res, 'tokens/page', { user, csrf: auth.csrfToken(req) }, { ...(await tokenList(db, user.id)), storage: await storageView(db, config, user.id), maxTokens: config.maxTokensPerUser });
     },
 
-    create: (req, res) => {
+    create: async (req, res) => {
       const user = userOf(req);
       const name = String((req.body as { name?: unknown }).name ?? '').trim();
       if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) throw new GatewayError('A token name is 1 to 64 letters, digits, dots, dashes or underscores.', { reason: 'invalid_request', status: 400 });
       const expiresAt = parseExpiry(String((req.body as { expires?: unknown }).expires ?? '90d'));
-      const { token } = createToken(db, { userId: user.id, name, expiresAt, maxActive: config.maxTokensPerUser });
-      res.type('html').send(renderPartial('tokens/created', { name, token, ...clientConfigs(`${base}/mcp`, token), apiUrl: `${base}/v1`, ...tokenList(db, user.id) }));
+      const { token } = await createToken(db, { userId: user.id, name, expiresAt, maxActive: config.maxTokensPerUser });
+      res.type('html').send(renderPartial('tokens/created', { name, token, ...clientConfigs(`${base}/mcp`, token), apiUrl: `${base}/v1`, ...(await tokenList(db, user.id)) }));
     },
 
-    revoke: (req, res) => {
+    revoke: async (req, res) => {
       const user = userOf(req);
       const id = Number(req.params.id);
-      const t = Number.isSafeInteger(id) ? getToken(db, id) : undefined;
+      const t = Number.isSafeInteger(id) ? await getToken(db, id) : undefined;
       // Another user's token is answered like a missing one.
       if (!t || t.userId !== user.id) throw new GatewayError('No such token.', { reason: 'not_found', status: 404 });
-      revokeToken(db, id, { userId: user.id });
-      dropPiiScope(db, tokenScopeRef(user.id, id));
-      res.type('html').send(renderPartial('tokens/list', tokenList(db, user.id)));
+      await revokeToken(db, id, { userId: user.id });
+      await dropPiiScope(db, tokenScopeRef(user.id, id));
+      res.type('html').send(renderPartial('tokens/list', await tokenList(db, user.id)));
     },
 
-    deleteApiConversations: (req, res) => {
+    deleteApiConversations: async (req, res) => {
       const user = userOf(req);
-      const n = deleteUserApiConversations(db, user.id);
-      res.type('html').send(renderPartial('tokens/storage', { storage: storageView(db, config, user.id, `Deleted ${n} API conversation${n === 1 ? '' : 's'}.`) }));
+      const n = await deleteUserApiConversations(db, user.id);
+      res.type('html').send(renderPartial('tokens/storage', { storage: await storageView(db, config, user.id, `Deleted ${n} API conversation${n === 1 ? '' : 's'}.`) }));
     },
   };
 }

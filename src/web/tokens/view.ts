@@ -27,14 +27,15 @@ export function clientConfigs(mcpUrl: string, token: string): { claudeCode: stri
 }
 
 /** The token list (views/web/tokens/list.eta). */
-export function tokenList(db: Db, userId: number, now = Date.now()) {
-  const tokens = listTokens(db, { userId, includeRevoked: true, activeFirst: true, now, limit: countActiveTokens(db, userId, now) + RECENT_INACTIVE_SHOWN }).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : day(t.expiresAt), state: tokenState(t) }));
+export async function tokenList(db: Db, userId: number, now = Date.now()) {
+  const limit = (await countActiveTokens(db, userId, now)) + RECENT_INACTIVE_SHOWN;
+  const tokens = (await listTokens(db, { userId, includeRevoked: true, activeFirst: true, now, limit })).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : day(t.expiresAt), state: tokenState(t) }));
   return { tokens, recentInactive: RECENT_INACTIVE_SHOWN };
 }
 
 /** What the gateway stores for the user (views/web/tokens/storage.eta), with a message after an action. */
-export function storageView(db: Db, config: Config, userId: number, message?: string) {
-  const u = storeUsage(db, config, userId);
+export async function storageView(db: Db, config: Config, userId: number, message?: string) {
+  const u = await storeUsage(db, config, userId);
   return {
     used: formatBytes(u.total),
     quota: formatBytes(u.quota),
