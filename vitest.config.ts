@@ -27,6 +27,7 @@ export const POSTGRES_SUITES = [
   'test/web.test.ts',
   'test/openai-api.test.ts',
   'test/api-store.test.ts',
+  'test/db-copy.test.ts',
 ];
 
 // Not in the root config: a project that extends it would run the setup a second time.

@@ -8,7 +8,8 @@
  * The MCP clients run in a child process, as real clients would: their own CPU does not
  * run on the gateway's event loop (on a 2-core host they still share the cores).
  *
- *   node --import tsx bench/mcp-overhead.ts   (BENCH_CLIENTS, BENCH_CALLS, BENCH_SEQUENTIAL_CALLS, BENCH_ROUNDS, BENCH_RATE, BENCH_WARMUP)
+ *   node --import tsx bench/mcp-overhead.ts   (BENCH_CLIENTS, BENCH_CALLS, BENCH_SEQUENTIAL_CALLS, BENCH_ROUNDS, BENCH_RATE, BENCH_WARMUP,
+ *                                              BENCH_DATABASE=postgres for the store on Postgres)
  *
  * Every mode first makes BENCH_WARMUP calls (default 3000) that are not timed, so the
  * figures are those of a gateway that has been serving for a while: V8 optimises the
@@ -65,6 +66,7 @@ import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { z } from 'zod';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startGateway } from '../test/support/mcp.js';
+import { startPostgresCluster } from '../test/support/postgres.js';
 import { hostBusyMs } from './host.js';
 
 const CLIENTS = Number(process.env.BENCH_CLIENTS ?? 20);
@@ -327,8 +329,13 @@ function add(into: Map<string, Timed>, key: string, r: Timed): void {
 }
 
 async function main(): Promise<void> {
+  // BENCH_DATABASE=postgres: the store on a throw-away Postgres cluster on loopback, with
+  // its default durability (fsync, synchronous commit), instead of the SQLite file.
+  const cluster = process.env.BENCH_DATABASE === 'postgres' ? await startPostgresCluster({ durable: true }) : undefined;
+  const database: Record<string, string> = cluster ? { SANDGATE_DATABASE_URL: await cluster.createDatabase() } : {};
+  process.stderr.write(`store: ${cluster ? 'Postgres' : 'SQLite'}\n`);
   const gw = await startGateway({
-    env: { SANDGATE_LOG_LEVEL: 'silent', SANDGATE_RATE_LIMIT_PER_MIN: '1000000000', SANDGATE_RATE_LIMIT_BURST: '1000000000' },
+    env: { SANDGATE_LOG_LEVEL: 'silent', SANDGATE_RATE_LIMIT_PER_MIN: '1000000000', SANDGATE_RATE_LIMIT_BURST: '1000000000', ...database },
     // As main.ts serves it: SANDGATE_PII_TOKENIZE is on unless set to false.
     pii: process.env.SANDGATE_PII_TOKENIZE !== 'false',
   });
@@ -453,6 +460,7 @@ async function main(): Promise<void> {
     );
   } finally {
     await gw.close();
+    await cluster?.stop();
   }
 }
 

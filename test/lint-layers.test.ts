@@ -11,7 +11,16 @@ import { minimatch } from 'minimatch';
 import { describe, expect, it } from 'vitest';
 
 const root = path.resolve(import.meta.dirname, '..');
-const eslint = new ESLint({ cwd: root, ignore: false });
+// The cases lint text under file names that do not exist, which type information cannot
+// cover: the typed rules are left out here (the lint step runs them on the real tree).
+const eslint = new ESLint({
+  cwd: root,
+  ignore: false,
+  overrideConfig: {
+    languageOptions: { parserOptions: { projectService: false } },
+    rules: { '@typescript-eslint/no-floating-promises': 'off', '@typescript-eslint/await-thenable': 'off' },
+  },
+});
 
 const ruleIds = (results: ESLint.LintResult[]) => results.flatMap((r) => r.messages.map((m) => m.ruleId));
 

@@ -24,6 +24,7 @@ async function main(): Promise<number> {
   }
   const ctx: CliContext = {
     openStore: () => openStore(config, MIGRATIONS),
+    openStoreAt: (url) => openStore({ ...config, databaseUrl: url }, MIGRATIONS),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
     maxTokensPerUser: config.maxTokensPerUser,

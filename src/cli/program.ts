@@ -1,10 +1,12 @@
 /**
- * The operator command line: users, personal API tokens, sandboxes and the audit log.
+ * The operator command line: users, personal API tokens, sandboxes, the audit log, and
+ * the data itself (backup, restore, the move to Postgres).
  * `buildProgram` takes everything it touches as a context, so tests run it in-process
  * against a temporary store; main.ts builds the real context from configuration. The
  * store is opened by the first command that needs it and closed when the command ends,
  * however it ends (a Postgres pool left open would keep the process alive).
  */
+import path from 'node:path';
 import { Command, CommanderError, Option } from 'commander';
 import { KEYED_PROVIDERS } from '../agent/models.js';
 import { ProviderKeys } from '../agent/provider-keys.js';
@@ -17,6 +19,8 @@ import { ensureUser, findUser, listUsers, type User } from '../accounts/accounts
 import { TOKEN_PREFIX } from '../tokens/format.js';
 import { createToken, findTokenBySecret, getToken, listTokens, parseExpiry, revokeToken, revokeTokenByName, tokenState, type TokenRecord } from '../tokens/tokens.js';
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
+import { backup, BackupError, restore } from './backup.js';
+import { copyStore } from '../store/copy.js';
 import { deleteUserSessions } from '../auth/sessions.js';
 import { disableUser, enableUser, stillRefused } from '../users/users.js';
 import { utcText } from '../dates.js';
@@ -39,6 +43,8 @@ export interface CliContext {
   out(text: string): void;
   err(text: string): void;
   now?: () => number;
+  /** Opens (creating its tables in) the Postgres database at `url`, for `db copy`. */
+  openStoreAt?(url: string): Promise<Store>;
 }
 
 /** A failure the operator can fix; printed without a stack trace. */
@@ -86,9 +92,10 @@ async function auditedHere<T>(db: Db, method: string, user: User, act: () => Pro
   }
 }
 
-/** The commands; `db` opens the store on first use (runCli closes it). */
-export function buildProgram(ctx: CliContext, db: () => Promise<Db>): Command {
+/** The commands; `store` opens the store on first use (runCli closes it). */
+export function buildProgram(ctx: CliContext, store: () => Promise<Store>): Command {
   const now = () => (ctx.now ? ctx.now() : Date.now());
+  const db = async () => (await store()).db;
 
   const program = new Command('sandgate')
     .description('Operate a sandgate gateway: users, personal API tokens, sandboxes, audit log.\nReads the same settings as the gateway (SANDGATE_DATA_DIR, .env).')
@@ -304,7 +311,57 @@ export function buildProgram(ctx: CliContext, db: () => Promise<Db>): Command {
       );
     });
 
+  // ---------------------------------------------------------------- data
+  const dbCommand = program.command('db').description('The store: where sandgate keeps its data');
+  dbCommand
+    .command('copy')
+    .description('Copy the SQLite store into an empty Postgres database (stop the gateway first; running it again copies only what is missing)')
+    .requiredOption('--to <url>', 'the Postgres database, postgres://user:password@host:5432/database')
+    .action(async (o: { to: string }) => {
+      if (!/^postgres(ql)?:\/\/./.test(o.to)) throw new CliError('--to takes a postgres:// URL, e.g. postgres://sandgate:secret@db.example.com:5432/sandgate');
+      if (!ctx.openStoreAt) throw new CliError('this command line cannot open another database');
+      const source = await store();
+      if (source.dialect !== 'sqlite') throw new CliError(`the store is already on Postgres (${source.location}): db copy moves a SQLite store; unset SANDGATE_DATABASE_URL to copy the file in ${ctx.dataDir}`);
+      const target = await ctx.openStoreAt(o.to);
+      try {
+        ctx.out(`Copying ${source.location} into ${target.location} (schema version ${target.version}).`);
+        const rows: string[][] = [];
+        const result = await copyStore(source, target, (c) => rows.push([c.table, String(c.source), String(c.target), String(c.copied)]));
+        ctx.out(table(['TABLE', 'SQLITE', 'POSTGRES', 'COPIED NOW'], rows));
+        const off = result.tables.filter((t) => t.source !== t.target);
+        if (off.length) {
+          throw new CliError(
+            `the counts differ for ${off.map((t) => `${t.table} (${t.source} here, ${t.target} there)`).join(', ')}: the Postgres database was not empty, or the gateway wrote while copying. Stop the gateway and copy into an empty database.`,
+          );
+        }
+        ctx.out(`Done: every table holds as many rows on both sides. Set SANDGATE_DATABASE_URL to this database and start the gateway; ${ctx.dataDir}/sandgate.db is no longer read.`);
+      } finally {
+        await target.close();
+      }
+    });
+
+  program
+    .command('backup')
+    .description('Copy the store (SQLite), the key files and every workspace into DIR while the gateway runs')
+    .argument('<dir>', 'a new or empty directory')
+    .action(async (dir: string) => {
+      const m = await backup(await store(), ctx.dataDir, path.resolve(dir), ctx.out).catch(asCliError);
+      ctx.out(`Backup of ${ctx.dataDir} written to ${path.resolve(dir)} (${m.files.length} files, ${m.workspaces.length} workspaces).`);
+    });
+  program
+    .command('restore')
+    .description('Put a backup made by `sandgate backup` into the data directory, which must be empty (stop the gateway first)')
+    .argument('<dir>', 'the backup')
+    .action(async (dir: string) => {
+      await restore(path.resolve(dir), ctx.dataDir, ctx.out).catch(asCliError);
+    });
+
   return program;
+}
+
+/** A backup's refusal is the operator's to fix: no stack trace. */
+function asCliError(e: unknown): never {
+  throw e instanceof BackupError ? new CliError(e.message) : e;
 }
 
 /**
@@ -313,7 +370,7 @@ export function buildProgram(ctx: CliContext, db: () => Promise<Db>): Command {
  */
 export async function runCli(argv: string[], ctx: CliContext): Promise<number> {
   let opening: Promise<Store> | undefined;
-  const program = buildProgram(ctx, async () => (await (opening ??= ctx.openStore())).db);
+  const program = buildProgram(ctx, () => (opening ??= ctx.openStore()));
   try {
     await program.parseAsync(argv, { from: 'user' });
     return 0;

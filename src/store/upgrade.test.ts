@@ -47,6 +47,8 @@ describe('a data directory from schema version 17', () => {
   beforeAll(async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-upgrade-'));
     fs.cpSync(FIXTURE, dataDir, { recursive: true });
+    // git keeps no file modes but the executable bit: the keys come out 0644, which the gateway refuses.
+    for (const f of fs.readdirSync(dataDir)) fs.chmodSync(path.join(dataDir, f), 0o600);
     sqlite = await openStore({ dataDir }, MIGRATIONS);
     store = sqlite;
     if (onPostgres) {
