@@ -335,7 +335,7 @@ async function main(): Promise<void> {
   const database: Record<string, string> = cluster ? { SANDGATE_DATABASE_URL: await cluster.createDatabase() } : {};
   process.stderr.write(`store: ${cluster ? 'Postgres' : 'SQLite'}\n`);
   const gw = await startGateway({
-    env: { SANDGATE_LOG_LEVEL: 'silent', SANDGATE_RATE_LIMIT_PER_MIN: '1000000000', SANDGATE_RATE_LIMIT_BURST: '1000000000', ...database },
+    env: { SANDGATE_LOG_LEVEL: 'silent', SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '1000000', ...database },
     // As main.ts serves it: SANDGATE_PII_TOKENIZE is on unless set to false.
     pii: process.env.SANDGATE_PII_TOKENIZE !== 'false',
   });

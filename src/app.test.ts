@@ -41,10 +41,11 @@ describe('app', () => {
   });
 
   it('/readyz is 503 when the store does not answer', async () => {
-    const away = { ...store, ping: async () => Promise.reject(new Error('connection refused')) };
+    const away = { ...store, ping: async () => Promise.reject(new Error('connection to db.internal.example (10.0.0.7) refused for role sandgate')) };
     const res = await request(createApp({ config, store: away, logger })).get('/readyz');
     expect(res.status).toBe(503);
-    expect(res.body.checks.store).toEqual({ ok: false, detail: 'connection refused' });
+    // The driver's message names hosts and roles: not for an unauthenticated answer.
+    expect(res.body.checks.store).toEqual({ ok: false, detail: `the ${store.dialect === 'postgres' ? 'Postgres' : 'SQLite'} database does not answer (the gateway's log says why)` });
   });
 
   it('a check that throws is reported, not fatal', async () => {

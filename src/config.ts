@@ -167,7 +167,9 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
       errors.push('SANDGATE_DATABASE_URL is not a URL: write it as postgres://user:password@host:5432/database.');
     }
     const local = host === '' || ['localhost', '127.0.0.1', '[::1]', '::1'].includes(host) || host.startsWith('/');
-    if (host && !local && !config.databaseCaFile && !/[?&]sslmode=(require|verify-ca|verify-full)\b/.test(config.databaseUrl)) {
+    if (/[?&]sslmode=no-verify\b/.test(config.databaseUrl) && !config.databaseCaFile) {
+      warnings.push('SANDGATE_DATABASE_URL has sslmode=no-verify: the connection is encrypted but the server\'s certificate is not checked, so anyone on the path can pose as the database. Use sslmode=verify-full (with SANDGATE_DATABASE_CA_FILE for a private CA).');
+    } else if (host && !local && !config.databaseCaFile && !/[?&]sslmode=(require|verify-ca|verify-full)\b/.test(config.databaseUrl)) {
       warnings.push(`SANDGATE_DATABASE_URL reaches ${host} without TLS: everything sandgate stores crosses the network in clear. Add ?sslmode=verify-full, or set SANDGATE_DATABASE_CA_FILE.`);
     }
   }

@@ -26,10 +26,13 @@ import { health, type ReadinessCheck } from './http/health.js';
 import type { OpenAiApi } from './http/openai-api.js';
 import { staticFiles } from './http/static.js';
 import type { Store } from './store/store.js';
+import type { Logger } from './logger.js';
 import { WEB_PATHS, type WebApp } from './web/index.js';
 
 export interface RouteParts {
   store: Store;
+  /** Where /readyz says why the store did not answer. */
+  logger?: Logger;
   /** Extra /readyz checks (Docker, runsc preflight, image); keyed by name. */
   readiness?: Record<string, ReadinessCheck>;
   /** The /mcp endpoint: one handler that matches its paths itself. */
@@ -136,7 +139,7 @@ export function routes(app: express.Express, parts: RouteParts): void {
   }
 
   // --- health and static files
-  const probes = health(parts.store, parts.readiness ?? {});
+  const probes = health(parts.store, parts.readiness ?? {}, parts.logger);
   app.get('/healthz', probes.live);
   app.get('/readyz', probes.ready);
   app.use('/static', staticFiles());

@@ -40,7 +40,7 @@ async function cli(config: Config, ...argv: string[]): Promise<{ code: number; o
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
-    openStore: () => openStore(config, MIGRATIONS),
+    openStore: (opts = {}) => openStore({ ...config, ...opts }, MIGRATIONS),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
     readSecret: async () => '',

@@ -19,7 +19,7 @@ import { testDatabaseUrl } from './support/postgres.js';
 
 const onPostgres = process.env.SANDGATE_TEST_DATABASE === 'postgres';
 
-async function cli(source: StoreOptions, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
+async function cli(source: StoreOptions & { stdin?: string }, ...argv: string[]): Promise<{ code: number; out: string; err: string }> {
   const out: string[] = [];
   const err: string[] = [];
   const ctx: CliContext = {
@@ -27,7 +27,7 @@ async function cli(source: StoreOptions, ...argv: string[]): Promise<{ code: num
     openStoreAt: (url) => openStore({ ...source, databaseUrl: url }, MIGRATIONS),
     dataDir: source.dataDir,
     publicUrl: 'http://127.0.0.1:8787',
-    readSecret: async () => '',
+    readSecret: async () => source.stdin ?? '',
     driver: () => {
       throw new Error('no sandboxes here');
     },
@@ -61,14 +61,16 @@ describe.skipIf(!onPostgres)('sandgate db copy', () => {
     const first = await cli({ dataDir }, 'db', 'copy', '--to', url);
     expect(first.err).toBe('');
     expect(first.code).toBe(0);
-    expect(first.out).toMatch(/^messages\s+1200\s+1200\s+1200$/m);
-    expect(first.out).toMatch(/^users\s+30\s+30\s+30$/m);
-    expect(first.out).toContain('every table holds as many rows on both sides');
+    expect(first.out).toMatch(/^messages\s+1200\s+1200\s+1200\s+yes$/m);
+    expect(first.out).toMatch(/^users\s+30\s+30\s+30\s+yes$/m);
+    expect(first.out).toContain('Done: every table holds the same rows on both sides.');
     expect(first.out).not.toContain(new URL(url).password);
 
+    // Run again, it compares: the same rows, nothing copied.
     const again = await cli({ dataDir }, 'db', 'copy', '--to', url);
     expect(again.code).toBe(0);
-    expect(again.out).toMatch(/^messages\s+1200\s+1200\s+0$/m);
+    expect(again.out).toMatch(/^messages\s+1200\s+1200\s+0\s+yes$/m);
+    expect(again.out).toContain('already holds exactly the rows of this store: nothing to copy');
 
     // Everything works on Postgres, and new rows go on after the copied ids.
     const pg = await openStore({ dataDir, databaseUrl: url }, MIGRATIONS);
@@ -81,10 +83,41 @@ describe.skipIf(!onPostgres)('sandgate db copy', () => {
     expect(newcomer.id).toBe(31);
     await pg.close();
 
-    // A target that holds rows the file does not is not called done.
+    // A target that holds other rows is never merged into, nor called done.
     const third = await cli({ dataDir }, 'db', 'copy', '--to', url);
     expect(third.code).toBe(1);
-    expect(third.err).toMatch(/the counts differ for users \(30 here, 31 there\).*copy into an empty database/);
+    // The tokens differ too, with the same count: using them on Postgres set their last use.
+    expect(third.err).toMatch(/is not empty and differs from this store in users \(30 rows here, 31 there\), api_tokens \(30 rows here, 30 there\): nothing was copied/);
+  });
+
+  it('never merges into a database that holds other rows, even with the same counts', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-copy-'));
+    const lite = await openStore({ dataDir }, MIGRATIONS);
+    const alice = await ensureUser(lite.db, 'alice');
+    const token = (await createToken(lite.db, { userId: alice.id, name: 'laptop' })).token;
+    await lite.close();
+    // The gateway was started on Postgres once: someone else became user 1 there.
+    const url = await testDatabaseUrl();
+    const pg = await openStore({ dataDir, databaseUrl: url }, MIGRATIONS);
+    await ensureUser(pg.db, 'mallory');
+    await pg.close();
+    const r = await cli({ dataDir }, 'db', 'copy', '--to', url);
+    expect(r.code).toBe(1);
+    expect(r.err).toMatch(/is not empty and differs from this store in users \(1 rows here, 1 there\).*nothing was copied/);
+    const after = await openStore({ dataDir, databaseUrl: url }, MIGRATIONS);
+    expect((await listUsers(after.db)).map((u) => u.name)).toEqual(['mallory']);
+    expect((await verifyToken(after.db, token)).ok).toBe(false);
+    await after.close();
+  });
+
+  it('reads the URL from standard input with --to -', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-copy-'));
+    const lite = await openStore({ dataDir }, MIGRATIONS);
+    await ensureUser(lite.db, 'alice');
+    await lite.close();
+    const r = await cli({ dataDir, stdin: `${await testDatabaseUrl()}\n` }, 'db', 'copy', '--to', '-');
+    expect(r.err).toBe('');
+    expect(r.out).toMatch(/^users\s+1\s+1\s+1\s+yes$/m);
   });
 
   it('refuses what it cannot do, saying why', async () => {

@@ -136,9 +136,13 @@ describe('GitHub identity', () => {
     }
     await suspendUser(store.db, ids.gone!, 'no longer a member');
     const admins = async () => (await listUsers(store.db)).filter((u) => u.isAdmin).map((u) => u.name);
+    // The column itself, as both databases hold it: 1 or 0, numbers.
+    const flags = async () => Object.fromEntries((await store.db.selectFrom('users').select(['name', 'is_admin']).execute()).map((r) => [r.name, r.is_admin]));
     await syncGithubAdmins(store.db, ['ROOT', 'boss', 'unbound', 'gone', 'nobody']);
     expect(await admins()).toEqual(['Boss', 'root']);
+    expect(await flags()).toEqual({ root: 1, Boss: 1, member: 0, unbound: 0, gone: 0 });
     await syncGithubAdmins(store.db, []);
     expect(await admins()).toEqual([]);
+    expect(await flags()).toEqual({ root: 0, Boss: 0, member: 0, unbound: 0, gone: 0 });
   });
 });

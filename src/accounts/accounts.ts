@@ -227,13 +227,15 @@ export async function syncGithubAdmins(db: Db, admins: readonly string[]): Promi
   await db
     .updateTable('users')
     .set((eb) => ({
-      // No admins listed: nobody is one (an empty IN () is no SQL).
+      // No admins listed: nobody is one (an empty IN () is no SQL). The flags are literals
+      // in the SQL, never bound: Postgres types a CASE of bare parameters as text, which a
+      // BIGINT column refuses.
       is_admin: names.length
         ? eb
             .case()
             .when(eb.and([eb('github_id', 'is not', null), eb('suspended_at', 'is', null), eb(eb.fn('lower', ['name']), 'in', names)]))
-            .then(1)
-            .else(0)
+            .then(eb.lit(1))
+            .else(eb.lit(0))
             .end()
         : eb.lit(0),
     }))

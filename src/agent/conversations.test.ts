@@ -19,6 +19,7 @@ import {
   startTurn,
   takeApiConversation,
   turnsOf,
+  updateConversation,
   usageByUserAndModel,
 } from './conversations.js';
 
@@ -94,6 +95,25 @@ describe('turns and messages', () => {
       [second.id, 'interrupted', 0, 'restarted'],
     ]);
     expect(await markInterruptedTurns(db, 'restarted')).toBe(0);
+  });
+
+  it('stores control characters a user or a provider sent in no title and in no note (Postgres refuses a NUL in text)', async () => {
+    const db = store.db;
+    const ann = await ensureUser(db, 'ann');
+    // The first message names the conversation (as a turn does), starting with a NUL.
+    const c = await createConversation(db, { userId: ann.id, model: 'openai:gpt-test', source: 'web' });
+    await updateConversation(db, c.id, { title: '\u0000Hello\u0007there,\u0000\u001bworld\u007f\u0085!\n' });
+    const named = await createConversation(db, { userId: ann.id, model: 'openai:gpt-test', source: 'api', title: '\u0000\u0000report' });
+    expect(named.title).toBe('report');
+    const titles = (await listConversations(db, ann.id)).map((x) => [x.id, x.title]);
+    expect(titles).toEqual(expect.arrayContaining([[c.id, 'Hello there, world !'], [named.id, 'report']]));
+    // A turn's note may quote a provider's error: its lines are kept, its other control characters are not.
+    const turn = await startTurn(db, c.id, 'openai:gpt-test');
+    await endTurn(db, turn.id, 'failed', 0, 'The provider said:\n\u0000bad\u0000 request\tagain');
+    const running = await startTurn(db, named.id, 'openai:gpt-test');
+    expect(await markInterruptedTurns(db, 'stopped\u0000')).toBe(1);
+    expect((await turnsOf(db, c.id)).map((t) => t.note)).toEqual(['The provider said:\nbad request\tagain']);
+    expect((await turnsOf(db, named.id)).map((t) => [t.id, t.note])).toEqual([[running.id, 'stopped']]);
   });
 
   it('sums usage by user and model as numbers, own-key rounds apart', async () => {

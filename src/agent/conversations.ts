@@ -92,20 +92,32 @@ const toTurn = (r: TurnRow): Turn => ({
   endedAt: r.ended_at,
 });
 
-/** A title from the first words of a message (already on the model side). */
+/**
+ * Control characters (C0, DEL, C1). None belongs in a title; and text goes to its column as
+ * it is (not JSON, which would escape them), where Postgres refuses a NUL in any text.
+ */
+const CONTROLS = /\p{Cc}/gu;
+/** The same, but for line breaks and tabs, which a note may keep. */
+const CONTROLS_BUT_LAYOUT = /[^\P{Cc}\t\n\r]/gu;
+
+/** A title from the first words of a message (already on the model side), on one line without control characters. */
 export function titleFrom(text: string): string {
-  const oneLine = text.replace(/\s+/g, ' ').trim();
+  const oneLine = text.replace(CONTROLS, ' ').replace(/\s+/g, ' ').trim();
   return oneLine.length > MAX_TITLE_CHARS ? `${oneLine.slice(0, MAX_TITLE_CHARS - 1)}…` : oneLine;
 }
+
+/** A turn's note as stored: it may quote a provider's error text, control characters and all. */
+const noteFrom = (text: string): string => text.replace(CONTROLS_BUT_LAYOUT, '');
 
 export async function createConversation(db: Db, o: { userId: number; model: string; source: ConversationSource; title?: string }): Promise<Conversation> {
   const id = crypto.randomBytes(12).toString('base64url');
   const now = Date.now();
+  const title = o.title === undefined ? '' : titleFrom(o.title);
   await db
     .insertInto('conversations')
-    .values({ id, user_id: o.userId, title: o.title ?? '', model: o.model, source: o.source, created_at: now, updated_at: now })
+    .values({ id, user_id: o.userId, title, model: o.model, source: o.source, created_at: now, updated_at: now })
     .execute();
-  return { id, userId: o.userId, title: o.title ?? '', model: o.model, source: o.source, createdAt: now, updatedAt: now };
+  return { id, userId: o.userId, title, model: o.model, source: o.source, createdAt: now, updatedAt: now };
 }
 
 /** The columns a Conversation is made of. */
@@ -174,7 +186,7 @@ export async function startTurn(db: Db, conversationId: string, model: string): 
 export async function endTurn(db: Db, turnId: number, status: Exclude<TurnStatus, 'running'>, rounds: number, note?: string): Promise<void> {
   await db
     .updateTable('turns')
-    .set({ status, note: note ?? null, rounds, ended_at: Date.now() })
+    .set({ status, note: note === undefined ? null : noteFrom(note), rounds, ended_at: Date.now() })
     .where('id', '=', turnId)
     .execute();
 }
@@ -189,7 +201,7 @@ export async function turnsOf(db: Db, conversationId: string): Promise<Turn[]> {
  * reads. Returns how many.
  */
 export async function markInterruptedTurns(db: Db, note: string): Promise<number> {
-  const r = await db.updateTable('turns').set({ status: 'interrupted', note, ended_at: Date.now() }).where('status', '=', 'running').executeTakeFirst();
+  const r = await db.updateTable('turns').set({ status: 'interrupted', note: noteFrom(note), ended_at: Date.now() }).where('status', '=', 'running').executeTakeFirst();
   return Number(r.numUpdatedRows);
 }
 

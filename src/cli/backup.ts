@@ -9,7 +9,7 @@
  * (fsfreeze) for the moment of the copy so the image is one consistent moment; a plain
  * directory workspace is copied file by file. `manifest.json` says what is there.
  */
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
@@ -51,6 +51,48 @@ async function copySparse(from: string, to: string): Promise<void> {
   await run('cp', ['--sparse=always', '--preserve=mode,ownership,timestamps', from, to]);
 }
 
+/**
+ * Copies a workspace image, its filesystem frozen for the copy when it is mounted (asked
+ * at that moment: a sandbox may have mounted it since the backup began). False when the
+ * workspace went away meanwhile (its user was deleted). A frozen filesystem is thawed
+ * however the copy ends, and if this process is interrupted meanwhile.
+ */
+async function copyImage(mnt: string, to: string): Promise<boolean> {
+  const img = `${mnt}.img`;
+  const live = (await mountPoints()).includes(await fsp.realpath(mnt).catch(() => mnt));
+  const thaw = () => {
+    try {
+      execFileSync('fsfreeze', ['--unfreeze', mnt], { stdio: 'ignore' });
+    } catch {
+      // Not frozen (any more).
+    }
+  };
+  const interrupted = (signal: NodeJS.Signals) => {
+    thaw();
+    process.kill(process.pid, signal);
+  };
+  if (live) {
+    await run('fsfreeze', ['--freeze', mnt]);
+    process.once('exit', thaw);
+    process.once('SIGINT', interrupted);
+    process.once('SIGTERM', interrupted);
+  }
+  try {
+    await copySparse(img, to);
+    return true;
+  } catch (e) {
+    if (!fs.existsSync(img)) return false;
+    throw e;
+  } finally {
+    if (live) {
+      process.removeListener('SIGINT', interrupted);
+      process.removeListener('SIGTERM', interrupted);
+      process.removeListener('exit', thaw);
+      await run('fsfreeze', ['--unfreeze', mnt]);
+    }
+  }
+}
+
 /** Takes a backup of `dataDir` (and of `store`, when it is SQLite) into `dir`, a new or empty directory. */
 export async function backup(store: Store, dataDir: string, dir: string, say: (line: string) => void = () => {}): Promise<BackupManifest> {
   if (!(await emptyOrAbsent(dir))) throw new BackupError(`${dir} is not empty: back up into a new or empty directory`);
@@ -78,20 +120,11 @@ export async function backup(store: Store, dataDir: string, dir: string, say: (l
   const to = path.join(dir, 'workspaces');
   await fsp.mkdir(to, { mode: 0o711 });
   const entries = fs.existsSync(from) ? await fsp.readdir(from, { withFileTypes: true }) : [];
-  const mounted = new Set(await mountPoints());
   for (const e of entries) {
     if (e.isFile() && e.name.endsWith('.img')) {
       const id = e.name.slice(0, -'.img'.length);
-      const mnt = path.join(from, id);
-      const live = mounted.has(await fsp.realpath(mnt).catch(() => mnt));
-      // Writes wait while frozen (a moment: the copy skips the image's holes).
-      if (live) await run('fsfreeze', ['--freeze', mnt]);
-      try {
-        await copySparse(path.join(from, e.name), path.join(to, e.name));
-      } finally {
-        if (live) await run('fsfreeze', ['--unfreeze', mnt]);
-      }
-      manifest.workspaces.push({ id, kind: 'image' });
+      const copied = await copyImage(path.join(from, id), path.join(to, e.name));
+      if (copied) manifest.workspaces.push({ id, kind: 'image' });
     } else if (e.isDirectory() && !entries.some((o) => o.name === `${e.name}.img`)) {
       await run('cp', ['-a', path.join(from, e.name), path.join(to, e.name)]);
       manifest.workspaces.push({ id: e.name, kind: 'directory' });
@@ -118,6 +151,12 @@ export async function readManifest(dir: string): Promise<BackupManifest> {
   return m;
 }
 
+async function expectKind(p: string, kind: 'file' | 'directory'): Promise<void> {
+  const st = await fsp.lstat(p).catch(() => undefined);
+  const ok = st && (kind === 'file' ? st.isFile() : st.isDirectory());
+  if (!ok) throw new BackupError(`${p} is not a ${kind === 'file' ? 'plain file' : 'directory'} (${st ? 'a link or special file' : 'missing'}): this backup is damaged or was altered; nothing was restored`);
+}
+
 /**
  * Puts the backup in `dir` into `dataDir`, which must be empty (or absent): a restore
  * never mixes with data already there. The gateway must not be running on `dataDir`.
@@ -125,10 +164,14 @@ export async function readManifest(dir: string): Promise<BackupManifest> {
 export async function restore(dir: string, dataDir: string, say: (line: string) => void = () => {}): Promise<BackupManifest> {
   const m = await readManifest(dir);
   if (!(await emptyOrAbsent(dataDir))) throw new BackupError(`${dataDir} is not empty: restore into an empty data directory (move the old one aside first)`);
+  // Only what a backup holds: plain files and directories, no links, no devices (a link
+  // made to look like a workspace would bring a host path into a user's sandbox).
+  for (const f of m.files) await expectKind(path.join(dir, f), 'file');
+  for (const w of m.workspaces) await expectKind(path.join(dir, 'workspaces', w.kind === 'image' ? `${w.id}.img` : w.id), w.kind === 'image' ? 'file' : 'directory');
   await fsp.mkdir(dataDir, { recursive: true, mode: 0o700 });
   await fsp.chmod(dataDir, 0o700);
   for (const f of m.files) {
-    await fsp.copyFile(path.join(dir, f), path.join(dataDir, f));
+    await fsp.copyFile(path.join(dir, f), path.join(dataDir, f), fs.constants.COPYFILE_EXCL);
     await fsp.chmod(path.join(dataDir, f), 0o600);
   }
   const to = path.join(dataDir, 'workspaces');

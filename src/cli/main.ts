@@ -23,7 +23,7 @@ async function main(): Promise<number> {
     throw e;
   }
   const ctx: CliContext = {
-    openStore: () => openStore(config, MIGRATIONS),
+    openStore: (opts = {}) => openStore({ ...config, ...opts }, MIGRATIONS),
     openStoreAt: (url) => openStore({ ...config, databaseUrl: url }, MIGRATIONS),
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,

@@ -27,7 +27,8 @@ import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
 
 export interface CliContext {
-  openStore(): Promise<Store>;
+  /** Opens the configured store; `migrate: false` opens it as it is (for a backup). */
+  openStore(opts?: { migrate?: boolean }): Promise<Store>;
   /** The data directory (for the key file that seals users' provider keys). */
   dataDir: string;
   /** Where users reach the gateway (for sign-in links). */
@@ -315,26 +316,31 @@ export function buildProgram(ctx: CliContext, store: () => Promise<Store>): Comm
   const dbCommand = program.command('db').description('The store: where sandgate keeps its data');
   dbCommand
     .command('copy')
-    .description('Copy the SQLite store into an empty Postgres database (stop the gateway first; running it again copies only what is missing)')
-    .requiredOption('--to <url>', 'the Postgres database, postgres://user:password@host:5432/database')
+    .description('Copy the SQLite store into an empty Postgres database, all or nothing (stop the gateway first); run again, it checks that both hold the same rows')
+    .requiredOption('--to <url>', "the Postgres database, postgres://user:password@host:5432/database; '-' reads it from standard input (keeps the password off the command line)")
     .action(async (o: { to: string }) => {
-      if (!/^postgres(ql)?:\/\/./.test(o.to)) throw new CliError('--to takes a postgres:// URL, e.g. postgres://sandgate:secret@db.example.com:5432/sandgate');
+      const url = o.to === '-' ? (await ctx.readSecret()).trim() : o.to;
+      if (!/^postgres(ql)?:\/\/./.test(url)) throw new CliError('--to takes a postgres:// URL, e.g. postgres://sandgate:secret@db.example.com:5432/sandgate');
       if (!ctx.openStoreAt) throw new CliError('this command line cannot open another database');
       const source = await store();
       if (source.dialect !== 'sqlite') throw new CliError(`the store is already on Postgres (${source.location}): db copy moves a SQLite store; unset SANDGATE_DATABASE_URL to copy the file in ${ctx.dataDir}`);
-      const target = await ctx.openStoreAt(o.to);
+      const target = await ctx.openStoreAt(url);
       try {
         ctx.out(`Copying ${source.location} into ${target.location} (schema version ${target.version}).`);
         const rows: string[][] = [];
-        const result = await copyStore(source, target, (c) => rows.push([c.table, String(c.source), String(c.target), String(c.copied)]));
-        ctx.out(table(['TABLE', 'SQLITE', 'POSTGRES', 'COPIED NOW'], rows));
-        const off = result.tables.filter((t) => t.source !== t.target);
-        if (off.length) {
-          throw new CliError(
-            `the counts differ for ${off.map((t) => `${t.table} (${t.source} here, ${t.target} there)`).join(', ')}: the Postgres database was not empty, or the gateway wrote while copying. Stop the gateway and copy into an empty database.`,
-          );
+        const result = await copyStore(source, target, (c) => rows.push([c.table, String(c.source), String(c.target), String(c.copied), c.same ? 'yes' : 'NO']));
+        ctx.out(table(['TABLE', 'SQLITE', 'POSTGRES', 'COPIED NOW', 'SAME ROWS'], rows));
+        const off = result.tables.filter((t) => !t.same).map((t) => `${t.table} (${t.source} rows here, ${t.target} there)`);
+        if (result.compared && !result.ok) {
+          throw new CliError(`the Postgres database is not empty and differs from this store in ${off.join(', ')}: nothing was copied. Copy into an empty database made for sandgate.`);
         }
-        ctx.out(`Done: every table holds as many rows on both sides. Set SANDGATE_DATABASE_URL to this database and start the gateway; ${ctx.dataDir}/sandgate.db is no longer read.`);
+        if (!result.ok) throw new CliError(`after the copy, ${off.join(', ')} differ: the gateway may have written while copying. Stop it, empty the Postgres database and copy again.`);
+        ctx.out(
+          result.compared
+            ? 'The Postgres database already holds exactly the rows of this store: nothing to copy.'
+            : 'Done: every table holds the same rows on both sides.',
+        );
+        ctx.out(`Set SANDGATE_DATABASE_URL to this database and start the gateway; ${ctx.dataDir}/sandgate.db is no longer read.`);
       } finally {
         await target.close();
       }
@@ -345,8 +351,14 @@ export function buildProgram(ctx: CliContext, store: () => Promise<Store>): Comm
     .description('Copy the store (SQLite), the key files and every workspace into DIR while the gateway runs')
     .argument('<dir>', 'a new or empty directory')
     .action(async (dir: string) => {
-      const m = await backup(await store(), ctx.dataDir, path.resolve(dir), ctx.out).catch(asCliError);
-      ctx.out(`Backup of ${ctx.dataDir} written to ${path.resolve(dir)} (${m.files.length} files, ${m.workspaces.length} workspaces).`);
+      // As it is: a backup copies what the running gateway has, never upgrades it first.
+      const live = await ctx.openStore({ migrate: false });
+      try {
+        const m = await backup(live, ctx.dataDir, path.resolve(dir), ctx.out).catch(asCliError);
+        ctx.out(`Backup of ${ctx.dataDir} written to ${path.resolve(dir)} (${m.files.length} files, ${m.workspaces.length} workspaces).`);
+      } finally {
+        await live.close();
+      }
     });
   program
     .command('restore')

@@ -5,6 +5,7 @@
  */
 import type { RequestHandler } from 'express';
 import type { Store } from '../store/store.js';
+import type { Logger } from '../logger.js';
 
 export type ReadinessCheck = () => Promise<{ ok: boolean; detail?: string }>;
 
@@ -15,7 +16,7 @@ export interface Health {
   ready: RequestHandler;
 }
 
-export function health(store: Store, checks: Record<string, ReadinessCheck>): Health {
+export function health(store: Store, checks: Record<string, ReadinessCheck>, logger?: Logger): Health {
   return {
     live: function healthz(_req, res) {
       res.json({ status: 'ok' });
@@ -24,8 +25,13 @@ export function health(store: Store, checks: Record<string, ReadinessCheck>): He
       const results: Record<string, { ok: boolean; detail?: string }> = {};
       const all: Record<string, ReadinessCheck> = {
         store: async () => {
-          await store.ping();
-          return { ok: true };
+          // Unauthenticated: the driver's words (host names, roles) stay out of the answer.
+          const error = await store.ping().then(
+            () => undefined,
+            (e: Error) => e,
+          );
+          if (error) logger?.warn({ err: error, store: store.location }, 'readiness: the store does not answer');
+          return error ? { ok: false, detail: `the ${store.dialect === 'postgres' ? 'Postgres' : 'SQLite'} database does not answer (the gateway's log says why)` } : { ok: true };
         },
         ...checks,
       };

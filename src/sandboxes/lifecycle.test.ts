@@ -2,8 +2,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { Lifecycle } from './lifecycle.js';
 import { sandboxRecord } from './records.js';
 import { getUser } from '../accounts/accounts.js';
+import { doneFor, ScriptedDriver } from '../../test/support/fake-drivers.js';
 import { createHarness, type Harness } from '../../test/support/harness.js';
 
 describe('SandboxManager: lifecycle', () => {
@@ -134,6 +136,48 @@ describe('SandboxManager: gateway restart', () => {
       if (firstOpen) await first.close();
       await (second ?? (await createHarness({ dataDir }))).close();
       fs.rmSync(dataDir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('SandboxManager: a first run while the file browser opens the workspace (scripted sandboxes, no Docker)', () => {
+  it('runs the user on the workspace they were given, never on the pooled one', async () => {
+    const driver = new ScriptedDriver((exec, write) => write(doneFor(exec.id)));
+    const h = await createHarness({
+      driver,
+      prepareTools: async () => {},
+      env: { SANDGATE_WARM_POOL_SIZE: '1', SANDGATE_WARM_POOL_PRELOAD: '', SANDGATE_WORKSPACE_BACKEND: 'directory', SANDGATE_FREEZE_AFTER_MS: '0' },
+    });
+    try {
+      await h.manager.poolReady();
+      const [pooled] = h.manager.pooled();
+      const ann = await h.user('ann');
+      // The interleaving: the start reads that ann has no workspace yet, then her file
+      // browser (openWorkspace) claims one, then the start takes the pooled sandbox.
+      const lifecycle = (h.manager as unknown as { lifecycle: Lifecycle }).lifecycle;
+      const read = lifecycle.workspaceIdFor.bind(lifecycle);
+      let opened = false;
+      lifecycle.workspaceIdFor = async (owner, create) => {
+        const id = await read(owner, create);
+        if (!create && !opened) {
+          opened = true;
+          await h.manager.openWorkspace(owner);
+        }
+        return id;
+      };
+      const r = await h.manager.execute(ann, { language: 'python', code: '1' });
+      expect(r.exitCode).toBe(0);
+      const theirs = (await getUser(h.store.db, ann.userId))!.workspaceId;
+      expect(theirs).not.toBe(pooled!.workspaceId);
+      const [live] = (await h.manager.list()).filter((s) => s.user === 'ann');
+      expect(live!.workspaceId).toBe(theirs);
+      expect(live!.containerId).not.toBe(pooled!.containerId);
+      // The pooled sandbox and its workspace (nobody's) are gone; the pool refills.
+      expect(driver.stopped).toContain(pooled!.containerId);
+      expect(fs.existsSync(path.join(h.dataDir, 'workspaces', pooled!.workspaceId))).toBe(false);
+      await h.manager.poolReady();
+    } finally {
+      await h.close();
     }
   });
 });

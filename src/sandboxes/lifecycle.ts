@@ -58,17 +58,12 @@ export class Lifecycle implements SandboxLifecycle {
   private reaper?: NodeJS.Timeout;
 
   constructor(private readonly deps: PartDeps & { held: Held; idle: Idle; stops: Stops; executions: ExecutionLog }) {
-    const { config, driver, volumes, idle } = deps;
+    const { config, volumes, idle } = deps;
     this.pool = new WarmPool({
       size: config.warmPoolSize,
       preload: config.warmPoolPreload.split(',').map((m) => m.trim()).filter(Boolean),
       start: () => this.startLive(undefined, volumes.newId(), defaultCeiling(config)),
-      discard: async (live) => {
-        idle.wake(live);
-        await driver.stop(live.handle.id);
-        forgetCgroup(live.handle.id);
-        await volumes.destroy(live.workspaceId);
-      },
+      discard: (live) => this.discardPooled(live),
       rested: (live) => idle.rest(live),
       taken: (live) => idle.wake(live),
       log: deps.log,
@@ -217,9 +212,26 @@ export class Lifecycle implements SandboxLifecycle {
     const poolable = !existing && ceilingKey(ceiling) === ceilingKey(defaultCeiling(config)) && workspaceWritable(ceiling);
     let live = poolable ? this.pool.take() : undefined;
     if (live) {
-      await claimWorkspace(db, owner.userId, live.workspaceId);
-      await this.deps.prepareTools(live.toolsDir, owner);
-      log.info({ user: owner.name }, 'sandbox taken from the warm pool');
+      const pooled = live;
+      const claimed = await claimWorkspace(db, owner.userId, pooled.workspaceId).catch(async (e: unknown) => {
+        await this.discardPooled(pooled).catch(() => {});
+        throw e;
+      });
+      if (claimed === pooled.workspaceId) {
+        await this.deps.prepareTools(pooled.toolsDir, owner);
+        log.info({ user: owner.name }, 'sandbox taken from the warm pool');
+      } else {
+        // The user was given a workspace since the read above (their file browser opened
+        // it first). The pooled container was made for a workspace that is nobody's, so it
+        // is not theirs to use: it is removed, and their sandbox starts on their own.
+        log.info({ user: owner.name }, 'a workspace was claimed meanwhile: the pooled sandbox is not used');
+        const discarded = this.discardPooled(pooled).catch((e: unknown) => log.warn({ err: e }, 'could not remove a pooled sandbox'));
+        try {
+          live = await this.startLive(owner, claimed, ceiling);
+        } finally {
+          await discarded;
+        }
+      }
     } else {
       live = await this.startLive(owner, (await this.workspaceIdFor(owner, true))!, ceiling);
     }
@@ -241,6 +253,15 @@ export class Lifecycle implements SandboxLifecycle {
       throw e;
     }
     return sb;
+  }
+
+  /** Stops a pooled sandbox and removes its workspace (nobody's: the pool makes a fresh one for each). */
+  private async discardPooled(live: Live): Promise<void> {
+    const { idle, driver, volumes } = this.deps;
+    idle.wake(live);
+    await driver.stop(live.handle.id);
+    forgetCgroup(live.handle.id);
+    await volumes.destroy(live.workspaceId);
   }
 
   /** Starts a container for a workspace; `owner` undefined makes a pooled one. */

@@ -19,6 +19,7 @@ import path from 'node:path';
 import Database from 'better-sqlite3';
 import { Kysely, PostgresDialect, SqliteDialect, sql, type SqliteDatabase } from 'kysely';
 import pg from 'pg';
+import { parseIntoClientConfig } from 'pg-connection-string';
 import type { Migration } from './migrations.js';
 import type { Db, Dialect, Tables, Tx } from './tables.js';
 import { GatewayError } from '../errors.js';
@@ -42,6 +43,11 @@ export interface StoreOptions {
   databasePoolSize?: number;
   /** A PEM file with the certificate authority that signed the Postgres server's certificate. */
   databaseCaFile?: string;
+  /**
+   * false: open the database as it is, applying no migration (a backup must copy what
+   * the running gateway has, not upgrade it first). `version` is then the database's own.
+   */
+  migrate?: boolean;
 }
 
 export interface Store {
@@ -98,7 +104,7 @@ export async function serializable<T>(db: Db, fn: (tx: Tx) => Promise<T>): Promi
 
 /** Opens the store the options name, creating and migrating it as needed. */
 export async function openStore(o: StoreOptions, migrations: readonly Migration[]): Promise<Store> {
-  return o.databaseUrl ? openPostgres(o, migrations) : openSqlite(o.dataDir, migrations);
+  return o.databaseUrl ? openPostgres(o, migrations) : openSqlite(o.dataDir, migrations, o.migrate ?? true);
 }
 
 /**
@@ -108,17 +114,17 @@ export async function openStore(o: StoreOptions, migrations: readonly Migration[
  * often 0755), and so is the database, so neither another local user nor an upstream
  * server (which runs as a user of its own) can read it.
  */
-export async function openSqlite(dataDir: string, migrations: readonly Migration[]): Promise<Store> {
+export async function openSqlite(dataDir: string, migrations: readonly Migration[], migrate = true): Promise<Store> {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   fs.chmodSync(dataDir, 0o700);
   const file = path.join(dataDir, 'sandgate.db');
   if (!fs.existsSync(file)) fs.closeSync(fs.openSync(file, 'a', 0o600));
   fs.chmodSync(file, 0o600);
-  return openStoreFile(file, migrations);
+  return openStoreFile(file, migrations, migrate);
 }
 
-/** Opens the SQLite database `file` and migrates it. */
-export async function openStoreFile(file: string, migrations: readonly Migration[]): Promise<Store> {
+/** Opens the SQLite database `file` and migrates it (unless `migrate` is false). */
+export async function openStoreFile(file: string, migrations: readonly Migration[], migrate = true): Promise<Store> {
   let raw: Database.Database;
   try {
     raw = new Database(file);
@@ -131,7 +137,7 @@ export async function openStoreFile(file: string, migrations: readonly Migration
     raw.pragma('foreign_keys = ON');
     raw.pragma('busy_timeout = 5000');
     raw.pragma('synchronous = NORMAL');
-    version = migrateSqlite(raw, migrations);
+    version = migrate ? migrateSqlite(raw, migrations) : (raw.pragma('user_version', { simple: true }) as number);
   } catch (e) {
     raw.close();
     throw e;
@@ -222,11 +228,12 @@ const types = {
     NUMERIC_TYPES.includes(oid) && format !== 'binary' ? (v: string) => Number(v) : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
-/** The URL without its password, for messages and logs. */
+/** The URL without its password (in the user part or as a parameter), for messages and logs. */
 export function redactUrl(url: string): string {
   try {
     const u = new URL(url);
     if (u.password) u.password = '***';
+    for (const k of [...u.searchParams.keys()]) if (/pass|secret|key/i.test(k)) u.searchParams.set(k, '***');
     return u.toString();
   } catch {
     return 'an unparsable database URL';
@@ -236,8 +243,24 @@ export function redactUrl(url: string): string {
 async function openPostgres(o: StoreOptions, migrations: readonly Migration[]): Promise<Store> {
   const url = o.databaseUrl!;
   const location = redactUrl(url);
-  const ssl = o.databaseCaFile ? { ca: fs.readFileSync(o.databaseCaFile, 'utf8'), rejectUnauthorized: true } : undefined;
-  const pool = new pg.Pool({ connectionString: url, max: o.databasePoolSize ?? 10, ssl, types, application_name: 'sandgate', connectionTimeoutMillis: 10_000 });
+  // Parsed here rather than given to the pool as a string: the pool lets a URL's sslmode
+  // replace an explicit `ssl`, which would drop the CA file.
+  const parsed = parseIntoClientConfig(url);
+  const ssl = o.databaseCaFile
+    ? { ...(typeof parsed.ssl === 'object' ? parsed.ssl : {}), ca: fs.readFileSync(o.databaseCaFile, 'utf8'), rejectUnauthorized: true }
+    : parsed.ssl;
+  const pool = new pg.Pool({
+    ...parsed,
+    ssl,
+    max: o.databasePoolSize ?? 10,
+    types,
+    application_name: 'sandgate',
+    connectionTimeoutMillis: 10_000,
+    // A server that vanished (a partition, a failover) is noticed instead of waited on forever.
+    keepAlive: true,
+    query_timeout: 60_000,
+    idleTimeoutMillis: 30_000,
+  });
   // A pooled connection the server closes while idle (a restart, a failover) is dropped
   // by the pool and reopened at the next query; without a listener its error would end the process.
   pool.on('error', () => {});
@@ -246,7 +269,7 @@ async function openPostgres(o: StoreOptions, migrations: readonly Migration[]): 
   pool.on('connect', (client) => client.on('error', () => {}));
   let version: number;
   try {
-    version = await migratePostgres(pool, migrations, location);
+    version = o.migrate === false ? await versionOnPostgres(pool, location) : await migratePostgres(pool, migrations, location);
   } catch (e) {
     await pool.end().catch(() => {});
     throw e;
@@ -264,6 +287,17 @@ async function openPostgres(o: StoreOptions, migrations: readonly Migration[]): 
       if (!pool.ending) await pool.end();
     },
   };
+}
+
+/** The schema version a Postgres database is at (0 when sandgate never migrated it), changing nothing. */
+async function versionOnPostgres(pool: pg.Pool, location: string): Promise<number> {
+  try {
+    const r = await pool.query<{ version: number }>('SELECT version FROM sandgate_schema');
+    return r.rows[0]?.version ?? 0;
+  } catch (e) {
+    if ((e as { code?: string }).code === '42P01') return 0; // no such table: never migrated
+    throw new StoreError(`cannot reach the database at ${location}: ${(e as Error).message}. Check SANDGATE_DATABASE_URL and that the server is up.`);
+  }
 }
 
 /** Held while migrating, so gateways starting together take turns: 'sandgate' in ASCII. */
