@@ -3,10 +3,8 @@
  * case, renamed after their GitHub account (the login they leave stays theirs), and the
  * admin flag the settings give, on both databases.
  */
-import fs from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Store } from '../store/store.js';
-import { openTestStore } from '../../test/support/store.js';
+import { describe, expect, it } from 'vitest';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 import {
   bindGithubId,
   claimWorkspace,
@@ -25,14 +23,8 @@ import {
   workspaceInUse,
 } from './accounts.js';
 
-let store: Store & { dataDir: string };
-beforeEach(async () => {
-  store = await openTestStore();
-});
-afterEach(async () => {
-  await store.close();
-  fs.rmSync(store.dataDir, { recursive: true, force: true });
-});
+let store: TestStore;
+storePerTest((s) => (store = s));
 
 describe('users', () => {
   it('are made on first sight; the admin flag changes only when given', async () => {

@@ -1,9 +1,7 @@
-import fs from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { storeUsage } from '../limits/store-quota.js';
-import type { Store } from '../store/store.js';
 import { ensureUser } from '../accounts/accounts.js';
-import { openTestStore } from '../../test/support/store.js';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 import {
   addMessage,
   conversationBytes,
@@ -23,15 +21,8 @@ import {
   usageByUserAndModel,
 } from './conversations.js';
 
-let store: Store & { dataDir: string };
-
-beforeEach(async () => {
-  store = await openTestStore();
-});
-afterEach(async () => {
-  await store.close();
-  fs.rmSync(store.dataDir, { recursive: true, force: true });
-});
+let store: TestStore;
+storePerTest((s) => (store = s));
 
 const messagesIn = async (conversationId: string) =>
   Number((await store.db.selectFrom('messages').select((eb) => eb.fn.countAll<number>().as('n')).where('conversation_id', '=', conversationId).executeTakeFirstOrThrow()).n);

@@ -1,11 +1,11 @@
 import fs from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { openStore, type Store } from '../store/store.js';
+import { describe, expect, it } from 'vitest';
+import { openStore } from '../store/store.js';
 import { MIGRATIONS, versionOf } from '../migrations.js';
 import { auditCallersMigration } from './schema.js';
 import { ensureUser } from '../accounts/accounts.js';
 import { argsShape, auditErrorClass, listAudit, queryAudit, recordAudit, upstreamCallCounts } from './audit.js';
-import { openTestStore } from '../../test/support/store.js';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 import { testDatabaseUrl } from '../../test/support/postgres.js';
 
 const open = (keys: string[]) => ({ properties: Object.fromEntries(keys.map((k) => [k, {}])) });
@@ -60,14 +60,8 @@ describe('auditErrorClass', () => {
 });
 
 describe('audit log', () => {
-  let store: Store & { dataDir: string };
-  beforeEach(async () => {
-    store = await openTestStore();
-  });
-  afterEach(async () => {
-    await store.close();
-    fs.rmSync(store.dataDir, { recursive: true, force: true });
-  });
+  let store: TestStore;
+  storePerTest((s) => (store = s));
 
   it('records entries and lists them per user, newest first', async () => {
     const a = (await ensureUser(store.db, 'alice')).id;

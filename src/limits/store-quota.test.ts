@@ -8,12 +8,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { sql } from 'kysely';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { addMessage, createConversation, deleteApiConversations, deleteConversation, setMessageHtml, startTurn, updateConversation } from '../agent/conversations.js';
 import { dropPiiScope } from '../pii/scopes.js';
 import { MIGRATIONS } from '../migrations.js';
-import { openStore, type Db, type Store } from '../store/store.js';
-import { openTestStore } from '../../test/support/store.js';
+import { openStore, type Db } from '../store/store.js';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 import { testDatabaseUrl } from '../../test/support/postgres.js';
 import { deleteUser, ensureUser } from '../accounts/accounts.js';
 import { storeUsageMigration } from './schema.js';
@@ -46,14 +46,8 @@ const batch = async (db: Db, scopeId: number, sealed: Buffer, uses: string) =>
 const sealedValue = (db: Db, scopeId: number, n: number) =>
   db.insertInto('pii_values_v1').values({ scope_id: scopeId, type: 'EMAIL', n, mac: Buffer.alloc(32, n), sealed: Buffer.alloc(40 + n), last_used_at: 0 }).execute();
 
-let store: Store & { dataDir: string };
-beforeEach(async () => {
-  store = await openTestStore();
-});
-afterEach(async () => {
-  await store.close();
-  fs.rmSync(store.dataDir, { recursive: true, force: true });
-});
+let store: TestStore;
+storePerTest((s) => (store = s));
 
 describe('running totals of the store quota', () => {
   it('equal a full scan after messages, HTML, titles, turns, conversation, vault and user writes and deletes', async () => {
@@ -167,7 +161,7 @@ describe('running totals of the store quota', () => {
     await sealedValue(before.db, await scope(before.db, ana, 'token', '3'), 4);
     await before.close();
 
-    store = Object.assign(await openStore(where, MIGRATIONS), { dataDir: where.dataDir });
+    store = Object.assign(await openStore(where, MIGRATIONS), { dataDir: where.dataDir, options: where });
     await expectTotalsMatchScan(store.db, ana);
     const u = await storeUsage(store.db, config, ana);
     expect([u.web, u.api, u.personalData, u.tokenPersonalData].every((n) => n > 0)).toBe(true);

@@ -1,18 +1,10 @@
-import fs from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Store } from '../store/store.js';
+import { describe, expect, it } from 'vitest';
 import { uidBlockOf, upstreamIdentity, UPSTREAM_UID_BASE } from './identities.js';
-import { openTestStore } from '../../test/support/store.js';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 
 describe('upstream identities', () => {
-  let store: Store & { dataDir: string };
-  beforeEach(async () => {
-    store = await openTestStore();
-  });
-  afterEach(async () => {
-    await store.close();
-    fs.rmSync(store.dataDir, { recursive: true, force: true });
-  });
+  let store: TestStore;
+  storePerTest((s) => (store = s));
 
   it("gives each connection a uid of its own in the gateway's block, and the same one every time", async () => {
     const block = uidBlockOf('abc123');

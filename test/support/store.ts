@@ -6,6 +6,7 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { afterEach, beforeEach } from 'vitest';
 import { openStore, type Store, type StoreOptions } from '../../src/store/store.js';
 import { MIGRATIONS } from '../../src/migrations.js';
 import { testDatabaseUrl } from './postgres.js';
@@ -23,4 +24,17 @@ export async function openTestStore(dataDir = fs.mkdtempSync(path.join(os.tmpdir
 export async function testDatabaseEnv(): Promise<Record<string, string>> {
   const url = await testDatabaseUrl();
   return url ? { SANDGATE_DATABASE_URL: url } : {};
+}
+
+/** Opens a fresh store before each test of the file (or describe) and removes it after; `use` receives it. */
+export function storePerTest(use: (store: TestStore) => void): void {
+  let store: TestStore | undefined;
+  beforeEach(async () => {
+    store = await openTestStore();
+    use(store);
+  });
+  afterEach(async () => {
+    await store?.close();
+    if (store) fs.rmSync(store.dataDir, { recursive: true, force: true });
+  });
 }
