@@ -1,21 +1,14 @@
-import fs from 'node:fs';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { Store } from '../store/store.js';
-import { openTestStore } from '../../test/support/store.js';
+import { beforeEach, describe, expect, it } from 'vitest';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
 import { ensureUser } from '../accounts/accounts.js';
 import { consumeLoginLink, createLoginLink, LINK_TTL_MS, loginLinkUsable } from './login-links.js';
 
 describe('one-time sign-in links', () => {
-  let store: Store & { dataDir: string };
+  let store: TestStore;
   let alice: number;
-
+  storePerTest((s) => (store = s));
   beforeEach(async () => {
-    store = await openTestStore();
     alice = (await ensureUser(store.db, 'alice')).id;
-  });
-  afterEach(async () => {
-    await store.close();
-    fs.rmSync(store.dataDir, { recursive: true, force: true });
   });
 
   it('signs its user in once; a second use, a late one and a made-up one are refused with why', async () => {

@@ -4,7 +4,7 @@ import { sql } from 'kysely';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { StoreSessions } from './session-middleware.js';
 import type { Store } from '../store/store.js';
-import { openTestStore } from '../../test/support/store.js';
+import { openTestStore, storePerTest, type TestStore } from '../../test/support/store.js';
 import { ensureUser } from '../accounts/accounts.js';
 import { deleteUserSessions, loadSession, purgeExpiredSessions, saveSession, touchSession } from './sessions.js';
 
@@ -103,17 +103,12 @@ describe('sessions of sign-ins under way', () => {
 });
 
 describe('sessions in the store', () => {
-  let store: Store & { dataDir: string };
+  let store: TestStore;
   let alice: number;
   const later = () => Date.now() + 3_600_000;
-
+  storePerTest((s) => (store = s));
   beforeEach(async () => {
-    store = await openTestStore();
     alice = (await ensureUser(store.db, 'alice')).id;
-  });
-  afterEach(async () => {
-    await store.close();
-    fs.rmSync(store.dataDir, { recursive: true, force: true });
   });
 
   it('an expired session loads as none and is gone; touching moves the expiry; purging takes the expired only', async () => {
