@@ -7,6 +7,7 @@
  */
 import { sql, type Selectable, type SqlBool } from 'kysely';
 import type { Db, Tx } from '../store/store.js';
+import { prepared } from '../store/prepared.js';
 import type { UsersTable } from './schema.js';
 
 export interface User {
@@ -64,8 +65,11 @@ export async function findUser(db: Db, name: string): Promise<User | undefined> 
   return r && toUser(r);
 }
 
+/** Every execution reads its user (limits, permissions): compiled once. */
+const userById = prepared((db, p: { id: number }) => db.selectFrom('users').selectAll().where('id', '=', p.id));
+
 export async function getUser(db: Db, id: number): Promise<User | undefined> {
-  const r = await db.selectFrom('users').selectAll().where('id', '=', id).executeTakeFirst();
+  const [r] = await userById(db, { id });
   return r && toUser(r);
 }
 

@@ -14,6 +14,7 @@ import type { Selectable } from 'kysely';
 import type { Caller, ViaKind } from '../auth/caller.js';
 import { SANDBOX_ERROR_REASONS, TOKEN_FAILURES, UPSTREAM_ERROR_REASONS, WORKSPACE_ERROR_CODES } from '../reasons.js';
 import type { Db } from '../store/store.js';
+import { prepared } from '../store/prepared.js';
 import type { AuditKind, AuditLogTable, AuditOutcome } from './schema.js';
 
 export type { AuditKind, AuditOutcome } from './schema.js';
@@ -195,26 +196,43 @@ function auditTool(raw: string | null | undefined): string | null {
  * write fails; a caller that does not wait for it must catch that and log it.
  */
 export async function recordAudit(db: Db, e: AuditEntry): Promise<void> {
-  await db
-    .insertInto('audit_log')
-    .values({
-      ts: e.ts ?? Math.round(Date.now() - e.durationMs),
-      user_id: e.userId,
-      via: e.via ?? (e.tokenId ? 'token' : null),
-      token_id: e.tokenId ?? null,
-      token_name: e.tokenName ?? null,
-      conversation_id: e.conversationId ?? null,
-      kind: e.kind,
-      method: auditMethod(e.kind, e.method),
-      tool: auditTool(e.tool),
-      args_shape: e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
-      target_user_id: e.targetUserId ?? null,
-      duration_ms: Math.round(e.durationMs * 1000) / 1000,
-      outcome: e.outcome,
-      error_class: auditErrorClass(e.errorClass),
-    })
-    .execute();
+  await insertAudit(db, {
+    ts: e.ts ?? Math.round(Date.now() - e.durationMs),
+    user_id: e.userId,
+    via: e.via ?? (e.tokenId ? 'token' : null),
+    token_id: e.tokenId ?? null,
+    token_name: e.tokenName ?? null,
+    conversation_id: e.conversationId ?? null,
+    kind: e.kind,
+    method: auditMethod(e.kind, e.method),
+    tool: auditTool(e.tool),
+    args_shape: e.argsShape !== undefined ? JSON.stringify(e.argsShape) : e.args === undefined ? null : JSON.stringify(argsShape(e.args)),
+    target_user_id: e.targetUserId ?? null,
+    duration_ms: Math.round(e.durationMs * 1000) / 1000,
+    outcome: e.outcome,
+    error_class: auditErrorClass(e.errorClass),
+  });
 }
+
+/** One audit row, every column given: compiled once, as every request writes one. */
+const insertAudit = prepared((db, p: Omit<Selectable<AuditLogTable>, 'id'>) =>
+  db.insertInto('audit_log').values({
+    ts: p.ts,
+    user_id: p.user_id,
+    via: p.via,
+    token_id: p.token_id,
+    token_name: p.token_name,
+    conversation_id: p.conversation_id,
+    kind: p.kind,
+    method: p.method,
+    tool: p.tool,
+    args_shape: p.args_shape,
+    target_user_id: p.target_user_id,
+    duration_ms: p.duration_ms,
+    outcome: p.outcome,
+    error_class: p.error_class,
+  }),
+);
 
 type AuditRow = Selectable<AuditLogTable>;
 

@@ -32,6 +32,7 @@ import { formatToken, tokenRegex } from './token-format.js';
 import { dropPiiScope, type PiiScopeRef } from './scopes.js';
 import { VaultMemory, type RememberedValue, type ScopeMemory, type StoredBatch } from './vault-memory.js';
 import type { Db } from '../store/store.js';
+import { prepared } from '../store/prepared.js';
 
 export type { PiiScopeRef } from './scopes.js';
 
@@ -147,6 +148,11 @@ interface VaultContext {
   now: () => number;
 }
 
+/** A scope's id, read twice by every call that crosses the boundary (arguments in, result out): compiled once. */
+const scopeByRef = prepared((db, p: { userId: number; kind: PiiScopeRef['kind']; ref: string }) =>
+  db.selectFrom('pii_scopes').select('id').where('user_id', '=', p.userId).where('kind', '=', p.kind).where('ref', '=', p.ref),
+);
+
 /** The writes a call on a scope needs before its answer may leave: values it issued, uses it refreshed. */
 interface Writes {
   issued: RememberedValue[];
@@ -176,8 +182,7 @@ export class PiiVault {
 
   private async scopeId(ref: PiiScopeRef): Promise<number> {
     const { db } = this.ctx;
-    const find = () =>
-      db.selectFrom('pii_scopes').select('id').where('user_id', '=', ref.userId).where('kind', '=', ref.kind).where('ref', '=', ref.id).executeTakeFirst();
+    const find = async () => (await scopeByRef(db, { userId: ref.userId, kind: ref.kind, ref: ref.id }))[0];
     const found = await find();
     if (found) return found.id;
     // Another request (or gateway) may add it at the same moment: then this insert adds nothing and the row is theirs.

@@ -7,6 +7,7 @@
 import crypto from 'node:crypto';
 import type { Expression, ExpressionBuilder, SqlBool } from 'kysely';
 import { serializable, type Db } from '../store/store.js';
+import { prepared } from '../store/prepared.js';
 import type { Tables } from '../store/tables.js';
 import { getUser, type User } from '../accounts/accounts.js';
 import { generateToken, hashToken, isWellFormedToken } from './format.js';
@@ -344,6 +345,37 @@ function fmtDate(ms: number): string {
   return new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 }
 
+/** The token with this hash and its user, whole: every request's first query, compiled once. */
+const tokenByHash = prepared((db, p: { hash: Buffer }) =>
+  tokensWithUsers(db)
+    .select([
+      ...TOKEN_COLUMNS,
+      't.hash',
+      'u.is_admin as user_is_admin',
+      'u.permissions as user_permissions',
+      'u.workspace_id as user_workspace_id',
+      'u.created_at as user_created_at',
+      'u.default_model as user_default_model',
+      'u.github_teams as user_github_teams',
+      'u.disabled_at as user_disabled_at',
+      'u.last_sign_in_at as user_last_sign_in_at',
+      'u.sign_in_method as user_sign_in_method',
+      'u.github_id as user_github_id',
+      'u.suspended_at as user_suspended_at',
+      'u.suspended_reason as user_suspended_reason',
+    ])
+    .where('t.hash', '=', p.hash),
+);
+
+/** Bumps a token's last use, never back in time (a request checked earlier may write after a later one). */
+const touchToken = prepared((db, p: { id: number; now: number }) =>
+  db
+    .updateTable('api_tokens')
+    .set({ last_used_at: p.now })
+    .where('id', '=', p.id)
+    .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', p.now)])),
+);
+
 /**
  * Checks a presented token. Reads the row on every call, so revocation and expiry take
  * effect at once; records last use on success (to the second). The lookup is by hash (the table holds
@@ -361,25 +393,7 @@ export async function verifyToken(db: Db, presented: string | undefined, now = D
     };
   }
   const hash = hashToken(presented);
-  const row = await tokensWithUsers(db)
-    .select([
-      ...TOKEN_COLUMNS,
-      't.hash',
-      'u.is_admin as user_is_admin',
-      'u.permissions as user_permissions',
-      'u.workspace_id as user_workspace_id',
-      'u.created_at as user_created_at',
-      'u.default_model as user_default_model',
-      'u.github_teams as user_github_teams',
-      'u.disabled_at as user_disabled_at',
-      'u.last_sign_in_at as user_last_sign_in_at',
-      'u.sign_in_method as user_sign_in_method',
-      'u.github_id as user_github_id',
-      'u.suspended_at as user_suspended_at',
-      'u.suspended_reason as user_suspended_reason',
-    ])
-    .where('t.hash', '=', hash)
-    .executeTakeFirst();
+  const [row] = await tokenByHash(db, { hash });
   if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
     return { ok: false, reason: 'unknown', message: `The token is not known to this gateway (it may belong to another installation, or have been deleted). ${HOW_TO_GET_ONE}` };
   }
@@ -420,13 +434,7 @@ export async function verifyToken(db: Db, presented: string | undefined, now = D
   };
   // Last use is kept to the second: a burst of requests writes it once.
   if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {
-    // Never back in time: a request checked earlier may write after a later one.
-    await db
-      .updateTable('api_tokens')
-      .set({ last_used_at: now })
-      .where('id', '=', row.id)
-      .where((eb) => eb.or([eb('last_used_at', 'is', null), eb('last_used_at', '<', now)]))
-      .execute();
+    await touchToken(db, { id: row.id, now });
   }
   return { ok: true, principal: { user, tokenId: row.id, tokenName: row.name } };
 }
