@@ -26,7 +26,7 @@ const shippedPatterns = [
 export const LAYERS = [
   ['src/{errors,reasons,logger,dates,paths,bounded-json,text,config}.ts', 'src/host/**', 'src/secrets/**'],
   ['src/store/**'],
-  ['src/accounts/**', 'src/tokens/**', 'src/limits/**'],
+  ['src/accounts/**', 'src/tokens/**', 'src/limits/**', 'src/replicas/**'],
   ['src/auth/**', 'src/audit/**', 'src/pii/**'],
   ['src/sandboxes/**', 'src/skills/**'],
   ['src/upstream/**', 'src/mcp/**', 'src/agent/**'],

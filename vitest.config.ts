@@ -22,6 +22,7 @@ export const POSTGRES_SUITES = [
   'src/upstream/credentials.test.ts',
   'src/upstream/identities.test.ts',
   'src/users/**/*.test.ts',
+  'src/replicas/**/*.test.ts',
   'test/mcp-http.test.ts',
   'test/agent.test.ts',
   'test/web.test.ts',

@@ -14,6 +14,7 @@ import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
 import { anonymousSessionsMigration, webMigration } from './auth/schema.js';
 import { adminMigration } from './accounts/admin-schema.js';
 import { storeUsageMigration } from './limits/schema.js';
+import { replicasMigration } from './replicas/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -33,6 +34,7 @@ export const MIGRATIONS: readonly Migration[] = [
   renderedAnswersMigration,
   tokensActiveIndexMigration,
   storeUsageMigration,
+  replicasMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -27,8 +27,13 @@ async function shapeOf(store: Store): Promise<Shape> {
     // compatibility); sandgate never stores one, and Postgres never allows it.
     const keys =
       store.dialect === 'sqlite' ? new Set((await sql<{ name: string }>`SELECT name FROM pragma_table_info(${t.name}) WHERE pk > 0`.execute(store.db)).rows.map((r) => r.name)) : new Set<string>();
+    // A table WITHOUT ROWID has no rowid for its INTEGER PRIMARY KEY to stand for, so
+    // nothing numbers it; Kysely's introspection does not look for that clause.
+    const withoutRowid =
+      store.dialect === 'sqlite' &&
+      /WITHOUT\s+ROWID\s*$/i.test((await sql<{ sql: string }>`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ${t.name}`.execute(store.db)).rows[0]?.sql ?? '');
     out[t.name] = Object.fromEntries(
-      t.columns.map((c) => [c.name, { nullable: c.isNullable && !keys.has(c.name), defaulted: c.hasDefaultValue || c.isAutoIncrementing }]),
+      t.columns.map((c) => [c.name, { nullable: c.isNullable && !keys.has(c.name), defaulted: c.hasDefaultValue || (c.isAutoIncrementing && !withoutRowid) }]),
     );
   }
   return out;

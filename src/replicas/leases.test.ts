@@ -1,0 +1,142 @@
+import { describe, expect, it } from 'vitest';
+import { LeaseLost, Replica } from './leases.js';
+import { ensureUser } from '../accounts/accounts.js';
+import { storePerTest, type TestStore } from '../../test/support/store.js';
+
+const LEASE_MS = 9_000; // its thirds and fifths are whole milliseconds, as a clock gives them
+
+describe('sandbox leases across replicas', () => {
+  let store: TestStore;
+  storePerTest((s) => (store = s));
+
+  /** Replicas sharing one store and one clock the test moves (wall and monotonic alike, as on hosts whose clocks agree). */
+  function cluster() {
+    let t = 1_700_000_000_000;
+    const clock = { now: () => t, monotonic: () => t, advance: (ms: number) => (t += ms) };
+    const replicas: Replica[] = [];
+    const replica = async (id: string) => {
+      const r = new Replica(store.db, { id, internalUrl: `http://${id}.internal:8081`, sandboxHost: 'host-1', leaseMs: LEASE_MS, now: clock.now, monotonic: clock.monotonic });
+      await r.start();
+      replicas.push(r);
+      return r;
+    };
+    return { clock, replica, replicas };
+  }
+
+  it('gives a sandbox to one replica at a time and tells the others who holds it', async () => {
+    const { replica } = cluster();
+    const a = await replica('a');
+    const b = await replica('b');
+    const u = await ensureUser(store.db, 'ann');
+    expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 1 });
+    const refused = await b.acquire(u.id);
+    expect(refused).toMatchObject({ ok: false, holder: { id: 'a', internalUrl: 'http://a.internal:8081', sandboxHost: 'host-1', draining: false } });
+    expect(a.holds(u.id)).toBe(true);
+    expect(b.holds(u.id)).toBe(false);
+    expect((await b.holderOf(u.id))?.id).toBe('a');
+    // Asking again for its own lease keeps it, at the same epoch.
+    expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 1 });
+  });
+
+  it('lets a silent holder stop acting before anyone may take its lease, then hands it on with a new epoch', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const b = await replica('b');
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    // a stops beating (paused, or cut off from the store); b keeps beating.
+    clock.advance(LEASE_MS - LEASE_MS / 5);
+    await b.beat();
+    // a gives up first (its clock margin)...
+    expect(a.holds(u.id)).toBe(false);
+    expect(() => a.epochOf(u.id)).toThrow(LeaseLost);
+    // ...while for everyone else it still holds the lease.
+    expect((await b.acquire(u.id)).ok).toBe(false);
+    clock.advance(LEASE_MS / 5 + 1);
+    await b.beat();
+    expect(await b.holderOf(u.id)).toBeUndefined();
+    expect(await b.acquire(u.id)).toEqual({ ok: true, epoch: 2 });
+    // a comes back: its next beat finds the lease in b's hands, and a does not act on it.
+    await a.beat();
+    expect(a.holds(u.id)).toBe(false);
+    expect(a.heldUsers()).toEqual([]);
+    expect(b.epochOf(u.id)).toBe(2);
+    // Nor can it take it back while b is alive.
+    expect(await a.acquire(u.id)).toMatchObject({ ok: false, holder: { id: 'b' } });
+  });
+
+  it('keeps leases while the holder beats, however long', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const b = await replica('b');
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    for (let i = 0; i < 10; i++) {
+      clock.advance(LEASE_MS / 3);
+      await a.beat();
+      await b.beat();
+    }
+    expect(a.holds(u.id)).toBe(true);
+    expect((await b.acquire(u.id)).ok).toBe(false);
+  });
+
+  it('hands a released lease on at once, and a stopped replica’s leases too', async () => {
+    const { replica } = cluster();
+    const a = await replica('a');
+    const b = await replica('b');
+    const [ann, bob] = [await ensureUser(store.db, 'ann'), await ensureUser(store.db, 'bob')];
+    await a.acquire(ann.id);
+    await a.acquire(bob.id);
+    await a.release(ann.id);
+    expect(a.holds(ann.id)).toBe(false);
+    expect(await b.acquire(ann.id)).toEqual({ ok: true, epoch: 2 });
+    await a.drain();
+    expect((await b.live()).find((r) => r.id === 'a')?.draining).toBe(true);
+    await expect(a.acquire(await ensureUser(store.db, 'cy').then((u) => u.id))).rejects.toThrow(LeaseLost);
+    await a.stop();
+    expect(await b.acquire(bob.id)).toEqual({ ok: true, epoch: 2 });
+    expect((await b.live()).map((r) => r.id)).toEqual(['b']);
+  });
+
+  it('never gives one lease to two replicas asking at once', async () => {
+    const { replica } = cluster();
+    const rs = await Promise.all(['a', 'b', 'c', 'd', 'e', 'f'].map(replica));
+    const u = await ensureUser(store.db, 'ann');
+    const results = await Promise.all(rs.map((r) => r.acquire(u.id)));
+    const winners = rs.filter((_, i) => results[i]!.ok);
+    expect(winners).toHaveLength(1);
+    for (const r of results) if (!r.ok) expect(r.holder.id).toBe(winners[0]!.id);
+    expect(rs.filter((r) => r.holds(u.id))).toEqual(winners);
+  });
+
+  it('gives up every lease when another replica took it for dead and removed it', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    clock.advance(11 * LEASE_MS);
+    const b = await replica('b');
+    await b.acquire(u.id);
+    await b.stop(); // removes replicas silent for ten lease times: a
+    expect((await store.db.selectFrom('gateway_replicas').select('id').execute()).map((r) => r.id)).toEqual([]);
+    await a.beat();
+    expect(a.holds(u.id)).toBe(false);
+    // It is registered again, and may take leases anew.
+    expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 3 });
+  });
+
+  it('lets leases run out when the heartbeat cannot reach the store', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    await store.db.schema.dropTable('sandbox_leases').execute(); // every heartbeat now fails
+    clock.advance(LEASE_MS / 3);
+    await a.beat();
+    expect(a.holds(u.id)).toBe(true);
+    clock.advance(LEASE_MS / 2);
+    await a.beat();
+    expect(a.holds(u.id)).toBe(false);
+    await expect(a.acquire(u.id)).rejects.toThrow(/cannot reach the store/);
+  });
+});

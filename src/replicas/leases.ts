@@ -1,0 +1,252 @@
+/**
+ * One owner per sandbox across gateway replicas: each replica registers itself and
+ * writes a heartbeat; a user's sandbox is held under a lease in the store that lasts as
+ * long as its holder's heartbeat.
+ *
+ * - Taking a lease is one serializable transaction: free, held by a replica whose
+ *   heartbeat is older than `leaseMs`, or already ours. A change of holder adds one to
+ *   the lease's epoch.
+ * - Holding one is local: a replica acts on a user's sandbox only while `holds(user)`,
+ *   which is true while its last successful heartbeat began less than
+ *   `leaseMs - clockMarginMs` ago by its own monotonic clock, and the lease has not been
+ *   seen in another's hands. Every heartbeat also reads the replica's leases back, so one
+ *   taken while it was paused is dropped at the next beat.
+ * - Others see a lease free once `heartbeat_at + leaseMs` has passed by their wall clock.
+ *   A holder stops acting `clockMarginMs` before that by its own: hosts' clocks must
+ *   agree within that margin (NTP keeps them within milliseconds).
+ *
+ * So a replica that is paused (SIGSTOP, a long GC, a VM migration) or cut off from the
+ * store stops acting on its sandboxes before any other replica may take them, and one
+ * that comes back finds out at its next check. Epochs let a lease's later holder tell
+ * its own acts from a stale one's (`epochOf`).
+ */
+import crypto from 'node:crypto';
+import os from 'node:os';
+import { serializable, type Db } from '../store/store.js';
+import type { Logger } from '../logger.js';
+
+export interface ReplicaOptions {
+  /** New at every start unless given (tests name theirs). */
+  id?: string;
+  /** Where other replicas reach this one's internal endpoint. */
+  internalUrl: string | null;
+  /** The sandbox host (a dockerd) this replica's sandboxes run on. */
+  sandboxHost: string;
+  /** How long a replica that stopped beating keeps its leases. */
+  leaseMs: number;
+  /** How much earlier than others a holder considers its own leases gone. Default: a fifth of leaseMs. */
+  clockMarginMs?: number;
+  /** Wall clock, written to and compared with the store (epoch ms). */
+  now?: () => number;
+  /** Monotonic clock for the holder's own deadline (ms). */
+  monotonic?: () => number;
+}
+
+export interface ReplicaInfo {
+  id: string;
+  internalUrl: string | null;
+  sandboxHost: string;
+  startedAt: number;
+  heartbeatAt: number;
+  draining: boolean;
+}
+
+export type LeaseResult = { ok: true; epoch: number } | { ok: false; holder: ReplicaInfo };
+
+/** A lease could not be used: this replica no longer holds it, or cannot say that it does. */
+export class LeaseLost extends Error {
+  override name = 'LeaseLost';
+}
+
+/** A fresh replica id: the host's name (for people reading the admin page) and random bytes. */
+export function newReplicaId(): string {
+  const host = os.hostname().replace(/[^A-Za-z0-9-]/g, '').slice(0, 24) || 'gateway';
+  return `${host}-${crypto.randomBytes(6).toString('hex')}`;
+}
+
+const toInfo = (r: { id: string; internal_url: string | null; sandbox_host: string; started_at: number; heartbeat_at: number; draining_at: number | null }): ReplicaInfo => ({
+  id: r.id,
+  internalUrl: r.internal_url,
+  sandboxHost: r.sandbox_host,
+  startedAt: r.started_at,
+  heartbeatAt: r.heartbeat_at,
+  draining: r.draining_at !== null,
+});
+
+export class Replica {
+  readonly id: string;
+  readonly leaseMs: number;
+  private readonly marginMs: number;
+  private readonly now: () => number;
+  private readonly monotonic: () => number;
+  /** Monotonic time at which the last successful heartbeat began; -Infinity before the first. */
+  private beatStartedAt = -Infinity;
+  /** The epoch of each lease this replica holds, by user id. */
+  private readonly held = new Map<number, number>();
+  private timer?: NodeJS.Timeout;
+  private beating?: Promise<void>;
+  private draining = false;
+
+  constructor(
+    private readonly db: Db,
+    private readonly opts: ReplicaOptions,
+    private readonly log?: Logger,
+  ) {
+    if (!(opts.leaseMs > 0)) throw new Error('Replica: leaseMs must be positive');
+    this.id = opts.id ?? newReplicaId();
+    this.leaseMs = opts.leaseMs;
+    this.marginMs = opts.clockMarginMs ?? opts.leaseMs / 5;
+    if (!(this.marginMs >= 0 && this.marginMs < this.leaseMs)) throw new Error('Replica: clockMarginMs must be less than leaseMs');
+    this.now = opts.now ?? Date.now;
+    this.monotonic = opts.monotonic ?? (() => performance.now());
+  }
+
+  /** Registers this replica and beats every third of the lease time until `stop`. */
+  async start(): Promise<void> {
+    const now = this.now();
+    const started = this.monotonic();
+    await this.db
+      .insertInto('gateway_replicas')
+      .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
+      .execute();
+    this.beatStartedAt = started;
+    this.timer = setInterval(() => void this.beat(), this.leaseMs / 3);
+    this.timer.unref();
+  }
+
+  /**
+   * One heartbeat: renews every lease of this replica at once, then reads them back and
+   * forgets those another replica took. A failed beat changes nothing here: the leases
+   * run out by themselves (`holds`).
+   */
+  beat(): Promise<void> {
+    this.beating ??= this.beatOnce().finally(() => (this.beating = undefined));
+    return this.beating;
+  }
+
+  private async beatOnce(): Promise<void> {
+    const started = this.monotonic();
+    try {
+      const r = await this.db.updateTable('gateway_replicas').set({ heartbeat_at: this.now() }).where('id', '=', this.id).executeTakeFirst();
+      if (Number(r.numUpdatedRows) === 0) {
+        // Another replica removed this one as dead: every lease it had may be taken.
+        this.log?.warn({ replica: this.id }, 'this replica was taken for dead: its sandboxes are given up');
+        this.held.clear();
+        this.beatStartedAt = -Infinity;
+        await this.db
+          .insertInto('gateway_replicas')
+          .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null })
+          .execute();
+        this.beatStartedAt = started;
+        return;
+      }
+      const rows = await this.db.selectFrom('sandbox_leases').select(['user_id', 'epoch']).where('replica_id', '=', this.id).execute();
+      const current = new Map(rows.map((r) => [r.user_id, r.epoch]));
+      for (const [userId, epoch] of this.held) if (current.get(userId) !== epoch) this.held.delete(userId);
+      this.beatStartedAt = started;
+    } catch (e) {
+      this.log?.warn({ err: (e as Error).message, replica: this.id }, 'heartbeat failed: leases run out unless the next one succeeds');
+    }
+  }
+
+  /** Whether this replica may act on `userId`'s sandbox now. */
+  holds(userId: number): boolean {
+    return this.held.has(userId) && this.fresh();
+  }
+
+  /** The epoch of the lease on `userId`'s sandbox; throws LeaseLost unless this replica `holds` it. */
+  epochOf(userId: number): number {
+    const epoch = this.held.get(userId);
+    if (epoch === undefined || !this.fresh()) throw new LeaseLost(`this gateway no longer holds the sandbox of user ${userId}`);
+    return epoch;
+  }
+
+  /** The users whose sandbox leases this replica holds. */
+  heldUsers(): number[] {
+    return this.fresh() ? [...this.held.keys()] : [];
+  }
+
+  private fresh(): boolean {
+    return this.monotonic() - this.beatStartedAt < this.leaseMs - this.marginMs;
+  }
+
+  /**
+   * Takes the lease on `userId`'s sandbox: when no live replica holds it (free, its
+   * holder's heartbeat too old, or this replica already). Otherwise says who holds it.
+   * A draining replica, or one whose own heartbeat is stale, takes none.
+   */
+  async acquire(userId: number): Promise<LeaseResult> {
+    if (this.draining) throw new LeaseLost('this gateway is stopping: it takes no new sandbox');
+    if (!this.fresh()) throw new LeaseLost('this gateway cannot reach the store: it takes no sandbox until it can');
+    const result = await serializable(this.db, async (tx): Promise<LeaseResult> => {
+      const now = this.now();
+      const row = await tx
+        .selectFrom('sandbox_leases as l')
+        .leftJoin('gateway_replicas as r', 'r.id', 'l.replica_id')
+        .select(['l.replica_id', 'l.epoch', 'r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at'])
+        .where('l.user_id', '=', userId)
+        .executeTakeFirst();
+      if (row?.replica_id === this.id) return { ok: true, epoch: row.epoch };
+      if (row?.id != null && row.heartbeat_at !== null && row.heartbeat_at + this.leaseMs > now) {
+        return { ok: false, holder: toInfo({ ...row, id: row.id, sandbox_host: row.sandbox_host!, started_at: row.started_at!, heartbeat_at: row.heartbeat_at }) };
+      }
+      const epoch = (row?.epoch ?? 0) + 1;
+      await tx
+        .insertInto('sandbox_leases')
+        .values({ user_id: userId, replica_id: this.id, epoch, acquired_at: now })
+        .onConflict((oc) => oc.column('user_id').doUpdateSet({ replica_id: this.id, epoch, acquired_at: now }))
+        .execute();
+      return { ok: true, epoch };
+    });
+    if (result.ok) this.held.set(userId, result.epoch);
+    return result;
+  }
+
+  /** Gives up the lease on `userId`'s sandbox (the sandbox was stopped, or handed over): the next replica to ask takes it at once. */
+  async release(userId: number): Promise<void> {
+    const epoch = this.held.get(userId);
+    this.held.delete(userId);
+    if (epoch === undefined) return;
+    await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('user_id', '=', userId).where('replica_id', '=', this.id).where('epoch', '=', epoch).execute();
+  }
+
+  /** The live replica holding `userId`'s sandbox, if one does. */
+  async holderOf(userId: number): Promise<ReplicaInfo | undefined> {
+    const row = await this.db
+      .selectFrom('sandbox_leases as l')
+      .innerJoin('gateway_replicas as r', 'r.id', 'l.replica_id')
+      .select(['r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at'])
+      .where('l.user_id', '=', userId)
+      .where('r.heartbeat_at', '>', this.now() - this.leaseMs)
+      .executeTakeFirst();
+    return row && toInfo(row);
+  }
+
+  /** Every replica whose heartbeat is fresh, this one included. */
+  async live(): Promise<ReplicaInfo[]> {
+    const rows = await this.db.selectFrom('gateway_replicas').selectAll().where('heartbeat_at', '>', this.now() - this.leaseMs).orderBy('started_at').execute();
+    return rows.map(toInfo);
+  }
+
+  /** Marks this replica as stopping: it takes no new sandbox, and the others see it. */
+  async drain(): Promise<void> {
+    this.draining = true;
+    await this.db.updateTable('gateway_replicas').set({ draining_at: this.now() }).where('id', '=', this.id).execute();
+  }
+
+  /**
+   * Stops beating and leaves: releases every lease still held and removes this
+   * replica's row, so the others take its users' sandboxes at once instead of after
+   * `leaseMs`. Rows of replicas dead for ten lease times are removed on the way.
+   */
+  async stop(): Promise<void> {
+    clearInterval(this.timer);
+    this.timer = undefined;
+    await this.beating;
+    this.draining = true;
+    this.held.clear();
+    await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
+    await this.db.deleteFrom('gateway_replicas').where('id', '=', this.id).execute();
+    await this.db.deleteFrom('gateway_replicas').where('heartbeat_at', '<', this.now() - 10 * this.leaseMs).execute();
+  }
+}

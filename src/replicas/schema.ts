@@ -1,0 +1,84 @@
+/**
+ * The gateway tier's shared state: which gateway processes (replicas) are alive, and
+ * which one holds each user's sandbox.
+ *
+ * `gateway_replicas` has a row per running replica: where other replicas reach it (its
+ * internal URL), which sandbox host it runs its sandboxes on, and its heartbeat. A
+ * replica whose heartbeat is older than the lease time is dead to every other one.
+ *
+ * `sandbox_leases` has a row per user whose sandbox a replica holds or once held. A
+ * lease lasts as long as its holder's heartbeat does (one write a beat renews all of a
+ * replica's leases); a released one keeps its row with no holder. `epoch` grows by one
+ * each time the lease changes hands and never goes back: the fencing token that tells
+ * a holder it lost the lease (src/replicas/leases.ts).
+ */
+import type { Migration } from '../store/migrations.js';
+
+declare module '../store/tables.js' {
+  interface Tables {
+    gateway_replicas: GatewayReplicasTable;
+    sandbox_leases: SandboxLeasesTable;
+  }
+}
+
+export interface GatewayReplicasTable {
+  /** Chosen by the replica at start, new at every start. */
+  id: string;
+  /** Where other replicas reach this one's internal endpoint; null when it takes no hops. */
+  internal_url: string | null;
+  /** The sandbox host (a dockerd) this replica runs sandboxes on. */
+  sandbox_host: string;
+  started_at: number;
+  /** Epoch ms of the last heartbeat the replica wrote. */
+  heartbeat_at: number;
+  /** Set when the replica began to stop: it takes no new sandbox. */
+  draining_at: number | null;
+}
+
+export interface SandboxLeasesTable {
+  user_id: number;
+  /** Null once released: the row stays, so the epoch never goes back. */
+  replica_id: string | null;
+  /** Grows by one at every change of holder: a holder acts only while its epoch is the row's. */
+  epoch: number;
+  acquired_at: number;
+}
+
+export const replicasMigration: Migration = {
+  description: 'gateway replicas and the leases on users’ sandboxes',
+  sqlite: `
+      CREATE TABLE gateway_replicas (
+        id TEXT PRIMARY KEY,
+        internal_url TEXT,
+        sandbox_host TEXT NOT NULL,
+        started_at INTEGER NOT NULL,
+        heartbeat_at INTEGER NOT NULL,
+        draining_at INTEGER
+      );
+      CREATE TABLE sandbox_leases (
+        -- WITHOUT ROWID: a user's id, never one SQLite numbers (INTEGER PRIMARY KEY would be the rowid).
+        user_id INTEGER NOT NULL PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        replica_id TEXT,
+        epoch INTEGER NOT NULL,
+        acquired_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+      CREATE INDEX sandbox_leases_replica ON sandbox_leases(replica_id);
+    `,
+  postgres: `
+      CREATE TABLE gateway_replicas (
+        id TEXT PRIMARY KEY,
+        internal_url TEXT,
+        sandbox_host TEXT NOT NULL,
+        started_at BIGINT NOT NULL,
+        heartbeat_at BIGINT NOT NULL,
+        draining_at BIGINT
+      );
+      CREATE TABLE sandbox_leases (
+        user_id BIGINT PRIMARY KEY REFERENCES users(id) ON DELETE CASCADE,
+        replica_id TEXT,
+        epoch BIGINT NOT NULL,
+        acquired_at BIGINT NOT NULL
+      );
+      CREATE INDEX sandbox_leases_replica ON sandbox_leases(replica_id);
+    `,
+};
