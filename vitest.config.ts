@@ -23,12 +23,14 @@ export const POSTGRES_SUITES = [
   'src/upstream/identities.test.ts',
   'src/users/**/*.test.ts',
   'src/replicas/**/*.test.ts',
+  'src/web/live/hub.test.ts',
   'test/mcp-http.test.ts',
   'test/agent.test.ts',
   'test/web.test.ts',
   'test/openai-api.test.ts',
   'test/api-store.test.ts',
   'test/db-copy.test.ts',
+  'test/replicas.test.ts',
 ];
 
 // Not in the root config: a project that extends it would run the setup a second time.

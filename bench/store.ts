@@ -1,8 +1,9 @@
 /**
  * What the store costs on the request path, on each database: the token check every MCP
  * request makes (verifyToken: one SELECT, plus the last-used UPDATE at most once a
- * second per token) and the audit row it writes (recordAudit: one INSERT), one at a time
- * and with 20 callers at once. SQLite is the file in a temporary data directory; Postgres
+ * second per token), the audit row it writes (recordAudit: one INSERT) and the take from
+ * the user's rate limit when the buckets are in the store (StoreRateLimiter: one upsert,
+ * what every request pays on Postgres), one at a time and with 20 callers at once. SQLite is the file in a temporary data directory; Postgres
  * is a throw-away cluster of Debian's postgresql on loopback, with its default durability
  * (fsync and synchronous commit on), through the gateway's own pool.
  *
@@ -18,6 +19,8 @@ import { MIGRATIONS } from '../src/migrations.js';
 import { ensureUser } from '../src/accounts/accounts.js';
 import { createToken, verifyToken } from '../src/tokens/tokens.js';
 import { recordAudit } from '../src/audit/audit.js';
+import { StoreRateLimiter } from '../src/limits/store-rate-limit.js';
+import { userBudgetKey } from '../src/limits/rate-limit.js';
 import { startPostgresCluster, type PgCluster } from '../test/support/postgres.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 5000);
@@ -55,15 +58,24 @@ async function measure(name: string, store: Store): Promise<void> {
   };
   const audit = (i: number) =>
     recordAudit(store.db, { userId: users[i % users.length]!.id, via: 'token', tokenId: 1, tokenName: 'bench', kind: 'mcp', method: 'tools/call', tool: 'execute_code', args: { code: 'x' }, durationMs: 1.5, outcome: 'ok' });
+  // A budget no run spends: every take is a spend, the path a request that passes pays.
+  const limiter = new StoreRateLimiter(store.db, { perMinute: 1_000_000, burst: 1_000_000 }, 'bench');
+  const take = async (i: number) => {
+    const d = await limiter.take(userBudgetKey(users[i % users.length]!.id));
+    if (!d.ok) throw new Error('the bench budget ran out');
+  };
   // Warm-up: statements prepared, pool connections open, the JIT settled.
   await time('warm-up (not counted)', Math.min(CALLS, 2000), CONCURRENCY, async (i) => {
     await check(i);
     await audit(i);
+    await take(i);
   });
   await time('token check, one at a time', CALLS, 1, check);
   await time('audit write, one at a time', CALLS, 1, audit);
+  await time('rate-limit take, one at a time', CALLS, 1, take);
   await time(`token check, ${CONCURRENCY} at once`, CALLS, CONCURRENCY, check);
   await time(`audit write, ${CONCURRENCY} at once`, CALLS, CONCURRENCY, audit);
+  await time(`rate-limit take, ${CONCURRENCY} at once`, CALLS, CONCURRENCY, take);
 }
 
 const work = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-store-'));

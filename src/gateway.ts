@@ -7,6 +7,7 @@
  * driver's to say (`health`).
  */
 import type http from 'node:http';
+import os from 'node:os';
 import type express from 'express';
 import { Agent } from './agent/agent.js';
 import { sweepApiConversations } from './agent/api-history.js';
@@ -19,7 +20,7 @@ import { mcpRouter } from './http/mcp-endpoint.js';
 import { openAiApi } from './http/openai-api.js';
 import { webApp, type WebApp } from './web/index.js';
 import type { Caller } from './auth/caller.js';
-import { RateLimiter } from './limits/rate-limit.js';
+import { rateLimiterFor } from './limits/store-rate-limit.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
 import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
@@ -28,6 +29,7 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager } from './sandboxes/index.js';
+import { Replica } from './replicas/leases.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
 import { SkillsDir } from './skills/skills.js';
@@ -56,6 +58,8 @@ export interface Gateway {
   config: Config;
   store: Store;
   manager: SandboxManager;
+  /** This gateway among the replicas on its store: heartbeats and the leases on users' sandboxes. */
+  replica: Replica;
   driver: SandboxDriver;
   upstream: Upstream;
   vault?: PiiVault;
@@ -105,7 +109,10 @@ export const PREFLIGHT_RETRY_MS = 10_000;
 export async function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Promise<Gateway> {
   const store = await openStore(config, MIGRATIONS);
   try {
-    return compose(config, logger, parts, store);
+    const gateway = compose(config, logger, parts, store);
+    // Registered before anything may take a sandbox (an adoption at start, the first run).
+    await gateway.replica.start();
+    return gateway;
   } catch (e) {
     // A part that cannot be built (a damaged key, a bad upstream file): the pool of a Postgres store would keep the process alive.
     await store.close().catch(() => {});
@@ -116,7 +123,9 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
 function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): Gateway {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
-  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools });
+  // This gateway among the replicas on its store. On SQLite it is the only one (one process uses the file).
+  const replica = new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs, alone: store.dialect === 'sqlite' }, logger.child({ module: 'replicas' }));
+  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
   const pii = piiLayer(config, store.db);
@@ -160,9 +169,9 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     return (await quick)[name] ?? { ok: false, detail: 'not reported by the driver' };
   };
 
-  // One budget per user, whichever token or page a request comes through.
-  const rateLimiter = new RateLimiter({ perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst });
-  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight });
+  // One budget per user, whichever token or page a request comes through (or gateway, on a shared Postgres).
+  const rateLimiter = rateLimiterFor(store.db, { perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst }, 'requests');
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight, pgPool: store.pgPool });
   const app = createApp({
     config,
     store,
@@ -201,6 +210,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     config,
     store,
     manager,
+    replica,
     driver,
     upstream,
     vault,
@@ -242,6 +252,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       if (expireApi) clearInterval(expireApi);
       await running?.catch(() => undefined);
       await manager.shutdown(opts);
+      // After the sandboxes were let go: the next replica asked for one takes it at once.
+      await replica.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not leave the replica table'));
       await upstream.close();
       await Promise.all(sweeping);
       await store.close();

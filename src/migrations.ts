@@ -13,8 +13,9 @@ import type { Migration } from './store/migrations.js';
 import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
 import { anonymousSessionsMigration, webMigration } from './auth/schema.js';
 import { adminMigration } from './accounts/admin-schema.js';
-import { storeUsageMigration } from './limits/schema.js';
+import { rateBucketsMigration, storeUsageMigration } from './limits/schema.js';
 import { replicasMigration } from './replicas/schema.js';
+import { liveAttachmentsMigration } from './web/live/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -35,6 +36,8 @@ export const MIGRATIONS: readonly Migration[] = [
   tokensActiveIndexMigration,
   storeUsageMigration,
   replicasMigration,
+  rateBucketsMigration,
+  liveAttachmentsMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -29,7 +29,7 @@ export const WORKSPACE_ERROR_CODES = [
 export type WorkspaceErrorCode = (typeof WORKSPACE_ERROR_CODES)[number];
 
 /** Why a sandbox could not run code (src/sandboxes/errors.ts). */
-export const SANDBOX_ERROR_REASONS = ['image_missing', 'runtime_missing', 'docker_unreachable', 'start_failed', 'runner_died', 'busy', 'invalid_request', 'account_disabled'] as const;
+export const SANDBOX_ERROR_REASONS = ['image_missing', 'runtime_missing', 'docker_unreachable', 'start_failed', 'runner_died', 'busy', 'invalid_request', 'account_disabled', 'held_elsewhere'] as const;
 export type SandboxErrorReason = (typeof SANDBOX_ERROR_REASONS)[number];
 
 /** Why an upstream MCP call failed (src/upstream/errors.ts). */

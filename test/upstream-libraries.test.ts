@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import type { Store } from '../src/store/store.js';
-import { RateLimiter } from '../src/limits/rate-limit.js';
+import { MemoryRateLimiter } from '../src/limits/rate-limit.js';
 import { createBridgeHandler, type UpstreamAuditEntry } from '../src/upstream/bridge.js';
 import { createToolCatalog } from '../src/upstream/catalog.js';
 import { createCredentialStore, loadOrCreateCredentialsKey } from '../src/upstream/credentials.js';
@@ -216,7 +216,7 @@ print(json.dumps({"names": names, "obs": obs, "weather": sorted(weather), "sum":
 
   it('limits upstream calls per user, and audits a run of refusals as one row', async () => {
     const rows: UpstreamAuditEntry[] = [];
-    const limited = createBridgeHandler(hub, (e) => void rows.push(e), { rateLimiter: new RateLimiter({ perMinute: 60, burst: 2 }) });
+    const limited = createBridgeHandler(hub, (e) => void rows.push(e), { rateLimiter: new MemoryRateLimiter({ perMinute: 60, burst: 2 }) });
     const call = (owner: SandboxOwner) => limited(owner, 'tools/call', { server: 'memory', tool: 'read_graph', arguments: {} });
     await call(alice);
     await call(alice);

@@ -15,7 +15,7 @@ import express, { type ErrorRequestHandler, type Request, type RequestHandler, t
 import { createMcpHandler, type AuthInfo, type McpServerFactory } from '@modelcontextprotocol/server';
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { Caller } from '../auth/caller.js';
-import { budgetSpentMessage, OncePer, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
+import { budgetSpentMessage, MemoryRateLimiter, OncePer, userBudgetKey, type RateLimiter } from '../limits/rate-limit.js';
 import { describeRequest } from '../mcp/audited-transport.js';
 import type { McpDeps } from '../mcp/context.js';
 import { auditFor, serverForCaller } from '../mcp/serve.js';
@@ -85,7 +85,7 @@ function exchangeOf(authInfo: AuthInfo | undefined): Exchange {
 
 export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const deps: McpDeps = { ...input, skills: input.skills ?? new SkillsDir(), boundary: input.boundary ?? IDENTITY_BOUNDARY };
-  const limiter = input.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
+  const limiter = input.rateLimiter ?? new MemoryRateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
   const log = deps.logger.child({ module: 'mcp' });
   const schemaOf = (tool: string) => toolInputSchema(deps.config, tool);
 
@@ -102,7 +102,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     // Every message of a batch is charged, notifications and responses too.
     const messages = Array.isArray(req.body) ? req.body.length : 1;
     // One budget per user: a second token (or the web pages) takes from the same one.
-    const decision = limiter.take(userBudgetKey(caller.user.id), Math.max(1, messages));
+    const decision = await limiter.take(userBudgetKey(caller.user.id), Math.max(1, messages));
     if (decision.ok) return next();
     const { at, t0 } = arrivalOf(res);
     if (refusalAudit.due(caller.user.id, at)) {

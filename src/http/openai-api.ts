@@ -25,7 +25,7 @@ import { recordAudit, callerColumns } from '../audit/audit.js';
 import type { Config } from '../config.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
-import { budgetSpentMessage, RateLimiter, userBudgetKey } from '../limits/rate-limit.js';
+import { budgetSpentMessage, MemoryRateLimiter, userBudgetKey, type RateLimiter } from '../limits/rate-limit.js';
 import { reserveStoreRoom, StoreQuotaExceeded } from '../limits/store-quota.js';
 import type { Db } from '../store/store.js';
 import { bearerAuth, callerOf, type Refusal } from '../auth/bearer.js';
@@ -151,14 +151,14 @@ export interface OpenAiApi {
 export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
   const { agent } = deps;
   const log = deps.logger.child({ module: 'openai-api' });
-  const limiter = deps.rateLimiter ?? new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
+  const limiter = deps.rateLimiter ?? new MemoryRateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst });
   const digests = new HistoryDigests(deps.config.dataDir);
   const checks = [...hostAndOriginValidation(deps.config), bearerAuth(deps, { refuse, auditKind: 'agent', what: 'API' })];
 
   // Before the body is parsed: a refused request costs no 8 MB parse.
-  const rateLimit: RequestHandler = function rateLimitPerUser(req, res, next) {
+  const rateLimit: RequestHandler = async function rateLimitPerUser(req, res, next) {
     const caller = callerOf(req);
-    const d = limiter.take(userBudgetKey(caller.user.id));
+    const d = await limiter.take(userBudgetKey(caller.user.id));
     if (d.ok) return next();
     res.set('Retry-After', String(d.retryAfterSec));
     sendError(res, 429, budgetSpentMessage(limiter, caller.user.name, d), 'rate_limit_error', 'rate_limit_exceeded');

@@ -23,6 +23,7 @@ import type { Migration } from '../store/migrations.js';
 declare module '../store/tables.js' {
   interface Tables {
     store_usage: StoreUsageTable;
+    rate_buckets: RateBucketsTable;
   }
 }
 
@@ -207,5 +208,47 @@ ${INITIAL_TOTALS}
         `DELETE FROM pii_batches WHERE scope_id = OLD.id;
         DELETE FROM pii_values_v1 WHERE scope_id = OLD.id;`,
       )}
+    `,
+};
+
+/**
+ * The token buckets of the rate limits, when gateways share the store (store-rate-limit.ts):
+ * a row per limiter and key that took since its bucket was last full. A missing row is a
+ * full bucket, so rows idle long enough to be full again are deleted, a bounded few at a
+ * time, which keeps the table to about the users active in the last refill period.
+ * `refilled_at` has no index on purpose: every take changes it, and an index on it would
+ * turn each take into an index write as well (on Postgres, no update in place); the
+ * sweep's scan of so small a table costs less.
+ */
+export interface RateBucketsTable {
+  /** Which limiter: two never share a bucket, even for one key. */
+  limiter: string;
+  /** Whose bucket, as the limiter names it (`user:7`). */
+  bucket: string;
+  /** Tokens left at `refilled_at` (a fraction between refills). */
+  tokens: number;
+  /** Epoch ms the tokens were counted at; never moves back. */
+  refilled_at: number;
+}
+
+export const rateBucketsMigration: Migration = {
+  description: 'rate limits: token buckets in the store, shared by the gateways on it',
+  sqlite: `
+      CREATE TABLE rate_buckets (
+        limiter TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        tokens REAL NOT NULL,
+        refilled_at INTEGER NOT NULL,
+        PRIMARY KEY (limiter, bucket)
+      ) WITHOUT ROWID;
+    `,
+  postgres: `
+      CREATE TABLE rate_buckets (
+        limiter TEXT NOT NULL,
+        bucket TEXT NOT NULL,
+        tokens DOUBLE PRECISION NOT NULL,
+        refilled_at BIGINT NOT NULL,
+        PRIMARY KEY (limiter, bucket)
+      );
     `,
 };

@@ -34,6 +34,12 @@ export interface ReplicaOptions {
   sandboxHost: string;
   /** How long a replica that stopped beating keeps its leases. */
   leaseMs: number;
+  /**
+   * The only gateway on its store (SQLite, which one process uses): replicas registered
+   * by earlier runs are gone, so their leases are freed at start instead of after
+   * `leaseMs` (a gateway restarted after a crash adopts its sandboxes at once).
+   */
+  alone?: boolean;
   /** How much earlier than others a holder considers its own leases gone. Default: a fifth of leaseMs. */
   clockMarginMs?: number;
   /** Wall clock, written to and compared with the store (epoch ms). */
@@ -83,6 +89,8 @@ export class Replica {
   private beatStartedAt = -Infinity;
   /** The epoch of each lease this replica holds, by user id. */
   private readonly held = new Map<number, number>();
+  /** Releases under way, by user id: a take of the same lease waits for them. */
+  private readonly releasing = new Map<number, Promise<void>>();
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
   private draining = false;
@@ -105,6 +113,10 @@ export class Replica {
   async start(): Promise<void> {
     const now = this.now();
     const started = this.monotonic();
+    if (this.opts.alone) {
+      await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', 'is not', null).execute();
+      await this.db.deleteFrom('gateway_replicas').execute();
+    }
     await this.db
       .insertInto('gateway_replicas')
       .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
@@ -178,6 +190,8 @@ export class Replica {
   async acquire(userId: number): Promise<LeaseResult> {
     if (this.draining) throw new LeaseLost('this gateway is stopping: it takes no new sandbox');
     if (!this.fresh()) throw new LeaseLost('this gateway cannot reach the store: it takes no sandbox until it can');
+    // A release begun earlier lands first, so it cannot undo this take.
+    await this.releasing.get(userId);
     const result = await serializable(this.db, async (tx): Promise<LeaseResult> => {
       const now = this.now();
       const row = await tx
@@ -203,11 +217,23 @@ export class Replica {
   }
 
   /** Gives up the lease on `userId`'s sandbox (the sandbox was stopped, or handed over): the next replica to ask takes it at once. */
-  async release(userId: number): Promise<void> {
+  release(userId: number): Promise<void> {
     const epoch = this.held.get(userId);
     this.held.delete(userId);
-    if (epoch === undefined) return;
-    await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('user_id', '=', userId).where('replica_id', '=', this.id).where('epoch', '=', epoch).execute();
+    if (epoch === undefined) return this.releasing.get(userId) ?? Promise.resolve();
+    const done = this.db
+      .updateTable('sandbox_leases')
+      .set({ replica_id: null })
+      .where('user_id', '=', userId)
+      .where('replica_id', '=', this.id)
+      .where('epoch', '=', epoch)
+      .execute()
+      .then(() => undefined)
+      .finally(() => {
+        if (this.releasing.get(userId) === done) this.releasing.delete(userId);
+      });
+    this.releasing.set(userId, done);
+    return done;
   }
 
   /** The live replica holding `userId`'s sandbox, if one does. */

@@ -3,6 +3,11 @@
  * adopted when the store maps them to a user whose workspace they mount and their runner
  * answers; every other one is removed (with its workspace, if it was a pooled sandbox no
  * user took). No orphans either way.
+ *
+ * With other gateway replicas on the same sandbox host, a container is adopted only
+ * under its user's lease (src/replicas/leases.ts), and what a live replica holds is left
+ * alone: its users' sandboxes (by the owner label, which is there before the store
+ * records the container) and its warm pool (by the replica label).
  */
 import type { Logger } from '../logger.js';
 import { sandboxOwnerId } from './records.js';
@@ -10,33 +15,61 @@ import type { Db } from '../store/store.js';
 import { getUser, workspaceInUse, type User } from '../accounts/accounts.js';
 import type { SandboxDriver, SandboxHandle, SandboxInfo } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
+import type { Replica } from '../replicas/leases.js';
 
 export const LABEL_WORKSPACE = 'org.sandgate.workspace';
 export const LABEL_ROLE = 'org.sandgate.role';
+/** The replica whose warm pool a pooled container is in. */
+export const LABEL_REPLICA = 'org.sandgate.replica';
 
 export interface Leftovers {
   driver: SandboxDriver;
   db: Db;
   volumes: WorkspaceVolumes;
   log: Logger;
+  replica?: Replica;
 }
 
-/** Calls `adopt` for each container kept (its user, its reconnected handle); removes the rest. */
+/** Calls `adopt` for each container kept (its user, its reconnected handle); removes the rest, but what live replicas hold. */
 export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void): Promise<void> {
-  const { driver, db, log } = deps;
+  const { driver, db, log, replica } = deps;
+  const others = replica ? new Set((await replica.live()).map((r) => r.id).filter((id) => id !== replica.id)) : new Set<string>();
   for (const c of await driver.list()) {
+    const pooledByOther = c.labels[LABEL_ROLE] === 'pool' && others.has(c.labels[LABEL_REPLICA] ?? '');
+    const holder = replica && c.ownerId !== undefined ? await replica.holderOf(c.ownerId) : undefined;
+    if (pooledByOther || (holder && holder.id !== replica!.id)) continue;
     const userId = await sandboxOwnerId(db, c.id);
     const user = userId === undefined ? undefined : await getUser(db, userId);
-    const mine = user && c.running && user.workspaceId === c.labels[LABEL_WORKSPACE];
-    const handle = mine ? await driver.attach(c.id) : undefined;
+    const candidate = user && c.running && user.workspaceId === c.labels[LABEL_WORKSPACE];
+    // Taken by another replica since it was looked at: theirs.
+    const lease = candidate && replica ? await replica.acquire(user.id) : undefined;
+    if (lease && !lease.ok) continue;
+    const handle = candidate ? await driver.attach(c.id) : undefined;
     if (user && handle) {
       adopt(user, handle, c);
       log.info({ user: user.name, container: c.id.slice(0, 12) }, 'adopted sandbox');
       continue;
     }
+    if (lease?.ok) await replica!.release(user!.id);
     await removeLeftover(deps, c);
     log.info({ container: c.id.slice(0, 12) }, 'removed a sandbox left by an earlier run');
   }
+}
+
+/**
+ * The running container a gateway that held `user`'s sandbox left on this host (it
+ * stopped, or died and its lease ran out), reattached; undefined when there is none.
+ * Called under the user's lease, before starting them a new one.
+ */
+export async function findLeftFor(deps: Pick<Leftovers, 'driver' | 'db'>, user: User): Promise<{ handle: SandboxHandle; info: SandboxInfo } | undefined> {
+  if (!user.workspaceId) return undefined;
+  for (const c of await deps.driver.list()) {
+    if (!c.running || c.labels[LABEL_ROLE] !== 'user' || c.labels[LABEL_WORKSPACE] !== user.workspaceId) continue;
+    if ((await sandboxOwnerId(deps.db, c.id)) !== user.id) continue;
+    const handle = await deps.driver.attach(c.id);
+    if (handle) return { handle, info: c };
+  }
+  return undefined;
 }
 
 /** Removes a container no one holds, and its workspace if it was a pooled sandbox's that no user took. */

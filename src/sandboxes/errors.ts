@@ -18,6 +18,8 @@ const SANDBOX_STATUS: Record<SandboxErrorReason, number> = {
   invalid_request: 400,
   // The account is disabled (or suspended by the GitHub membership check): the user's to know, not the operator's to fix.
   account_disabled: 403,
+  // Another gateway replica holds the user's sandbox: a retry (or the owner) serves it.
+  held_elsewhere: 503,
 };
 
 export class SandboxError extends GatewayError {

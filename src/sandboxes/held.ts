@@ -11,6 +11,7 @@ import type { Db } from '../store/store.js';
 import type { UserSandbox } from './live.js';
 import type { BridgeHandler, SandboxDriver, SandboxOwner } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
+import type { Replica } from '../replicas/leases.js';
 
 export interface SandboxManagerDeps {
   config: Config;
@@ -24,6 +25,12 @@ export interface SandboxManagerDeps {
   toolsMountsDir: string;
   /** Fills a sandbox's /tools directory for its owner (undefined owner: a pooled sandbox). */
   prepareTools: (dir: string, owner: SandboxOwner | undefined) => Promise<void>;
+  /**
+   * This gateway among its replicas: a user's sandbox is held only under its lease in the
+   * store (src/replicas/leases.ts), so two gateways never both hold one. Absent, this
+   * gateway is alone with its sandboxes (tests of the manager by itself).
+   */
+  replica?: Replica;
 }
 
 /** The manager's deps with its logger already scoped to sandboxes. */

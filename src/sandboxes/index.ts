@@ -14,6 +14,7 @@ import { SandboxManager } from './manager.js';
 import type { SandboxDriver, SandboxOwner } from './types.js';
 import { WorkspaceVolumes } from './volumes.js';
 import { gatewayIdFor } from './gateway-id.js';
+import type { Replica } from '../replicas/leases.js';
 
 export { gatewayIdFor };
 
@@ -31,6 +32,8 @@ export interface SandboxStackOptions {
   driver?: SandboxDriver;
   prepareTools?: (dir: string, owner: SandboxOwner | undefined) => Promise<void>;
   skillsDir?: string;
+  /** This gateway among its replicas: sandboxes are held under leases (SandboxManagerDeps.replica). */
+  replica?: Replica;
 }
 
 /** The driver for these settings; the CLI uses it alone to find the gateway's containers. */
@@ -71,5 +74,6 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
     skillsDir: opts.skillsDir ?? SKILLS_DIR,
     toolsMountsDir: path.join(config.dataDir, 'sandbox-tools'),
     prepareTools: opts.prepareTools ?? ((dir) => copyStaticTools(dir)),
+    replica: opts.replica,
   });
 }

@@ -11,9 +11,9 @@
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { recordSandboxStarted } from './records.js';
-import { claimWorkspace, getUser } from '../accounts/accounts.js';
+import { claimWorkspace, getUser, type User } from '../accounts/accounts.js';
 import { admittedAccount } from './admission.js';
-import { adoptOrRemove, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
+import { adoptOrRemove, findLeftFor, LABEL_REPLICA, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
 import { ceilingFrom, ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { forgetCgroup } from './cgroup.js';
@@ -25,7 +25,7 @@ import type { Permissions } from './permissions.js';
 import { denoRunFlags } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
-import type { BridgeHandler, SandboxOwner } from './types.js';
+import type { BridgeHandler, SandboxHandle, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { WarmPool } from './warm-pool.js';
 
@@ -71,29 +71,31 @@ export class Lifecycle implements SandboxLifecycle {
   }
 
   async init(opts: { reapIntervalMs?: number } = {}): Promise<void> {
-    const { driver, db, volumes, log, config } = this.deps;
-    await adoptOrRemove({ driver, db, volumes, log }, (user, handle, c) => {
-      const owner = { userId: user.id, name: user.name };
-      const ceiling = ceilingFrom(user, config);
-      this.keep({
-        owner,
-        handle,
-        workspaceId: user.workspaceId!,
-        toolsDir: path.join(this.deps.toolsMountsDir, user.workspaceId!),
-        startedAt: c.createdAt,
-        lastActivity: Date.now(),
-        workspaceWritable: workspaceWritable(ceiling),
-        ceilingKey: ceilingKey(ceiling),
-        hostWrote: true,
-        queue: new RunQueue(),
-        running: 0,
-      });
-    });
+    const { driver, db, volumes, log, config, replica } = this.deps;
+    await adoptOrRemove({ driver, db, volumes, log, replica }, (user, handle, c) => void this.adopted(user, handle, c.createdAt));
     this.reaper = setInterval(() => void this.reap().catch((e) => log.error({ err: e }, 'reaper failed')), opts.reapIntervalMs ?? reapIntervalMs(config));
     this.reaper.unref();
     this.deps.executions.start();
     this.unwatch = driver.watch?.({ down: () => this.deps.idle.daemonDown(this.lives()), up: () => void this.daemonUp() });
     this.pool.fill();
+  }
+
+  /** Makes a container found running for `user` (left by an earlier gateway) their sandbox. */
+  private adopted(user: User, handle: SandboxHandle, startedAt: number): UserSandbox {
+    const ceiling = ceilingFrom(user, this.deps.config);
+    return this.keep({
+      owner: { userId: user.id, name: user.name },
+      handle,
+      workspaceId: user.workspaceId!,
+      toolsDir: path.join(this.deps.toolsMountsDir, user.workspaceId!),
+      startedAt,
+      lastActivity: Date.now(),
+      workspaceWritable: workspaceWritable(ceiling),
+      ceilingKey: ceilingKey(ceiling),
+      hostWrote: true,
+      queue: new RunQueue(),
+      running: 0,
+    });
   }
 
   setBridgeHandler(handler: BridgeHandler): void {
@@ -110,7 +112,8 @@ export class Lifecycle implements SandboxLifecycle {
     const key = ceilingKey(ceiling);
     // From here to the start (or the stop below), nothing is awaited: two runs arriving
     // together see the same sandbox, or the same start.
-    const have = held.users.get(owner.userId);
+    let have = held.users.get(owner.userId);
+    if (have && !this.stillLeased(have)) have = undefined;
     if (have && !have.handle.exited && have.ceilingKey === key) return have;
     if (have && !have.handle.exited) {
       // The admin changed this user's ceiling: mounts must follow, so replace it when idle.
@@ -206,8 +209,66 @@ export class Lifecycle implements SandboxLifecycle {
     this.pool.fill();
   }
 
+  /**
+   * Whether this gateway still holds `sb`'s lease. One it lost (it could not reach the
+   * store for a lease time, and another replica may have taken the sandbox since) is
+   * let go at once without touching the container: the stream to its runner is closed
+   * (a run waiting on it ends as interrupted) and nothing more is sent to it.
+   */
+  private stillLeased(sb: UserSandbox): boolean {
+    const { replica, held, idle, log } = this.deps;
+    if (!replica || replica.holds(sb.owner.userId)) return true;
+    held.users.delete(sb.owner.userId);
+    idle.stopTimers(sb);
+    sb.handle.detach();
+    log.warn({ user: sb.owner.name, replica: replica.id }, 'this gateway lost the lease on a sandbox: it is let go, untouched');
+    return false;
+  }
+
+  /**
+   * Takes the lease on the owner's sandbox before anything is started or adopted for
+   * them; refused (held_elsewhere) while another live replica holds it.
+   */
+  private async takeLease(owner: SandboxOwner): Promise<void> {
+    const { replica } = this.deps;
+    if (!replica) return;
+    const lease = await replica.acquire(owner.userId).catch((e: unknown) => {
+      throw new SandboxError('this gateway cannot take sandboxes now (it is stopping, or cannot reach its database): try again', 'held_elsewhere', (e as Error).message);
+    });
+    if (!lease.ok) {
+      throw new SandboxError(
+        `${owner.name}'s sandbox is held by another gateway of this installation (${lease.holder.id}); try again through it, or once it stops`,
+        'held_elsewhere',
+      );
+    }
+  }
+
   private async startFor(owner: SandboxOwner, ceiling: Permissions): Promise<UserSandbox> {
+    await this.takeLease(owner);
+    try {
+      return await this.startLeased(owner, ceiling);
+    } catch (e) {
+      // Nothing of theirs is held here: the next replica asked may take it at once.
+      if (!this.deps.held.users.has(owner.userId)) await this.deps.replica?.release(owner.userId).catch(() => {});
+      throw e;
+    }
+  }
+
+  /** startFor under the owner's lease: a container an earlier holder left running on this host is adopted, else one is started. */
+  private async startLeased(owner: SandboxOwner, ceiling: Permissions): Promise<UserSandbox> {
     const { db, config, log } = this.deps;
+    if (this.deps.replica) {
+      const user = await getUser(db, owner.userId);
+      const left = user && (await findLeftFor(this.deps, user));
+      if (left) {
+        log.info({ user: owner.name, container: left.handle.id.slice(0, 12) }, 'adopted sandbox an earlier holder left');
+        const sb = this.adopted(user, left.handle, left.info.createdAt);
+        if (sb.ceilingKey === ceilingKey(ceiling)) return sb;
+        // The ceiling changed meanwhile: mounts must follow.
+        await this.deps.stops.stopSandbox(owner.userId, 'permission ceiling changed');
+        await this.takeLease(owner);
+      }
+    }
     const existing = await this.workspaceIdFor(owner, false);
     const poolable = !existing && ceilingKey(ceiling) === ceilingKey(defaultCeiling(config)) && workspaceWritable(ceiling);
     let live = poolable ? this.pool.take() : undefined;
@@ -276,7 +337,7 @@ export class Lifecycle implements SandboxLifecycle {
       ...mounts,
       denoCeiling: denoRunFlags(ceiling),
       denoHostOnFirstUse: this.deps.config.denoHost === 'first-use',
-      labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool' },
+      labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool', ...(this.deps.replica && { [LABEL_REPLICA]: this.deps.replica.id }) },
     });
     const now = Date.now();
     return { handle, workspaceId, toolsDir, startedAt: now, lastActivity: now, workspaceWritable: mounts.workspaceWritable, hostWrote: true };
@@ -292,9 +353,14 @@ export class Lifecycle implements SandboxLifecycle {
       void recordUse(this.deps, sb, true);
       held.users.delete(sb.owner.userId);
       log.info({ user: sb.owner.name, reason }, 'sandbox ended');
-      // A dead container is removed now; its workspace stays.
+      // A dead container is removed now; its workspace stays. Its lease goes with it: the
+      // next run, here or on another replica, starts a fresh one under a new lease.
       idle.stopTimers(sb);
-      void this.deps.driver.stop(sb.handle.id).catch(() => {});
+      void this.deps.driver
+        .stop(sb.handle.id)
+        .catch(() => {})
+        .then(() => (held.users.has(sb.owner.userId) || held.starting.has(sb.owner.userId) ? undefined : this.deps.replica?.release(sb.owner.userId)))
+        .catch((e: unknown) => log.warn({ err: e, user: sb.owner.name }, 'could not release the lease of a sandbox that ended'));
     });
     idle.rest(sb);
     return sb;

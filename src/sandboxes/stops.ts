@@ -59,7 +59,7 @@ export interface SandboxStops {
 }
 
 export class Stops implements SandboxStops {
-  constructor(private readonly deps: Pick<PartDeps, 'db' | 'driver' | 'volumes' | 'log'> & { held: Held; idle: Idle }) {}
+  constructor(private readonly deps: Pick<PartDeps, 'db' | 'driver' | 'volumes' | 'log' | 'replica'> & { held: Held; idle: Idle }) {}
 
   async stopUser(userId: number, opts: StopOptions = {}): Promise<boolean> {
     const { stopping, users } = this.deps.held;
@@ -102,6 +102,9 @@ export class Stops implements SandboxStops {
     forgetCgroup(sb.handle.id);
     await used;
     await forgetSandboxContainer(db, userId);
+    // Only now: until the container is gone, no other replica may start one for the user.
+    // Not when a run started them a new one meanwhile (its start holds the lease again).
+    if (!held.users.has(userId) && !held.starting.has(userId)) await this.deps.replica?.release(userId);
   }
 
   private async stopUserNow(sb: UserSandbox, opts: StopOptions): Promise<boolean> {

@@ -65,6 +65,13 @@ export interface Store {
    * consistent snapshot). Absent on Postgres, whose own pg_dump does that.
    */
   backup?(file: string): Promise<void>;
+  /**
+   * Postgres: the store's connection pool, for a part that speaks to Postgres itself
+   * rather than through `db` (the live channel's LISTEN/NOTIFY between gateways). It is
+   * the store's: a user never ends it, and releases every client it takes before
+   * close(), which waits for them. Absent on SQLite.
+   */
+  pgPool?: pg.Pool;
 }
 
 const dialects = new WeakMap<object, Dialect>();
@@ -286,6 +293,7 @@ async function openPostgres(o: StoreOptions, migrations: readonly Migration[]): 
       await db.destroy();
       if (!pool.ending) await pool.end();
     },
+    pgPool: pool,
   };
 }
 

@@ -15,7 +15,7 @@ import type { Tool } from '@modelcontextprotocol/sdk/types.js';
 import { argsShape } from '../audit/audit.js';
 import type { Logger } from '../logger.js';
 import type { BridgeHandler, SandboxOwner } from '../sandboxes/types.js';
-import type { RateLimiter } from '../limits/rate-limit.js';
+import { userBudgetKey, type RateLimiter } from '../limits/rate-limit.js';
 import { UpstreamError } from './errors.js';
 import type { UpstreamHub } from './hub.js';
 import type { UpstreamServerConfig } from './config.js';
@@ -94,7 +94,7 @@ export function createBridgeHandler(hub: UpstreamHub, audit: UpstreamAudit, opts
     switch (method) {
       case 'tools/call': {
         const p = parse(callParams, params, method, '{server, tool, arguments}');
-        const allowed = opts.rateLimiter?.take(`user:${owner.userId}`) ?? { ok: true };
+        const allowed = (await opts.rateLimiter?.take(userBudgetKey(owner.userId))) ?? { ok: true };
         if (!allowed.ok) {
           // A refused call costs the caller nothing: one audit row a second at most.
           const now = Date.now();

@@ -21,7 +21,7 @@ import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
 import { createCredentialStore, loadOrCreateCredentialsKey } from './credentials.js';
 import { UpstreamHub } from './hub.js';
 import { createToolsDirs } from './tools-dir.js';
-import { RateLimiter } from '../limits/rate-limit.js';
+import { rateLimiterFor } from '../limits/store-rate-limit.js';
 import { UpstreamConfigError } from './config.js';
 import { uidBlockOf, upstreamIdentity } from './identities.js';
 import { unreachableAncestor } from './isolation.js';
@@ -97,7 +97,7 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
     prepareTools: dirs.prepareTools,
     bridgeHandler: createBridgeHandler(hub, deps.audit, {
       ...(logger ? { logger } : {}),
-      ...(deps.config.rateLimitPerMin ? { rateLimiter: new RateLimiter({ perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst ?? 60 }) } : {}),
+      ...(deps.config.rateLimitPerMin ? { rateLimiter: rateLimiterFor(deps.db, { perMinute: deps.config.rateLimitPerMin, burst: deps.config.rateLimitBurst ?? 60 }, 'upstream') } : {}),
     }),
     async close() {
       dirs.close();

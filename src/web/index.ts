@@ -8,6 +8,7 @@
  */
 import type http from 'node:http';
 import express, { type RequestHandler } from 'express';
+import type pg from 'pg';
 import type { Agent } from '../agent/agent.js';
 import type { ProviderKeys } from '../agent/provider-keys.js';
 import type { Config } from '../config.js';
@@ -44,6 +45,8 @@ export interface WebAppDeps {
   rateLimiter: RateLimiter;
   /** The sandbox preflight's last verdict, for the admin page. */
   preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string }> };
+  /** The store's Postgres pool (Store.pgPool), absent on SQLite: live updates then cross gateways (LiveHub). */
+  pgPool?: pg.Pool;
 }
 
 export interface WebApp {
@@ -89,7 +92,7 @@ export function webApp(deps: WebAppDeps): WebApp {
   const signedOut = { notify: (_userId: number, _everywhere: boolean, _sid: string) => {} };
   const auth = webSessions({ config: deps.config, db: deps.db, logger: deps.logger, onSignOut: (userId, everywhere, req) => signedOut.notify(userId, everywhere, req.sessionID) });
   const signIn = signInPage({ config: deps.config, db: deps.db, logger: deps.logger, sessions: auth, authenticators: authenticatorsFor({ config: deps.config, db: deps.db, logger: deps.logger, membership: auth.membership }) });
-  const hub = new LiveHub({ config: deps.config, db: deps.db, logger: deps.logger, boundary: deps.boundary, auth });
+  const hub = new LiveHub({ config: deps.config, db: deps.db, logger: deps.logger, boundary: deps.boundary, auth, pgPool: deps.pgPool });
   const live = hub;
   signedOut.notify = (userId, everywhere, sid) => hub.signedOut(userId, everywhere, sid);
   deps.sandboxes.onFilesChanged((owner) => hub.filesChanged(owner.userId));

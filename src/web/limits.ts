@@ -14,9 +14,10 @@ import { userOf } from '../auth/session-middleware.js';
 
 /** Takes one request from the user's budget, or answers 429 with Retry-After. */
 export function webRateLimit(limiter: RateLimiter): RequestHandler {
-  return function rateLimitPerUser(req, res, next) {
+  return async function rateLimitPerUser(req, res, next) {
     const user = userOf(req);
-    const decision = limiter.take(userBudgetKey(user.id));
+    // A failure to ask (the store away) rejects: Express hands it to the error handler.
+    const decision = await limiter.take(userBudgetKey(user.id));
     if (decision.ok) return next();
     res.set('Retry-After', String(decision.retryAfterSec));
     next(new GatewayError(budgetSpentMessage(limiter, user.name, decision), { reason: 'rate_limited', status: 429 }));

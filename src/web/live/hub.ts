@@ -12,10 +12,25 @@
  * only listen, so the hub asks the membership check itself, every MEMBERSHIP_SWEEP_MS,
  * for every user it has a connection of (and takes the admin room from a user who is no
  * longer an admin).
+ *
+ * On Postgres the gateways of a tier share one database, and a browser is connected to
+ * one of them while the event for it may happen on another (its sandbox, its turn). The
+ * Server then has socket.io's Postgres adapter: every emit to a room, and every
+ * disconnect of a room, reaches the connections of that room on every gateway (NOTIFY
+ * on one channel, LISTEN on one connection of the store's pool; a message over 8,000
+ * bytes goes through the live_attachments table, src/web/live/schema.ts). What the hub
+ * counts itself (roomSize, the membership sweep) stays this gateway's own connections.
+ * Order across gateways is not the order of emits: each goes out as its own query, on
+ * whichever pooled connection is free, and a large one as two (its row, then the NOTIFY),
+ * so a small swap sent just after a large one can arrive first. A page that reloads shows
+ * the turn as stored.
+ * On SQLite there is one process, and the default in-memory adapter.
  */
 import crypto from 'node:crypto';
 import type http from 'node:http';
 import type { Request, RequestHandler } from 'express';
+import { createAdapter } from '@socket.io/postgres-adapter';
+import type pg from 'pg';
 import { Server } from 'socket.io';
 import { validateHostHeader } from '@modelcontextprotocol/server';
 import { getConversation } from '../../agent/conversations.js';
@@ -30,6 +45,7 @@ import { isImage, titleFor, toolKey, transcript } from '../chat/transcript.js';
 import { allowedHostnames } from '../../http/host-origin.js';
 import type { WebSessions } from '../../auth/session-middleware.js';
 import { escapeHtml, renderPartial } from '../render.js';
+import { LIVE_ATTACHMENTS_TABLE } from './schema.js';
 
 export interface Swap {
   target: string;
@@ -51,7 +67,17 @@ export class LiveHub {
   private sweeping = false;
   private unsubscribe?: () => void;
 
-  constructor(private readonly deps: { config: Config; db: Db; logger: Logger; boundary: ModelBoundary; auth: WebSessions }) {
+  constructor(
+    private readonly deps: {
+      config: Config;
+      db: Db;
+      logger: Logger;
+      boundary: ModelBoundary;
+      auth: WebSessions;
+      /** The store's Postgres pool (Store.pgPool): the live channel then reaches the browsers of every gateway on the database. */
+      pgPool?: pg.Pool;
+    },
+  ) {
     this.log = deps.logger.child({ module: 'live' });
   }
 
@@ -64,6 +90,7 @@ export class LiveHub {
       path: '/socket.io',
       serveClient: false,
       maxHttpBufferSize: 16 * 1024,
+      ...(this.deps.pgPool && this.clusterReady(this.deps.pgPool) && { adapter: this.clusterAdapter(this.deps.pgPool) }),
       allowRequest: (req, cb) => {
         if (!validateHostHeader(req.headers.host, hosts).ok) return cb('host not allowed', false);
         const origin = req.headers.origin;
@@ -150,6 +177,33 @@ export class LiveHub {
     const every = Math.min(MEMBERSHIP_SWEEP_MS, Math.max(1000, (config.authRecheckSec * 1000) / 2));
     this.sweep = setInterval(() => void this.sweepMembership().catch((e: unknown) => this.log.warn({ err: e }, 'could not check the connected users’ membership')), every);
     this.sweep.unref();
+  }
+
+  /**
+   * Whether the pool has room for the adapter: it holds one connection for good (its
+   * LISTEN), and a pool of one would leave no connection for anything else. Else the
+   * live channel stays this gateway's (as before there were several), said once at start.
+   */
+  private clusterReady(pool: pg.Pool): boolean {
+    const max = pool.options.max ?? 10;
+    if (max >= 2) return true;
+    this.log.warn({ poolSize: max }, 'live updates reach only the pages connected to this gateway: set SANDGATE_DATABASE_POOL_SIZE to 2 or more for them to cross gateways');
+    return false;
+  }
+
+  /**
+   * socket.io's Postgres adapter on the store's pool. An update it cannot pass on is lost
+   * for the browsers of the other gateways (a reload shows it): logged, never thrown.
+   * Its timers and its LISTEN connection end with the Server (close()).
+   */
+  private clusterAdapter(pool: pg.Pool): ReturnType<typeof createAdapter> {
+    return createAdapter(pool, {
+      tableName: LIVE_ATTACHMENTS_TABLE,
+      errorHandler: (err) => {
+        // Once closed, what fails is the goodbye to the other gateways as the pool ends.
+        if (this.io) this.log.warn({ err }, 'a live update could not be passed to the other gateways');
+      },
+    });
   }
 
   /** Every connected user put to the membership check: none of theirs stays connected when it says no, nor in the admin room when they are no admin. */
