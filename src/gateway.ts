@@ -58,8 +58,8 @@ export interface Gateway {
   config: Config;
   store: Store;
   manager: SandboxManager;
-  /** This gateway among the replicas on its store: heartbeats and the leases on users' sandboxes. */
-  replica: Replica;
+  /** This gateway among the replicas on its Postgres store: heartbeats and the leases on users' sandboxes. Absent on SQLite. */
+  replica?: Replica;
   driver: SandboxDriver;
   upstream: Upstream;
   vault?: PiiVault;
@@ -111,7 +111,7 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
   try {
     const gateway = compose(config, logger, parts, store);
     // Registered before anything may take a sandbox (an adoption at start, the first run).
-    await gateway.replica.start();
+    await gateway.replica?.start();
     return gateway;
   } catch (e) {
     // A part that cannot be built (a damaged key, a bad upstream file): the pool of a Postgres store would keep the process alive.
@@ -123,8 +123,10 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
 function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): Gateway {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
-  // This gateway among the replicas on its store. On SQLite it is the only one (one process uses the file).
-  const replica = new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs, alone: store.dialect === 'sqlite' }, logger.child({ module: 'replicas' }));
+  // This gateway among the replicas on its store. On SQLite it is the only one (one process
+  // uses the file): its sandboxes need no lease, and none is taken.
+  const replica =
+    store.dialect === 'postgres' ? new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs }, logger.child({ module: 'replicas' })) : undefined;
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
@@ -253,7 +255,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       await running?.catch(() => undefined);
       await manager.shutdown(opts);
       // After the sandboxes were let go: the next replica asked for one takes it at once.
-      await replica.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not leave the replica table'));
+      await replica?.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not leave the replica table'));
       await upstream.close();
       await Promise.all(sweeping);
       await store.close();

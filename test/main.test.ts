@@ -3,7 +3,7 @@
  * and shuts down cleanly on SIGTERM; killed with SIGKILL while its sandboxes are frozen,
  * the next start recovers them; a bad setting stops the start with its name.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,18 +12,9 @@ import { configFor } from '../src/config.js';
 import { freezeState, thaw } from '../src/sandboxes/freezer.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { until } from './support/until.js';
+import { startGatewayProcess } from './support/gateway-process.js';
 
-function startGateway(env: Record<string, string>) {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    env: { PATH: process.env.PATH!, ...env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let out = '';
-  child.stdout.on('data', (d) => (out += d));
-  child.stderr.on('data', (d) => (out += d));
-  const exited = new Promise<number | null>((r) => child.on('exit', (code) => r(code)));
-  return { child, exited, output: () => out };
-}
+const startGateway = startGatewayProcess;
 
 async function untilAsync(cond: () => Promise<boolean>, ms: number): Promise<void> {
   const end = Date.now() + ms;

@@ -139,4 +139,35 @@ describe('sandbox leases across replicas', () => {
     expect(a.holds(u.id)).toBe(false);
     await expect(a.acquire(u.id)).rejects.toThrow(/cannot reach the store/);
   });
+
+  it('gives every lease up at a beat that follows a lapse, telling the manager, and takes it back under a new epoch', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const lost: number[] = [];
+    a.onLost((userId) => lost.push(userId));
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    clock.advance(LEASE_MS); // a stall: no beat for a whole lease time
+    await a.beat();
+    expect(lost).toEqual([u.id]);
+    expect(a.holds(u.id)).toBe(false);
+    expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 2 });
+  });
+
+  it('tells the manager when a lease is seen in other hands', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const b = await replica('b');
+    const lost: number[] = [];
+    a.onLost((userId) => lost.push(userId));
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    // b takes it over by hand while a still beats (as a replica would whose clock ran ahead).
+    await store.db.updateTable('sandbox_leases').set({ replica_id: 'b', epoch: 2 }).where('user_id', '=', u.id).execute();
+    clock.advance(LEASE_MS / 3);
+    await a.beat();
+    await b.beat();
+    expect(lost).toEqual([u.id]);
+    expect(a.holds(u.id)).toBe(false);
+  });
 });

@@ -34,12 +34,6 @@ export interface ReplicaOptions {
   sandboxHost: string;
   /** How long a replica that stopped beating keeps its leases. */
   leaseMs: number;
-  /**
-   * The only gateway on its store (SQLite, which one process uses): replicas registered
-   * by earlier runs are gone, so their leases are freed at start instead of after
-   * `leaseMs` (a gateway restarted after a crash adopts its sandboxes at once).
-   */
-  alone?: boolean;
   /** How much earlier than others a holder considers its own leases gone. Default: a fifth of leaseMs. */
   clockMarginMs?: number;
   /** Wall clock, written to and compared with the store (epoch ms). */
@@ -91,6 +85,9 @@ export class Replica {
   private readonly held = new Map<number, number>();
   /** Releases under way, by user id: a take of the same lease waits for them. */
   private readonly releasing = new Map<number, Promise<void>>();
+  /** Releases that failed, by user id, with their epoch: tried again at each beat. */
+  private readonly unreleased = new Map<number, number>();
+  private readonly lostListeners: ((userId: number) => void)[] = [];
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
   private draining = false;
@@ -113,10 +110,6 @@ export class Replica {
   async start(): Promise<void> {
     const now = this.now();
     const started = this.monotonic();
-    if (this.opts.alone) {
-      await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', 'is not', null).execute();
-      await this.db.deleteFrom('gateway_replicas').execute();
-    }
     await this.db
       .insertInto('gateway_replicas')
       .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
@@ -138,13 +131,20 @@ export class Replica {
 
   private async beatOnce(): Promise<void> {
     const started = this.monotonic();
+    // The last beat is too old: another replica may be taking a lease right now, and a
+    // renewal could land between its read and its write. Every lease is given up here (and
+    // freed in the store below) and taken again through acquire, never renewed blindly.
+    if (!this.fresh()) this.lose([...this.held.keys()]);
     try {
+      await this.retryReleases();
       const r = await this.db.updateTable('gateway_replicas').set({ heartbeat_at: this.now() }).where('id', '=', this.id).executeTakeFirst();
       if (Number(r.numUpdatedRows) === 0) {
         // Another replica removed this one as dead: every lease it had may be taken.
         this.log?.warn({ replica: this.id }, 'this replica was taken for dead: its sandboxes are given up');
-        this.held.clear();
+        this.lose([...this.held.keys()]);
         this.beatStartedAt = -Infinity;
+        // Leases still in its name would live again with the row added below.
+        await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
         await this.db
           .insertInto('gateway_replicas')
           .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null })
@@ -154,10 +154,40 @@ export class Replica {
       }
       const rows = await this.db.selectFrom('sandbox_leases').select(['user_id', 'epoch']).where('replica_id', '=', this.id).execute();
       const current = new Map(rows.map((r) => [r.user_id, r.epoch]));
-      for (const [userId, epoch] of this.held) if (current.get(userId) !== epoch) this.held.delete(userId);
+      this.lose([...this.held].filter(([userId, epoch]) => current.get(userId) !== epoch).map(([userId]) => userId));
+      // Leases in the store in this replica's name that it does not hold (a release that
+      // failed) would keep the user from every other replica: freed.
+      const stray = rows.filter((r) => !this.held.has(r.user_id) && !this.releasing.has(r.user_id)).map((r) => r.user_id);
+      if (stray.length) await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).where('user_id', 'in', stray).execute();
       this.beatStartedAt = started;
     } catch (e) {
       this.log?.warn({ err: (e as Error).message, replica: this.id }, 'heartbeat failed: leases run out unless the next one succeeds');
+    }
+  }
+
+  /** Called with each user whose lease this replica finds it no longer holds (taken, or lapsed): their sandbox must be let go. */
+  onLost(listener: (userId: number) => void): void {
+    this.lostListeners.push(listener);
+  }
+
+  private lose(userIds: number[]): void {
+    for (const userId of userIds) {
+      this.held.delete(userId);
+      for (const l of this.lostListeners) {
+        try {
+          l(userId);
+        } catch (e) {
+          this.log?.warn({ err: (e as Error).message, user: userId }, 'letting a lost sandbox go failed');
+        }
+      }
+    }
+  }
+
+  /** Releases that failed (the store away for a moment) are tried again at each beat. */
+  private async retryReleases(): Promise<void> {
+    for (const [userId, epoch] of this.unreleased) {
+      await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('user_id', '=', userId).where('replica_id', '=', this.id).where('epoch', '=', epoch).execute();
+      this.unreleased.delete(userId);
     }
   }
 
@@ -212,7 +242,10 @@ export class Replica {
         .execute();
       return { ok: true, epoch };
     });
-    if (result.ok) this.held.set(userId, result.epoch);
+    if (result.ok) {
+      this.held.set(userId, result.epoch);
+      this.unreleased.delete(userId);
+    }
     return result;
   }
 
@@ -228,7 +261,13 @@ export class Replica {
       .where('replica_id', '=', this.id)
       .where('epoch', '=', epoch)
       .execute()
-      .then(() => undefined)
+      .then(
+        () => undefined,
+        (e: unknown) => {
+          this.unreleased.set(userId, epoch);
+          this.log?.warn({ err: (e as Error).message, user: userId }, 'could not release a lease: tried again at the next heartbeat');
+        },
+      )
       .finally(() => {
         if (this.releasing.get(userId) === done) this.releasing.delete(userId);
       });

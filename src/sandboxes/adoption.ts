@@ -61,10 +61,17 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
  * stopped, or died and its lease ran out), reattached; undefined when there is none.
  * Called under the user's lease, before starting them a new one.
  */
-export async function findLeftFor(deps: Pick<Leftovers, 'driver' | 'db'>, user: User): Promise<{ handle: SandboxHandle; info: SandboxInfo } | undefined> {
+export async function findLeftFor(
+  deps: Pick<Leftovers, 'driver' | 'db'>,
+  user: User,
+  /** Containers this gateway is removing now: never adopted back. */
+  removing: ReadonlySet<string> = new Set(),
+): Promise<{ handle: SandboxHandle; info: SandboxInfo } | undefined> {
   if (!user.workspaceId) return undefined;
   for (const c of await deps.driver.list()) {
-    if (!c.running || c.labels[LABEL_ROLE] !== 'user' || c.labels[LABEL_WORKSPACE] !== user.workspaceId) continue;
+    // A sandbox taken from a warm pool keeps its pool label: the store says whose it is.
+    if (!c.running || removing.has(c.id) || c.labels[LABEL_WORKSPACE] !== user.workspaceId) continue;
+    if (c.labels[LABEL_ROLE] !== 'user' && c.labels[LABEL_ROLE] !== 'pool') continue;
     if ((await sandboxOwnerId(deps.db, c.id)) !== user.id) continue;
     const handle = await deps.driver.attach(c.id);
     if (handle) return { handle, info: c };

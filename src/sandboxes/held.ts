@@ -43,6 +43,8 @@ export class Held {
   readonly starting = new Map<number, Promise<UserSandbox>>();
   /** Users whose sandbox an admin is stopping now. */
   readonly stopping = new Set<number>();
+  /** Containers being stopped now (no longer any user's): never adopted back. */
+  readonly removing = new Set<string>();
   /** Where calls from code to the gateway's tools go (set once the tools exist). */
   bridge?: BridgeHandler;
   /** The gateway is shutting down: no new run, no freeze, no timer. */

@@ -9,6 +9,8 @@ import type { Held, PartDeps } from './held.js';
 import type { Live } from './live.js';
 import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from './runtime-leftovers.js';
 import type { ExecutionLog } from './usage.js';
+import { LABEL_REPLICA, LABEL_ROLE } from './adoption.js';
+import type { SandboxInfo } from './types.js';
 
 /** A container this young that the gateway does not track may be one it is starting. */
 const ORPHAN_MIN_AGE_MS = 60_000;
@@ -72,7 +74,7 @@ export interface SandboxInspection {
 }
 
 export class Inspection implements SandboxInspection {
-  constructor(private readonly deps: Pick<PartDeps, 'driver' | 'volumes' | 'log'> & { held: Held; pooledLives: () => readonly Live[]; executions: ExecutionLog }) {}
+  constructor(private readonly deps: Pick<PartDeps, 'driver' | 'volumes' | 'log' | 'replica'> & { held: Held; pooledLives: () => readonly Live[]; executions: ExecutionLog }) {}
 
   async list(opts: { stats?: boolean } = {}): Promise<SandboxSummary[]> {
     const { held, volumes } = this.deps;
@@ -113,11 +115,20 @@ export class Inspection implements SandboxInspection {
   }
 
   async orphans(now = Date.now()): Promise<Orphan[]> {
-    const { held, driver } = this.deps;
+    const { held, driver, replica } = this.deps;
     const tracked = new Set([...[...held.users.values()].map((s) => s.handle.id), ...this.deps.pooledLives().map((l) => l.handle.id)]);
-    return (await driver.list())
-      .filter((c) => !tracked.has(c.id) && now - c.createdAt > ORPHAN_MIN_AGE_MS && held.starting.size === 0)
-      .map((c) => ({ id: c.id, owner: c.owner, createdAt: c.createdAt, running: c.running }));
+    const candidates = (await driver.list()).filter((c) => !tracked.has(c.id) && now - c.createdAt > ORPHAN_MIN_AGE_MS && held.starting.size === 0);
+    if (!replica || !candidates.length) return candidates.map(toOrphan);
+    // Other replicas on this host hold their users' sandboxes and their warm pools: not orphans.
+    const others = new Set((await replica.live()).map((r) => r.id).filter((id) => id !== replica.id));
+    const orphans: Orphan[] = [];
+    for (const c of candidates) {
+      if (c.labels[LABEL_ROLE] === 'pool' && others.has(c.labels[LABEL_REPLICA] ?? '')) continue;
+      const holder = c.ownerId === undefined ? undefined : await replica.holderOf(c.ownerId);
+      if (holder && holder.id !== replica.id) continue;
+      orphans.push(toOrphan(c));
+    }
+    return orphans;
   }
 
   async removeOrphans(now = Date.now()): Promise<number> {
@@ -142,3 +153,5 @@ export class Inspection implements SandboxInspection {
     return this.deps.executions.flush();
   }
 }
+
+const toOrphan = (c: SandboxInfo): Orphan => ({ id: c.id, owner: c.owner, createdAt: c.createdAt, running: c.running });

@@ -68,6 +68,12 @@ export class Lifecycle implements SandboxLifecycle {
       taken: (live) => idle.wake(live),
       log: deps.log,
     });
+    // A lease seen in other hands, or lapsed, at a heartbeat: the sandbox is let go at
+    // once, before its idle timers or the reaper could act on it for this gateway.
+    deps.replica?.onLost((userId) => {
+      const sb = deps.held.users.get(userId);
+      if (sb) this.letGo(sb);
+    });
   }
 
   async init(opts: { reapIntervalMs?: number } = {}): Promise<void> {
@@ -150,6 +156,7 @@ export class Lifecycle implements SandboxLifecycle {
 
   async reap(now = Date.now()): Promise<void> {
     for (const sb of [...this.deps.held.users.values()]) {
+      if (!this.stillLeased(sb)) continue;
       const reason = stopReason(sb, this.deps.config, now);
       if (reason) await this.deps.stops.stopSandbox(sb.owner.userId, reason);
     }
@@ -183,7 +190,14 @@ export class Lifecycle implements SandboxLifecycle {
     await Promise.all(uses);
     await this.deps.executions.flush();
     if (opts.releaseVolumes) await volumes.releaseAll();
-    else if (!opts.detachOnly) await volumes.releaseAll(running);
+    else if (!opts.detachOnly) {
+      // Other replicas on this host (one data directory) mount their users' workspaces
+      // in the same place: those of every container still running stay mounted.
+      if (this.deps.replica) {
+        for (const c of await this.deps.driver.list().catch(() => [])) if (c.running && c.labels[LABEL_WORKSPACE]) running.add(c.labels[LABEL_WORKSPACE]);
+      }
+      await volumes.releaseAll(running);
+    }
   }
 
   /** Every sandbox this gateway holds: the users' and the pool's. */
@@ -216,13 +230,20 @@ export class Lifecycle implements SandboxLifecycle {
    * (a run waiting on it ends as interrupted) and nothing more is sent to it.
    */
   private stillLeased(sb: UserSandbox): boolean {
-    const { replica, held, idle, log } = this.deps;
+    const { replica } = this.deps;
     if (!replica || replica.holds(sb.owner.userId)) return true;
+    this.letGo(sb);
+    return false;
+  }
+
+  /** A sandbox whose lease is gone: no longer this gateway's, its timers stopped, its runner stream closed, the container untouched. */
+  private letGo(sb: UserSandbox): void {
+    const { held, idle, log, replica } = this.deps;
+    if (held.users.get(sb.owner.userId) !== sb) return;
     held.users.delete(sb.owner.userId);
     idle.stopTimers(sb);
     sb.handle.detach();
-    log.warn({ user: sb.owner.name, replica: replica.id }, 'this gateway lost the lease on a sandbox: it is let go, untouched');
-    return false;
+    log.warn({ user: sb.owner.name, replica: replica?.id }, 'this gateway lost the lease on a sandbox: it is let go, untouched');
   }
 
   /**
@@ -259,7 +280,7 @@ export class Lifecycle implements SandboxLifecycle {
     const { db, config, log } = this.deps;
     if (this.deps.replica) {
       const user = await getUser(db, owner.userId);
-      const left = user && (await findLeftFor(this.deps, user));
+      const left = user && (await findLeftFor(this.deps, user, this.deps.held.removing));
       if (left) {
         log.info({ user: owner.name, container: left.handle.id.slice(0, 12) }, 'adopted sandbox an earlier holder left');
         const sb = this.adopted(user, left.handle, left.info.createdAt);

@@ -78,8 +78,12 @@ export async function recordSandboxUse(db: Db, userId: number, lastUsedAt: numbe
 }
 
 /** The user's container was stopped on purpose: nothing is to be adopted for them. */
-export async function forgetSandboxContainer(db: Db, userId: number): Promise<void> {
-  await db.updateTable('sandboxes').set({ container_id: null }).where('user_id', '=', userId).execute();
+export async function forgetSandboxContainer(db: Db, userId: number, containerId?: string): Promise<void> {
+  // With `containerId`, only while it is still the one recorded: a sandbox started for the
+  // user meanwhile (a run that came during the stop) keeps its record.
+  let q = db.updateTable('sandboxes').set({ container_id: null }).where('user_id', '=', userId);
+  if (containerId !== undefined) q = q.where('container_id', '=', containerId);
+  await q.execute();
 }
 
 /** Whose sandbox a container is, by the store's mapping (pooled containers carry no owner label). */

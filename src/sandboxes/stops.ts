@@ -98,10 +98,15 @@ export class Stops implements SandboxStops {
     held.users.delete(userId);
     log.info({ user: sb.owner.name, reason }, 'stopping sandbox');
     idle.wake(sb);
-    await driver.stop(sb.handle.id);
+    held.removing.add(sb.handle.id);
+    try {
+      await driver.stop(sb.handle.id);
+    } finally {
+      held.removing.delete(sb.handle.id);
+    }
     forgetCgroup(sb.handle.id);
     await used;
-    await forgetSandboxContainer(db, userId);
+    await forgetSandboxContainer(db, userId, sb.handle.id);
     // Only now: until the container is gone, no other replica may start one for the user.
     // Not when a run started them a new one meanwhile (its start holds the lease again).
     if (!held.users.has(userId) && !held.starting.has(userId)) await this.deps.replica?.release(userId);

@@ -197,7 +197,21 @@ export class LiveHub {
    * Its timers and its LISTEN connection end with the Server (close()).
    */
   private clusterAdapter(pool: pg.Pool): ReturnType<typeof createAdapter> {
-    return createAdapter(pool, {
+    // The adapter keeps one pooled client for its LISTEN and, when that connection ends
+    // (a database restart, a failover, a server-side timeout), takes a new one without
+    // giving the old one back: each drop would keep a slot of the store's pool for good,
+    // and the store's close() would wait for it forever. A client that ends is given back
+    // here (as broken, so the pool drops it); the adapter's own close() still releases
+    // the live one itself, after removing this listener.
+    const releasing = {
+      query: pool.query.bind(pool),
+      connect: async () => {
+        const client = await pool.connect();
+        client.once('end', () => client.release(new Error('the live channel connection ended')));
+        return client;
+      },
+    } as unknown as pg.Pool;
+    return createAdapter(releasing, {
       tableName: LIVE_ATTACHMENTS_TABLE,
       errorHandler: (err) => {
         // Once closed, what fails is the goodbye to the other gateways as the pool ends.

@@ -1,0 +1,93 @@
+/**
+ * Failover between two gateway replicas on one Postgres and one sandbox host: the replica
+ * holding a user's sandbox is killed with SIGKILL, and the user's MCP client asks the
+ * other one until a run is answered (retrying every 100 ms while the answer is
+ * held_elsewhere). Each round kills the replica that holds the sandbox then, and starts
+ * a fresh process in its place for the next round.
+ *
+ *   node --import tsx bench/failover.ts     (BENCH_ROUNDS, default 5; SANDGATE_REPLICA_LEASE_MS, default the setting's)
+ *
+ * Prints the time from the kill to the first answered run (min, p50, max), with the
+ * lease time it follows from, and the p50 of a refused run (the answer a client gets
+ * while the lease has not run out).
+ */
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { configFor } from '../src/config.js';
+import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
+import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
+import { openStore } from '../src/store/store.js';
+import { MIGRATIONS } from '../src/migrations.js';
+import { ensureUser } from '../src/accounts/accounts.js';
+import { createToken } from '../src/tokens/tokens.js';
+import { executeOverMcp, startGatewayProcess, type GatewayProcess } from '../test/support/gateway-process.js';
+import { startPostgresCluster } from '../test/support/postgres.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
+
+async function main(): Promise<void> {
+  const cluster = await startPostgresCluster();
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-failover-'));
+  const config = configFor({ SANDGATE_DATA_DIR: dataDir, ...(process.env.SANDGATE_REPLICA_LEASE_MS && { SANDGATE_REPLICA_LEASE_MS: process.env.SANDGATE_REPLICA_LEASE_MS }) });
+  const docker = dockerClient(config);
+  const gateways: GatewayProcess[] = [];
+  try {
+    const databaseUrl = await cluster.createDatabase();
+    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
+    const user = await ensureUser(store.db, 'bench');
+    const { token } = await createToken(store.db, { userId: user.id, name: 'bench' });
+    await store.close();
+
+    const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: databaseUrl, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'warn', SANDGATE_REPLICA_LEASE_MS: String(config.replicaLeaseMs) };
+    const start = async () => {
+      const g = startGatewayProcess(env);
+      gateways.push(g);
+      return { g, url: await g.ready() };
+    };
+    let holder = await start();
+    let other = await start();
+    const first = await executeOverMcp(holder.url, token, '1+1');
+    if (!first.ok) throw new Error(`the first run failed: ${first.text}`);
+
+    const failovers: number[] = [];
+    const refusals: number[] = [];
+    for (let round = 0; round < ROUNDS; round++) {
+      holder.g.child.kill('SIGKILL');
+      await holder.g.exited;
+      const killedAt = performance.now();
+      for (;;) {
+        const t = performance.now();
+        const r = await executeOverMcp(other.url, token, '1+1');
+        if (r.ok) break;
+        if (!/held by another gateway/.test(r.text)) throw new Error(`unexpected answer during failover: ${r.text}`);
+        refusals.push(performance.now() - t);
+        if (performance.now() - killedAt > 10 * config.replicaLeaseMs + 30_000) throw new Error('no failover');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      failovers.push(performance.now() - killedAt);
+      process.stderr.write(`round ${round + 1}: ${(failovers.at(-1)! / 1000).toFixed(2)} s\n`);
+      // The survivor holds the sandbox now; a fresh process takes the dead one's place.
+      holder = other;
+      other = await start();
+    }
+    const s = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+    console.log(`\nfailover: the holder of a user's sandbox killed with SIGKILL → the other replica's first answered run (${ROUNDS} rounds)`);
+    console.log(`lease time (SANDGATE_REPLICA_LEASE_MS): ${s(config.replicaLeaseMs)}`);
+    console.log(`kill → answered: min ${s(Math.min(...failovers))}, p50 ${s(pct(failovers, 50))}, max ${s(Math.max(...failovers))}`);
+    console.log(`a run refused meanwhile (held_elsewhere): p50 ${pct(refusals, 50).toFixed(1)} ms over ${refusals.length} refusals`);
+  } finally {
+    for (const g of gateways) g.child.kill('SIGKILL');
+    await Promise.all(gateways.map((g) => g.exited));
+    const ours = await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } });
+    for (const c of ours) await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
+    fs.rmSync(dataDir, { recursive: true, force: true });
+    await cluster.stop();
+  }
+}
+
+await main();
