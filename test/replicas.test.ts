@@ -12,6 +12,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { configFor } from '../src/config.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
+import { thaw } from '../src/sandboxes/freezer.js';
 import { openStore } from '../src/store/store.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { ensureUser } from '../src/accounts/accounts.js';
@@ -31,7 +32,11 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
 
   afterAll(async () => {
     if (!dataDir) return;
-    for (const c of await ours()) await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    // A killed gateway leaves its idle sandboxes frozen, and Docker cannot remove a frozen container.
+    for (const c of await ours()) {
+      thaw(c.Id);
+      await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+    }
     for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) {
       if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
     }
@@ -53,6 +58,12 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
     const b = startGateway(env);
     try {
       const [urlA, urlB] = await Promise.all([a.ready(), b.ready()]);
+      // Both pools full (one pooled sandbox each, labelled with its replica), so A's first run takes its own.
+      const pooled = async () => (await ours()).filter((c) => c.State === 'running' && c.Labels['org.sandgate.role'] === 'pool').length;
+      for (const end = Date.now() + 120_000; (await pooled()) < 2; ) {
+        if (Date.now() > end) throw new Error('the warm pools did not fill');
+        await new Promise((r) => setTimeout(r, 200));
+      }
 
       const first = await execute(urlA, token, "open('/workspace/kept.txt', 'w').write('written through A')\nimport os; os.getpid()");
       expect(first.ok, first.text).toBe(true);

@@ -19,6 +19,8 @@ import type { Replica } from '../replicas/leases.js';
 
 export const LABEL_WORKSPACE = 'org.sandgate.workspace';
 export const LABEL_ROLE = 'org.sandgate.role';
+/** How long a preflight container may be another gateway's check under way (one takes seconds). */
+const PREFLIGHT_GRACE_MS = 120_000;
 /** The replica whose warm pool a pooled container is in. */
 export const LABEL_REPLICA = 'org.sandgate.replica';
 
@@ -33,8 +35,12 @@ export interface Leftovers {
 /** Calls `adopt` for each container kept (its user, its reconnected handle); removes the rest, but what live replicas hold. */
 export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void): Promise<void> {
   const { driver, db, log, replica } = deps;
+  const containers = await driver.list();
+  // Read after the listing: a replica whose pool container is listed registered before it was made, so it is in this list.
   const others = replica ? new Set((await replica.live()).map((r) => r.id).filter((id) => id !== replica.id)) : new Set<string>();
-  for (const c of await driver.list()) {
+  for (const c of containers) {
+    // Another gateway's preflight check on this host, under way: it removes its own.
+    if (c.labels[LABEL_ROLE] === 'preflight' && Date.now() - c.createdAt < PREFLIGHT_GRACE_MS) continue;
     const pooledByOther = c.labels[LABEL_ROLE] === 'pool' && others.has(c.labels[LABEL_REPLICA] ?? '');
     const holder = replica && c.ownerId !== undefined ? await replica.holderOf(c.ownerId) : undefined;
     if (pooledByOther || (holder && holder.id !== replica!.id)) continue;

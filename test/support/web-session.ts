@@ -9,6 +9,10 @@ import { createLoginLink } from '../../src/auth/login-links.js';
 import type { Gateway } from './mcp.js';
 
 export interface WebSession {
+  /** The session's Cookie header, as a page's live connection (socket.io) sends it. */
+  cookie(): string;
+  /** The session's CSRF token, as the pages carry it (the live connection's auth too). */
+  csrf: string;
   /** A GET as htmx sends it (`htmx: false`: as a plain link or address bar does). */
   get(path: string, o?: { htmx?: boolean }): Promise<Response>;
   /** A form POST as htmx sends it. */
@@ -17,9 +21,10 @@ export interface WebSession {
 
 export async function webSession(gw: Gateway, user: User): Promise<WebSession> {
   const cookies = new Map<string, string>();
+  const cookie = () => [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
   const request = async (path: string, init: RequestInit = {}): Promise<Response> => {
     const headers = new Headers(init.headers);
-    if (cookies.size) headers.set('cookie', [...cookies].map(([k, v]) => `${k}=${v}`).join('; '));
+    if (cookies.size) headers.set('cookie', cookie());
     const r = await fetch(`${gw.url}${path}`, { ...init, headers, redirect: 'manual' });
     for (const c of r.headers.getSetCookie()) {
       const pair = c.split(';')[0]!;
@@ -42,6 +47,8 @@ export async function webSession(gw: Gateway, user: User): Promise<WebSession> {
   if (!csrf) throw new Error('the chat page has no CSRF token');
 
   return {
+    cookie,
+    csrf,
     get: (path, o = {}) => request(path, { headers: o.htmx === false ? { accept: 'text/html' } : { 'hx-request': 'true' } }),
     post: (path, fields = {}) => {
       const { body: b, ...h } = form(fields);

@@ -10,7 +10,7 @@ import { io as ioClient, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureUser, type User } from '../../accounts/accounts.js';
 import { createConversation } from '../../agent/conversations.js';
-import { createLoginLink } from '../../auth/login-links.js';
+import { webSession } from '../../../test/support/web-session.js';
 import { startGateway, type Gateway } from '../../../test/support/mcp.js';
 import { testDatabaseUrl } from '../../../test/support/postgres.js';
 import { until } from '../../../test/support/until.js';
@@ -46,29 +46,10 @@ interface Session {
   csrf: string;
 }
 
-const sessionCookie = (res: Response) =>
-  res.headers
-    .getSetCookie()
-    .map((c) => c.split(';')[0]!)
-    .find((c) => c.startsWith('sandgate.sid='));
-
-/** Signs a user in on `gw` with a one-time link, as a browser does: the link's form, then its post. */
+/** Signs a user in on `gw` with a one-time link, as a browser does. */
 async function signIn(gw: Gateway, user: User): Promise<Session> {
-  const secret = (await createLoginLink(gw.gateway.store.db, user.id)).secret;
-  const form = await fetch(`${gw.url}/login/link/${secret}`);
-  const first = sessionCookie(form)!;
-  const formCsrf = /name="_csrf" value="([^"]+)"/.exec(await form.text())![1]!;
-  const posted = await fetch(`${gw.url}/login/link`, {
-    method: 'POST',
-    redirect: 'manual',
-    headers: { cookie: first, 'content-type': 'application/x-www-form-urlencoded' },
-    body: new URLSearchParams({ _csrf: formCsrf, secret }),
-  });
-  expect(posted.status).toBe(303);
-  const cookie = sessionCookie(posted) ?? first;
-  const chat = await fetch(`${gw.url}/chat`, { headers: { cookie } });
-  expect(chat.status).toBe(200);
-  return { cookie, csrf: /data-csrf="([^"]+)"/.exec(await chat.text())![1]! };
+  const web = await webSession(gw, user);
+  return { cookie: web.cookie(), csrf: web.csrf };
 }
 
 /** A page's live channel on `gw`, and what it received. */
