@@ -58,9 +58,8 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
     const b = startGateway(env);
     try {
       const [urlA, urlB] = await Promise.all([a.ready(), b.ready()]);
-      // Both pools full (one pooled sandbox each, labelled with its replica), so A's first run takes its own.
-      const pooled = async () => (await ours()).filter((c) => c.State === 'running' && c.Labels['org.sandgate.role'] === 'pool').length;
-      for (const end = Date.now() + 120_000; (await pooled()) < 2; ) {
+      // Both pools full (a pooled sandbox each, ready to be taken, labelled with its replica), so A's first run takes its own.
+      for (const end = Date.now() + 120_000; !a.output().includes('pooled sandbox ready') || !b.output().includes('pooled sandbox ready'); ) {
         if (Date.now() > end) throw new Error('the warm pools did not fill');
         await new Promise((r) => setTimeout(r, 200));
       }

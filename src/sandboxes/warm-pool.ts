@@ -112,6 +112,7 @@ export class WarmPool {
       void p.finally(() => this.discarding.delete(p));
     });
     this.ready.push(live);
+    this.opts.log.info({ ready: this.ready.length, size: this.opts.size }, 'pooled sandbox ready');
     this.opts.rested?.(live);
   }
 
