@@ -27,6 +27,8 @@ export interface AppDeps {
   v1?: OpenAiApi;
   /** The web app (src/web/index.ts); none: no pages. */
   web?: WebApp;
+  /** The internal hop's end (src/http/internal.ts): on a replica only. */
+  internal?: Record<string, express.RequestHandler[]>;
   /** Routes of a test's own, mounted ahead of the route table. */
   mount?: (app: express.Express) => void;
 }

@@ -30,6 +30,10 @@ import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, 
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager } from './sandboxes/index.js';
 import { Replica } from './replicas/leases.js';
+import { HopSigner } from './replicas/hop-auth.js';
+import { internalUrlFor } from './replicas/internal-url.js';
+import { loadOrCreateKey } from './secrets/key-file.js';
+import { internalHop } from './http/internal.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
 import { SkillsDir } from './skills/skills.js';
@@ -127,7 +131,9 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   // uses the file): its sandboxes need no lease, and none is taken.
   const replica =
     store.dialect === 'postgres' ? new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs }, logger.child({ module: 'replicas' })) : undefined;
-  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica });
+  // Runs sent to the replica holding a user's sandbox are signed with the installation's replica key.
+  const hop = replica && new HopSigner({ key: loadOrCreateKey(config.dataDir, 'replicas.key', { configured: config.replicaKey || undefined, setting: 'SANDGATE_REPLICA_KEY' }) });
+  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
   const pii = piiLayer(config, store.db);
@@ -182,6 +188,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     mcp: mcpRouter({ ...tools, rateLimiter }),
     v1: openAiApi({ config, db: store.db, logger, agent, rateLimiter }),
     web,
+    internal: replica && hop && internalHop({ signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }) }),
   });
 
   let purge: NodeJS.Timeout | undefined;
@@ -224,7 +231,20 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     agent,
     providerKeys,
     web,
-    attach: (server) => web.attach(server),
+    attach: (server) => {
+      web.attach(server);
+      // Once it listens, the other replicas may send it runs: they read where in the replica table.
+      if (replica) {
+        server.once('listening', () => {
+          const addr = server.address();
+          const url = internalUrlFor(config, typeof addr === 'object' && addr ? addr.port : config.port);
+          replica.setInternalUrl(url).then(
+            () => logger.info({ replica: replica.id, internalUrl: url }, 'replica reachable by the others'),
+            (e: unknown) => logger.error({ err: e }, 'could not record where the other replicas reach this one: they cannot send it runs'),
+          );
+        });
+      }
+    },
     async start() {
       if (vault) {
         preloadWordKnowledge();

@@ -7,6 +7,7 @@
  *   /v1           the OpenAI-compatible API, bearer token (src/http/openai-api.ts)
  *   pages         the web app, session cookie (src/web/, one folder per page)
  *   /healthz, /readyz, /static
+ *   /internal     runs, stops and listings another replica asks for, signed with the replica key (src/http/internal.ts)
  *
  * Guards, by name: `page` (page headers, then the session: on page paths only),
  * `signedIn` (a member who may come in now; else to /login), `csrf` (the page's security
@@ -41,6 +42,8 @@ export interface RouteParts {
   v1?: OpenAiApi;
   /** The web app: its pages and the guards they pass. */
   web?: WebApp;
+  /** The internal hop's end, on a replica of several (src/http/internal.ts). */
+  internal?: Record<string, RequestHandler[]>;
 }
 
 export function routes(app: express.Express, parts: RouteParts): void {
@@ -49,6 +52,9 @@ export function routes(app: express.Express, parts: RouteParts): void {
   //   GET    /mcp, DELETE  host/origin, bearer token → 405 (stateless: no stream)
   //   *      /mcp/…        host/origin, bearer token → on to the 404 below
   if (parts.mcp) app.use(parts.mcp);
+
+  // --- /internal: runs another replica sends for a sandbox this one holds; signed with the replica key
+  for (const [path, handlers] of Object.entries(parts.internal ?? {})) app.post(path, ...handlers);
 
   // --- /v1: host/origin and bearer token (`v1.checks`), then the user's budget before the body is read
   const v1 = parts.v1;

@@ -19,6 +19,11 @@ import { ensureUser } from '../src/accounts/accounts.js';
 import { createToken } from '../src/tokens/tokens.js';
 import { executeOverMcp as execute, startGatewayProcess as startGateway } from './support/gateway-process.js';
 import { testDatabaseUrl } from './support/postgres.js';
+import { webSession } from './support/web-session.js';
+import type { Gateway } from './support/mcp.js';
+import crypto from 'node:crypto';
+import { HOP_HEADER, HopSigner } from '../src/replicas/hop-auth.js';
+import { HOP_RUN_PATH } from '../src/sandboxes/remote.js';
 
 const LEASE_MS = 2000;
 
@@ -48,7 +53,7 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
     const databaseUrl = await testDatabaseUrl();
     // The user and their token, in the database both gateways share.
     const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
-    const user = await ensureUser(store.db, 'ann');
+    const user = await ensureUser(store.db, 'ann', { isAdmin: true });
     const { token } = await createToken(store.db, { userId: user.id, name: 'laptop' });
     await store.close();
 
@@ -75,16 +80,45 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(container).toBeDefined();
       expect(container!.Labels['org.sandgate.role']).toBe('pool');
 
-      // B does not start a second sandbox for the same user, and says who holds it.
-      const elsewhere = await execute(urlB, token, '1+1');
-      expect(elsewhere.ok).toBe(false);
-      expect(elsewhere.text).toMatch(/held by another gateway of this installation/);
+      // B does not start a second sandbox for the same user: it sends the run to A, over the
+      // signed internal hop, and the answer (output, result) comes back through it.
+      expect((await execute(urlA, token, "kept_in_kernel = 'set through A'")).ok).toBe(true);
+      const throughB = await execute(urlB, token, "print(open('/workspace/kept.txt').read())\nkept_in_kernel");
+      expect(throughB.ok, throughB.text).toBe(true);
+      expect(throughB.text).toContain('written through A');
+      // The same Python kernel answered, in the same container.
+      expect(throughB.text).toContain("[result] 'set through A'");
       expect(await onWorkspace()).toHaveLength(1);
+      expect(b.output()).not.toContain('adopted sandbox');
 
+      // A hop not signed with the installation's key runs nothing, whoever sends it.
+      const hostWorkspace = path.join(dataDir, "workspaces", workspace!);
+      const forged = JSON.stringify({ owner: { userId: user.id, name: 'ann' }, language: 'python', code: "open('/workspace/forged.txt', 'w').write('x')" });
+      const stranger = new HopSigner({ key: crypto.randomBytes(32) });
+      const idA = /"replica":"([^"]+)","internalUrl"/.exec(a.output())![1]!;
+      for (const header of [undefined, 'garbage', stranger.sign('intruder', idA, HOP_RUN_PATH, forged)]) {
+        const r = await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { 'content-type': 'application/json', ...(header && { [HOP_HEADER]: header }) }, body: forged });
+        expect(r.status).toBe(401);
+      }
+      // Signed with the right key but replayed, or sent to another replica: refused too.
+      const signer = new HopSigner({ key: Buffer.from(fs.readFileSync(path.join(dataDir, 'replicas.key'), 'utf8').trim(), 'base64') });
+      const once = signer.sign('test', idA, HOP_RUN_PATH, '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}');
+      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(200);
+      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(401);
+      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: signer.sign('test', 'another', HOP_RUN_PATH, forged) }, body: forged })).status).toBe(401);
+      expect(fs.existsSync(path.join(hostWorkspace, 'forged.txt'))).toBe(false);
+
+      // A run sent to A when A dies: B's caller hears that it was interrupted, not a result.
+      const long = execute(urlB, token, "import time\nprint('started', flush=True)\ntime.sleep(8)");
+      await new Promise((r) => setTimeout(r, 1500));
       // A dies without a word: its lease runs out, and B adopts the running container.
       a.child.kill('SIGKILL');
       await a.exited;
       const killedAt = Date.now();
+      const cut = await long;
+      expect(cut.ok).toBe(false);
+      expect(cut.text).toMatch(/went away[\s\S]*Whether the code ran to its end is not known/);
+
       let after: { ok: boolean; text: string } = { ok: false, text: '' };
       while (Date.now() - killedAt < 4 * LEASE_MS + 10_000) {
         after = await execute(urlB, token, "open('/workspace/kept.txt').read()");
@@ -97,6 +131,30 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(b.output()).toContain('adopted sandbox an earlier holder left');
       // The same container, adopted: no second sandbox on the workspace.
       expect((await onWorkspace()).map((c) => c.Id)).toEqual([container!.Id]);
+
+      // A replica started now lists, on its admin page, the sandbox B holds; and an admin's
+      // stop there reaches B, which stops it.
+      const c = startGateway(env);
+      try {
+        const urlC = await c.ready();
+        const store3 = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
+        try {
+          const admin = await webSession({ url: urlC, gateway: { store: store3 } } as unknown as Gateway, user);
+          const idB = /"replica":"([^"]+)","internalUrl"/.exec(b.output())![1]!;
+          const rows = await (await admin.get('/admin/sandboxes/rows')).text();
+          expect(rows).toContain(`data-container="${container!.Id.slice(0, 12)}" data-user="ann"`);
+          expect(rows).toContain(`on ${idB}`);
+          const stopped = await (await admin.post(`/admin/sandboxes/${user.id}/stop`)).text();
+          expect(stopped).toContain('Stopped ann’s sandbox.');
+          expect(await onWorkspace()).toHaveLength(0);
+          expect(b.output()).toContain('stopping sandbox');
+        } finally {
+          await store3.close();
+        }
+      } finally {
+        c.child.kill('SIGTERM');
+        await c.exited;
+      }
     } finally {
       a.child.kill('SIGKILL');
       b.child.kill('SIGTERM');

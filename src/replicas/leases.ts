@@ -51,7 +51,7 @@ export interface ReplicaInfo {
   draining: boolean;
 }
 
-export type LeaseResult = { ok: true; epoch: number } | { ok: false; holder: ReplicaInfo };
+export type LeaseResult = { ok: true; epoch: number } | { ok: false; holder: ReplicaInfo; epoch: number };
 
 /** A lease could not be used: this replica no longer holds it, or cannot say that it does. */
 export class LeaseLost extends Error {
@@ -91,6 +91,8 @@ export class Replica {
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
   private draining = false;
+  /** Where other replicas reach this one: known once the gateway listens (`setInternalUrl`). */
+  private internalUrl: string | null;
 
   constructor(
     private readonly db: Db,
@@ -99,6 +101,7 @@ export class Replica {
   ) {
     if (!(opts.leaseMs > 0)) throw new Error('Replica: leaseMs must be positive');
     this.id = opts.id ?? newReplicaId();
+    this.internalUrl = opts.internalUrl;
     this.leaseMs = opts.leaseMs;
     this.marginMs = opts.clockMarginMs ?? opts.leaseMs / 5;
     if (!(this.marginMs >= 0 && this.marginMs < this.leaseMs)) throw new Error('Replica: clockMarginMs must be less than leaseMs');
@@ -112,11 +115,17 @@ export class Replica {
     const started = this.monotonic();
     await this.db
       .insertInto('gateway_replicas')
-      .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
+      .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
       .execute();
     this.beatStartedAt = started;
     this.timer = setInterval(() => void this.beat(), this.leaseMs / 3);
     this.timer.unref();
+  }
+
+  /** Says where other replicas reach this one (once it listens): until then, none forwards to it. */
+  async setInternalUrl(url: string): Promise<void> {
+    this.internalUrl = url;
+    await this.db.updateTable('gateway_replicas').set({ internal_url: url }).where('id', '=', this.id).execute();
   }
 
   /**
@@ -147,7 +156,7 @@ export class Replica {
         await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
         await this.db
           .insertInto('gateway_replicas')
-          .values({ id: this.id, internal_url: this.opts.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null })
+          .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null })
           .execute();
         this.beatStartedAt = started;
         return;
@@ -232,7 +241,7 @@ export class Replica {
         .executeTakeFirst();
       if (row?.replica_id === this.id) return { ok: true, epoch: row.epoch };
       if (row?.id != null && row.heartbeat_at !== null && row.heartbeat_at + this.leaseMs > now) {
-        return { ok: false, holder: toInfo({ ...row, id: row.id, sandbox_host: row.sandbox_host!, started_at: row.started_at!, heartbeat_at: row.heartbeat_at }) };
+        return { ok: false, epoch: row.epoch, holder: toInfo({ ...row, id: row.id, sandbox_host: row.sandbox_host!, started_at: row.started_at!, heartbeat_at: row.heartbeat_at }) };
       }
       const epoch = (row?.epoch ?? 0) + 1;
       await tx

@@ -34,6 +34,16 @@ export class SandboxError extends GatewayError {
   }
 }
 
+/** Another live replica holds the user's sandbox: which one, and where it takes hops (null: it takes none). */
+export class HeldElsewhere extends SandboxError {
+  constructor(
+    message: string,
+    readonly holder: { id: string; internalUrl: string | null },
+  ) {
+    super(message, 'held_elsewhere');
+  }
+}
+
 interface DockerishError {
   statusCode?: number;
   code?: string;

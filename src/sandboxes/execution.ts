@@ -8,7 +8,7 @@
 import { admittedAccount } from './admission.js';
 import { ceilingFrom, ceilingOf } from './ceilings.js';
 import { cpuMsNow } from './cgroup.js';
-import { SandboxError } from './errors.js';
+import { HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Lifecycle } from './lifecycle.js';
@@ -18,6 +18,11 @@ import { MAX_CODE_BYTES, runOne } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { Workspace } from './workspace.js';
+import type { UserSandbox } from './live.js';
+import { HopRefused, sendRun, type HopTarget } from './remote.js';
+
+/** How long a replica found holding a user's sandbox is sent their runs without asking the store again. */
+const HOLDER_KEPT_MS = 1000;
 
 export type FilesListener = (owner: SandboxOwner, files: ExecuteResult['files']) => void;
 
@@ -30,6 +35,11 @@ export interface SandboxExecution {
    * itself (errors, timeouts, kills) is in the result.
    */
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
+  /**
+   * Runs code only on this gateway: as `execute`, but a sandbox another replica holds is
+   * refused (held_elsewhere), never sent on. The internal hop's end (src/http/internal.ts).
+   */
+  executeHere(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
   /** The user's permission ceiling: their own row, else the configured default. */
   ceiling(owner: SandboxOwner): Promise<Permissions>;
   /** The workspace, created and mounted if needed (file access before any run); refused, like a run, to an account disabled or suspended. */
@@ -41,7 +51,10 @@ export interface SandboxExecution {
 export class Execution implements SandboxExecution {
   private readonly filesListeners = new Set<FilesListener>();
 
-  constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {}
+  /** Where runs of users whose sandbox another replica holds were sent lately (a hop skips the store while this holds). */
+  private readonly holders = new Map<number, { target: HopTarget; until: number }>();
+
+  constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log' | 'replica' | 'hop'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {}
 
   ceiling(owner: SandboxOwner): Promise<Permissions> {
     return ceilingOf(this.deps.db, this.deps.config, owner);
@@ -58,7 +71,15 @@ export class Execution implements SandboxExecution {
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
 
-  async execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
+  execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
+    return this.run(owner, opts, true);
+  }
+
+  executeHere(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
+    return this.run(owner, opts, false);
+  }
+
+  private async run(owner: SandboxOwner, opts: ExecuteOptions, mayForward: boolean): Promise<ExecuteResult> {
     const { config: cfg, held, idle, log } = this.deps;
     if (held.closed) throw new SandboxError('the gateway is shutting down', 'busy');
     if (!LANGUAGES.includes(opts.language)) {
@@ -78,13 +99,28 @@ export class Execution implements SandboxExecution {
     if (net) throw new PermissionError(net, 'net');
     const effective = narrowPermissions(ceiling, opts.permissions);
 
-    const sb = await this.deps.lifecycle.sandboxFor(owner, ceiling);
+    if (mayForward) {
+      const sent = await this.forwarded(owner, opts, timeoutSec);
+      if (sent) return sent;
+    }
+    let sb: UserSandbox;
+    try {
+      sb = await this.deps.lifecycle.sandboxFor(owner, ceiling);
+    } catch (e) {
+      // Another replica holds it: the run goes there, over the internal hop.
+      if (mayForward && e instanceof HeldElsewhere && e.holder.internalUrl && this.deps.hop && this.deps.replica) {
+        this.holders.set(owner.userId, { target: { id: e.holder.id, internalUrl: e.holder.internalUrl }, until: Date.now() + HOLDER_KEPT_MS });
+        const sent = await this.forwarded(owner, opts, timeoutSec);
+        if (sent) return sent;
+      }
+      throw e;
+    }
     return sb.queue.push(async () => {
       // The sandbox died while this waited: the run joins its replacement's queue like any
       // new one (its limit, its order, its timer starting only when the run does). Its
       // account is checked again there: a sandbox killed because its user was disabled
       // does not come back for the runs that were waiting on it.
-      if (sb.handle.exited) return this.execute(owner, opts);
+      if (sb.handle.exited) return this.run(owner, opts, mayForward);
       idle.wake(sb);
       const cpuBefore = cpuMsNow(sb.handle.id);
       const ts = Date.now();
@@ -109,6 +145,28 @@ export class Execution implements SandboxExecution {
         idle.rest(sb);
       }
     });
+  }
+
+  /**
+   * The run's result from the replica known to hold the owner's sandbox, or undefined
+   * when none is known (or the one known no longer holds it: the store is asked again).
+   */
+  private async forwarded(owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
+    const known = this.holders.get(owner.userId);
+    const { hop, replica, config } = this.deps;
+    if (!known || !hop || !replica) return undefined;
+    if (known.until < Date.now() || this.deps.held.users.has(owner.userId)) {
+      this.holders.delete(owner.userId);
+      return undefined;
+    }
+    try {
+      return await sendRun(known.target, owner, opts, { signer: hop, selfId: replica.id, timeoutSec, outputLimitBytes: config.outputLimitKb * 1024 });
+    } catch (e) {
+      if (!(e instanceof HopRefused)) throw e;
+      this.holders.delete(owner.userId);
+      this.deps.log.debug({ user: owner.name, holder: known.target.id, err: e.message }, 'the replica last known to hold a sandbox did not take the run: asking the store');
+      return undefined;
+    }
   }
 
   private filesChanged(owner: SandboxOwner, files: ExecuteResult['files']): void {

@@ -12,6 +12,7 @@ import type { UserSandbox } from './live.js';
 import type { BridgeHandler, SandboxDriver, SandboxOwner } from './types.js';
 import type { WorkspaceVolumes } from './volumes.js';
 import type { Replica } from '../replicas/leases.js';
+import type { HopSigner } from '../replicas/hop-auth.js';
 
 export interface SandboxManagerDeps {
   config: Config;
@@ -31,6 +32,8 @@ export interface SandboxManagerDeps {
    * gateway is alone with its sandboxes (tests of the manager by itself).
    */
   replica?: Replica;
+  /** Signs runs sent to the replica that holds a user's sandbox (the internal hop); with `replica` only. */
+  hop?: HopSigner;
 }
 
 /** The manager's deps with its logger already scoped to sandboxes. */

@@ -14,6 +14,7 @@ import { SandboxManager } from './manager.js';
 import type { SandboxDriver, SandboxOwner } from './types.js';
 import { WorkspaceVolumes } from './volumes.js';
 import { gatewayIdFor } from './gateway-id.js';
+import type { HopSigner } from '../replicas/hop-auth.js';
 import type { Replica } from '../replicas/leases.js';
 
 export { gatewayIdFor };
@@ -34,6 +35,8 @@ export interface SandboxStackOptions {
   skillsDir?: string;
   /** This gateway among its replicas: sandboxes are held under leases (SandboxManagerDeps.replica). */
   replica?: Replica;
+  /** Signs the runs sent to the replica holding a user's sandbox (SandboxManagerDeps.hop). */
+  hop?: HopSigner;
 }
 
 /** The driver for these settings; the CLI uses it alone to find the gateway's containers. */
@@ -75,5 +78,6 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
     toolsMountsDir: path.join(config.dataDir, 'sandbox-tools'),
     prepareTools: opts.prepareTools ?? ((dir) => copyStaticTools(dir)),
     replica: opts.replica,
+    hop: opts.hop,
   });
 }

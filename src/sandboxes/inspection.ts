@@ -11,6 +11,7 @@ import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from '
 import type { ExecutionLog } from './usage.js';
 import { LABEL_REPLICA, LABEL_ROLE } from './adoption.js';
 import type { SandboxInfo } from './types.js';
+import { askReplica, HOP_LIST_PATH } from './remote.js';
 
 /** A container this young that the gateway does not track may be one it is starting. */
 const ORPHAN_MIN_AGE_MS = 60_000;
@@ -32,6 +33,8 @@ export interface SandboxSummary {
   workspaceId: string;
   stats?: { cpuPercent: number; memoryBytes: number; memoryLimitBytes: number; pids: number };
   workspace?: { usedBytes: number; limitBytes: number | null };
+  /** The gateway replica holding it (on a Postgres store). */
+  replica?: string;
 }
 
 /** A warm-pool sandbox waiting for a user. */
@@ -40,6 +43,15 @@ export interface PooledSummary {
   frozen: boolean;
   startedAt: number;
   workspaceId: string;
+  /** The gateway replica whose pool it is in (on a Postgres store). */
+  replica?: string;
+}
+
+/** What every live replica holds: the sandboxes of each that answered, and the ids of those that did not. */
+export interface EverywhereSummary {
+  sandboxes: SandboxSummary[];
+  pooled: PooledSummary[];
+  unreachable: string[];
 }
 
 /** A container of this gateway that it does not track. */
@@ -55,6 +67,8 @@ export interface SandboxInspection {
   list(opts?: { stats?: boolean }): Promise<SandboxSummary[]>;
   /** The warm pool's sandboxes, waiting for users. */
   pooled(): PooledSummary[];
+  /** `list` and `pooled` of every live replica on the store, this one's included (each other asked over the internal hop). */
+  listEverywhere(opts?: { stats?: boolean }): Promise<EverywhereSummary>;
   /** Users whose sandbox is starting now (no container to show yet). */
   startingUsers(): number[];
   /** Bytes a workspace uses and its quota. */
@@ -74,7 +88,7 @@ export interface SandboxInspection {
 }
 
 export class Inspection implements SandboxInspection {
-  constructor(private readonly deps: Pick<PartDeps, 'driver' | 'volumes' | 'log' | 'replica'> & { held: Held; pooledLives: () => readonly Live[]; executions: ExecutionLog }) {}
+  constructor(private readonly deps: Pick<PartDeps, 'driver' | 'volumes' | 'log' | 'replica' | 'hop'> & { held: Held; pooledLives: () => readonly Live[]; executions: ExecutionLog }) {}
 
   async list(opts: { stats?: boolean } = {}): Promise<SandboxSummary[]> {
     const { held, volumes } = this.deps;
@@ -92,6 +106,7 @@ export class Inspection implements SandboxInspection {
         frozen: !!sb.frozen,
         workspaceId: sb.workspaceId,
         ...(sb.run ? { run: { ...sb.run } } : {}),
+        ...(this.deps.replica && { replica: this.deps.replica.id }),
       };
       if (opts.stats) {
         s.stats = await sb.handle.stats().catch(() => undefined);
@@ -103,7 +118,31 @@ export class Inspection implements SandboxInspection {
   }
 
   pooled(): PooledSummary[] {
-    return this.deps.pooledLives().map((l) => ({ containerId: l.handle.id, frozen: !!l.frozen, startedAt: l.startedAt, workspaceId: l.workspaceId }));
+    const replica = this.deps.replica?.id;
+    return this.deps.pooledLives().map((l) => ({ containerId: l.handle.id, frozen: !!l.frozen, startedAt: l.startedAt, workspaceId: l.workspaceId, ...(replica && { replica }) }));
+  }
+
+  async listEverywhere(opts: { stats?: boolean } = {}): Promise<EverywhereSummary> {
+    const { replica, hop, log } = this.deps;
+    const out: EverywhereSummary = { sandboxes: await this.list(opts), pooled: this.pooled(), unreachable: [] };
+    if (!replica || !hop) return out;
+    const others = (await replica.live()).filter((r) => r.id !== replica.id);
+    await Promise.all(
+      others.map(async (r) => {
+        try {
+          if (!r.internalUrl) throw new Error('it takes no requests from the others');
+          const answer = await askReplica({ id: r.id, internalUrl: r.internalUrl }, HOP_LIST_PATH, { stats: !!opts.stats }, { signer: hop, selfId: replica.id, timeoutMs: 3000 });
+          const { sandboxes, pooled } = checkedListing(answer, r.id);
+          out.sandboxes.push(...sandboxes);
+          out.pooled.push(...pooled);
+        } catch (e) {
+          log.warn({ replica: r.id, err: (e as Error).message }, 'a replica did not say what it holds');
+          out.unreachable.push(r.id);
+        }
+      }),
+    );
+    out.sandboxes.sort((a, b) => a.user.localeCompare(b.user));
+    return out;
   }
 
   startingUsers(): number[] {
@@ -155,3 +194,38 @@ export class Inspection implements SandboxInspection {
 }
 
 const toOrphan = (c: SandboxInfo): Orphan => ({ id: c.id, owner: c.owner, createdAt: c.createdAt, running: c.running });
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const num = (v: unknown) => (typeof v === 'number' && Number.isFinite(v) ? v : 0);
+const str = (v: unknown, max = 200) => (typeof v === 'string' ? v.slice(0, max) : '');
+
+/**
+ * Another replica's listing, as this gateway takes it: every field typed and bounded,
+ * each entry marked with the replica that answered (whatever it said of itself), at most
+ * 10,000 of each kind.
+ */
+export function checkedListing(v: unknown, replica: string): { sandboxes: SandboxSummary[]; pooled: PooledSummary[] } {
+  const o = isObject(v) ? v : {};
+  const sandboxes = (Array.isArray(o.sandboxes) ? o.sandboxes : []).slice(0, 10_000).filter(isObject).map((s): SandboxSummary => {
+    const stats = isObject(s.stats) ? { cpuPercent: num(s.stats.cpuPercent), memoryBytes: num(s.stats.memoryBytes), memoryLimitBytes: num(s.stats.memoryLimitBytes), pids: num(s.stats.pids) } : undefined;
+    const workspace = isObject(s.workspace) ? { usedBytes: num(s.workspace.usedBytes), limitBytes: s.workspace.limitBytes === null ? null : num(s.workspace.limitBytes) } : undefined;
+    return {
+      user: str(s.user),
+      userId: num(s.userId),
+      containerId: str(s.containerId, 64),
+      startedAt: num(s.startedAt),
+      lastActivity: num(s.lastActivity),
+      running: num(s.running),
+      queued: num(s.queued),
+      stopping: s.stopping === true,
+      frozen: s.frozen === true,
+      workspaceId: str(s.workspaceId, 64),
+      ...(isObject(s.run) && { run: { language: str(s.run.language, 20), startedAt: num(s.run.startedAt) } }),
+      ...(stats && { stats }),
+      ...(workspace && { workspace }),
+      replica,
+    };
+  });
+  const pooled = (Array.isArray(o.pooled) ? o.pooled : []).slice(0, 10_000).filter(isObject).map((p): PooledSummary => ({ containerId: str(p.containerId, 64), frozen: p.frozen === true, startedAt: num(p.startedAt), workspaceId: str(p.workspaceId, 64), replica }));
+  return { sandboxes, pooled };
+}

@@ -17,7 +17,7 @@ import { adoptOrRemove, findLeftFor, LABEL_REPLICA, LABEL_ROLE, LABEL_WORKSPACE,
 import { routeCalls } from './calls.js';
 import { ceilingFrom, ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { forgetCgroup } from './cgroup.js';
-import { SandboxError } from './errors.js';
+import { HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
@@ -257,10 +257,7 @@ export class Lifecycle implements SandboxLifecycle {
       throw new SandboxError('this gateway cannot take sandboxes now (it is stopping, or cannot reach its database): try again', 'held_elsewhere', (e as Error).message);
     });
     if (!lease.ok) {
-      throw new SandboxError(
-        `${owner.name}'s sandbox is held by another gateway of this installation (${lease.holder.id}); try again through it, or once it stops`,
-        'held_elsewhere',
-      );
+      throw new HeldElsewhere(`${owner.name}'s sandbox is held by another gateway of this installation (${lease.holder.id}); try again through it, or once it stops`, lease.holder);
     }
   }
 

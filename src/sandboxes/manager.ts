@@ -23,7 +23,7 @@ import { gatewayIdFor } from './gateway-id.js';
 import { Execution, type FilesListener, type SandboxExecution } from './execution.js';
 import { Held, type SandboxManagerDeps } from './held.js';
 import { Idle, type SandboxIdle } from './idle.js';
-import { Inspection, type Orphan, type PooledSummary, type SandboxInspection, type SandboxSummary } from './inspection.js';
+import { Inspection, type EverywhereSummary, type Orphan, type PooledSummary, type SandboxInspection, type SandboxSummary } from './inspection.js';
 import { Lifecycle, type SandboxLifecycle } from './lifecycle.js';
 import type { Permissions } from './permissions.js';
 import type { RuntimeLeftover } from './runtime-leftovers.js';
@@ -62,6 +62,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
     return this.execution.execute(owner, opts);
   }
+  executeHere(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
+    return this.execution.executeHere(owner, opts);
+  }
   ceiling(owner: SandboxOwner): Promise<Permissions> {
     return this.execution.ceiling(owner);
   }
@@ -99,6 +102,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   stopUser(userId: number, opts?: StopOptions): Promise<boolean> {
     return this.stops.stopUser(userId, opts);
   }
+  stopUserHere(userId: number, opts?: StopOptions): Promise<boolean> {
+    return this.stops.stopUserHere(userId, opts);
+  }
   stopIdle(by?: string): Promise<number> {
     return this.stops.stopIdle(by);
   }
@@ -120,6 +126,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   }
   pooled(): PooledSummary[] {
     return this.inspection.pooled();
+  }
+  listEverywhere(opts?: { stats?: boolean }): Promise<EverywhereSummary> {
+    return this.inspection.listEverywhere(opts);
   }
   startingUsers(): number[] {
     return this.inspection.startingUsers();

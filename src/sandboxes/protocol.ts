@@ -118,7 +118,7 @@ const optionalString = (v: unknown, max: number): string | undefined => (typeof 
  * word. Files that are not workspace paths, and a file list beyond the protocol's 1,000,
  * are dropped; the text fields are cut to the sizes the runner itself keeps to.
  */
-function checkedDone(e: Record<string, unknown>, id: string): ExecDone | undefined {
+export function checkedDone(e: Record<string, unknown>, id: string): ExecDone | undefined {
   const truncated = isObject(e.truncated) ? e.truncated : {};
   const files: FileChange[] = [];
   if (Array.isArray(e.files)) {

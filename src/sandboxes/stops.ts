@@ -10,6 +10,7 @@ import { forgetSandboxContainer } from './records.js';
 import { forgetCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
+import { askReplica, HOP_STOP_PATH } from './remote.js';
 import type { Idle } from './idle.js';
 import type { UserSandbox } from './live.js';
 import { recordUse } from './usage.js';
@@ -52,6 +53,11 @@ export interface SandboxStops {
    * stops it itself (lifecycle.ts).
    */
   stopUser(userId: number, opts?: StopOptions): Promise<boolean>;
+  /**
+   * As `stopUser`, for a sandbox this gateway holds only: one another replica holds is
+   * not asked of it (the internal hop's end, src/http/internal.ts).
+   */
+  stopUserHere(userId: number, opts?: StopOptions): Promise<boolean>;
   /** Stops every user sandbox with nothing running or queued; how many. */
   stopIdle(by?: string): Promise<number>;
   /** Removes a user's workspace for good (their sandbox must be stopped first; the admin deletes the user next). */
@@ -59,9 +65,21 @@ export interface SandboxStops {
 }
 
 export class Stops implements SandboxStops {
-  constructor(private readonly deps: Pick<PartDeps, 'db' | 'driver' | 'volumes' | 'log' | 'replica'> & { held: Held; idle: Idle }) {}
+  constructor(private readonly deps: Pick<PartDeps, 'db' | 'driver' | 'volumes' | 'log' | 'replica' | 'hop'> & { held: Held; idle: Idle }) {}
 
   async stopUser(userId: number, opts: StopOptions = {}): Promise<boolean> {
+    if (this.deps.held.users.has(userId)) return this.stopUserHere(userId, opts);
+    // Not here: the replica holding it, if another does, is asked to stop it.
+    const { replica, hop } = this.deps;
+    if (!replica || !hop) return false;
+    const holder = await replica.holderOf(userId);
+    if (!holder || holder.id === replica.id) return this.stopUserHere(userId, opts);
+    if (!holder.internalUrl) throw new SandboxError(`the sandbox is held by the gateway ${holder.id}, which takes no requests from the others: stop it there`, 'held_elsewhere');
+    const answer = await askReplica({ id: holder.id, internalUrl: holder.internalUrl }, HOP_STOP_PATH, { userId, ...opts }, { signer: hop, selfId: replica.id, timeoutMs: 30_000 });
+    return typeof answer === 'object' && answer !== null && (answer as { stopped?: unknown }).stopped === true;
+  }
+
+  async stopUserHere(userId: number, opts: StopOptions = {}): Promise<boolean> {
     const { stopping, users } = this.deps.held;
     const sb = users.get(userId);
     if (!sb) return false;

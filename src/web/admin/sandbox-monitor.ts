@@ -30,12 +30,16 @@ export interface SandboxRow {
   memoryLimitBytes: number;
   pids: number | null;
   workspace?: { usedBytes: number; limitBytes: number | null };
+  /** The gateway replica holding it, when several share the store. */
+  replica?: string;
 }
 
 export interface SandboxSnapshot {
   at: number;
   rows: SandboxRow[];
   runtime: string;
+  /** Replicas that did not say what they hold: their sandboxes are missing from `rows`. */
+  unreachable: string[];
 }
 
 /** How often viewers get a fresh sample. */
@@ -80,7 +84,9 @@ export class SandboxMonitor {
     const { sandboxes, config } = this.deps;
     const now = Date.now();
     const limit = config.sandboxMemoryMb * 1024 * 1024;
-    const users = await sandboxes.list();
+    // Every replica's, when several share the store (each other one asked over the internal hop).
+    const everywhere = await sandboxes.listEverywhere();
+    const users = everywhere.sandboxes;
     const starting = sandboxes.startingUsers().filter((id) => !users.some((u) => u.userId === id));
     const startingNames = await Promise.all(starting.map(async (id) => (await getUser(this.deps.db, id))?.name ?? `#${id}`));
     const rows: (SandboxRow & { workspaceId: string })[] = [
@@ -95,6 +101,7 @@ export class SandboxMonitor {
         ...(s.run ? { run: s.run } : {}),
         queued: s.queued,
         workspaceId: s.workspaceId,
+        ...(s.replica && { replica: s.replica }),
       })),
       ...starting.map((id, i) => ({
           user: startingNames[i]!,
@@ -107,7 +114,7 @@ export class SandboxMonitor {
           queued: 0,
           workspaceId: '',
         })),
-      ...sandboxes.pooled().map((p) => ({
+      ...everywhere.pooled.map((p) => ({
         user: null,
         userId: null,
         containerId: p.containerId,
@@ -117,6 +124,7 @@ export class SandboxMonitor {
         lastActivity: null,
         queued: 0,
         workspaceId: p.workspaceId,
+        ...(p.replica && { replica: p.replica }),
       })),
     ].map((r): SandboxRow & { workspaceId: string } => ({ ...r, cpuPercent: null, memoryBytes: null, memoryPeakBytes: null, memoryLimitBytes: limit, pids: null }));
     const live = new Set<string>();
@@ -152,7 +160,7 @@ export class SandboxMonitor {
       this.prevCpu.delete(id);
       this.peaks.delete(id);
     }
-    this.latest = { at: now, rows: rows.map(({ workspaceId: _w, ...r }) => r).sort((a, b) => (a.user ?? '~').localeCompare(b.user ?? '~')), runtime: this.deps.runtime() };
+    this.latest = { at: now, rows: rows.map(({ workspaceId: _w, ...r }) => r).sort((a, b) => (a.user ?? '~').localeCompare(b.user ?? '~')), runtime: this.deps.runtime(), unreachable: everywhere.unreachable };
     return this.latest;
   }
 }

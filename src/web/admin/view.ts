@@ -50,6 +50,7 @@ export const sandboxView = (snap: SandboxSnapshot) => ({
   })),
   sampledAt: when(snap.at),
   runtime: snap.runtime,
+  unreachable: snap.unreachable,
 });
 
 /** Containers nobody tracks, and runtime processes whose container is gone. */

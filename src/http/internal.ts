@@ -1,0 +1,89 @@
+/**
+ * The internal hop's end: where another replica of the same installation sends a run for
+ * a user whose sandbox this gateway holds (POST /internal/v1/run), asks it to stop one
+ * (/internal/v1/stop), or asks what it holds (/internal/v1/sandboxes, for the admin page).
+ *
+ * Only a request signed with the installation's replica key, for this replica, with the
+ * body signed, and not seen before is heard (src/replicas/hop-auth.ts); anything else is
+ * a 401 and runs nothing. The run is this gateway's own (`executeHere`: never sent on),
+ * and its answer streams back as JSON lines (src/sandboxes/remote.ts). When the sender
+ * goes away, the run is cancelled.
+ */
+import express, { type Request, type RequestHandler, type Response } from 'express';
+import type { Logger } from '../logger.js';
+import { HOP_HEADER, HopAuthError, type HopSigner } from '../replicas/hop-auth.js';
+import type { SandboxExecution } from '../sandboxes/execution.js';
+import type { SandboxInspection } from '../sandboxes/inspection.js';
+import type { SandboxStops } from '../sandboxes/stops.js';
+import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, parseHopRun, serveRun } from '../sandboxes/remote.js';
+import { MAX_CODE_BYTES } from '../sandboxes/run.js';
+
+export interface InternalHopDeps {
+  signer: HopSigner;
+  /** This replica's id: a hop for another is refused. */
+  selfId: string;
+  sandboxes: Pick<SandboxExecution, 'executeHere'> & Pick<SandboxStops, 'stopUserHere'> & Pick<SandboxInspection, 'list' | 'pooled'>;
+  log: Logger;
+}
+
+/** The hop's endpoints, by path: each reads the raw body (bounded), checks the hop's credential, then answers. */
+export function internalHop(deps: InternalHopDeps): Record<string, RequestHandler[]> {
+  const { sandboxes } = deps;
+  const body = express.raw({ type: () => true, limit: MAX_CODE_BYTES * 2 + 64 * 1024 });
+  /** The request's JSON body once its credential holds; else answered 401 (or 400) here, and undefined. */
+  const verified = (req: Request, res: Response): unknown => {
+    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    try {
+      deps.signer.verify(req.get(HOP_HEADER), deps.selfId, req.path, raw);
+    } catch (e) {
+      if (!(e instanceof HopAuthError)) throw e;
+      deps.log.warn({ from: req.ip, path: req.path, err: e.message }, 'internal hop refused');
+      res.status(401).json({ error: { message: 'not a hop from a replica of this installation', reason: 'unauthorized' } });
+      return undefined;
+    }
+    try {
+      return JSON.parse(raw.toString('utf8')) as unknown;
+    } catch {
+      res.status(400).json({ error: { message: 'not JSON', reason: 'invalid_request' } });
+      return undefined;
+    }
+  };
+  const bad = (res: Response, what: string) => void res.status(400).json({ error: { message: `not ${what}`, reason: 'invalid_request' } });
+
+  const run: RequestHandler = async (req, res) => {
+    const v = verified(req, res);
+    if (v === undefined) return;
+    const hop = parseHopRun(v);
+    if (!hop) return bad(res, 'a run');
+    res.status(200).set({ 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    res.flushHeaders();
+    const gone = new AbortController();
+    res.on('close', () => {
+      if (!res.writableFinished) gone.abort();
+    });
+    try {
+      await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => res.write(line));
+    } finally {
+      res.end();
+    }
+  };
+
+  const stop: RequestHandler = async (req, res) => {
+    const v = verified(req, res) as Record<string, unknown> | undefined;
+    if (v === undefined) return;
+    const { userId, kill, by, cause } = v ?? {};
+    if (typeof userId !== 'number' || !Number.isSafeInteger(userId) || (kill !== undefined && typeof kill !== 'boolean') || (by !== undefined && typeof by !== 'string') || (cause !== undefined && typeof cause !== 'string')) {
+      return bad(res, 'a stop');
+    }
+    const stopped = await sandboxes.stopUserHere(userId, { kill, by: by?.slice(0, 200), cause: cause?.slice(0, 500) });
+    res.json({ stopped });
+  };
+
+  const list: RequestHandler = async (req, res) => {
+    const v = verified(req, res) as Record<string, unknown> | undefined;
+    if (v === undefined) return;
+    res.json({ sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
+  };
+
+  return { [HOP_RUN_PATH]: [body, run], [HOP_STOP_PATH]: [body, stop], [HOP_LIST_PATH]: [body, list] };
+}

@@ -1,0 +1,109 @@
+/**
+ * The internal hop's credential: how one replica proves to another that a request comes
+ * from a gateway of the same installation, and for that replica only.
+ *
+ * A request carries `sandgate-hop: <claims>.<mac>`, where claims (base64url JSON) name
+ * the sender, the replica and endpoint it is for, the time, a random nonce and the SHA-256 of the body,
+ * and mac is their HMAC-SHA256 under the installation's replica key (`replicas.key` in
+ * the data directory, or SANDGATE_REPLICA_KEY: the same on every replica, like the PII
+ * and upstream keys). The receiver checks the mac, that the request is for it, that it
+ * is at most `maxSkewMs` old or early, that the body is the one signed, and that the
+ * nonce was not seen before within that window: a request copied off the wire cannot be
+ * replayed, sent to another replica or endpoint, or given another body.
+ *
+ * The key never leaves the gateways: the database alone (which holds no copy of it) is
+ * not enough to forge a hop.
+ */
+import crypto from 'node:crypto';
+
+export const HOP_HEADER = 'sandgate-hop';
+
+export interface HopClaims {
+  /** The sending replica's id. */
+  from: string;
+  /** The replica the request is for. */
+  to: string;
+  /** The path it is sent to (its endpoint). */
+  path: string;
+  /** Epoch ms at which it was signed. */
+  ts: number;
+  nonce: string;
+  /** SHA-256 of the request body, hex. */
+  body: string;
+}
+
+/** A hop credential that does not hold: the request is refused (401), and nothing in it is used. */
+export class HopAuthError extends Error {
+  override name = 'HopAuthError';
+}
+
+const sha256 = (body: Buffer | string) => crypto.createHash('sha256').update(body).digest('hex');
+const mac = (key: Buffer, claims: string) => crypto.createHmac('sha256', key).update(claims).digest();
+
+export interface HopSignerOptions {
+  /** 32 bytes shared by every replica of the installation. */
+  key: Buffer;
+  /** How far a request's time may be from the receiver's clock. Default 30 s. */
+  maxSkewMs?: number;
+  now?: () => number;
+}
+
+export class HopSigner {
+  private readonly key: Buffer;
+  private readonly maxSkewMs: number;
+  private readonly now: () => number;
+  /** Nonces seen within the window, with when they stop mattering. */
+  private readonly seen = new Map<string, number>();
+
+  constructor(opts: HopSignerOptions) {
+    if (opts.key.length < 32) throw new Error('HopSigner: the key must be at least 32 bytes');
+    this.key = opts.key;
+    this.maxSkewMs = opts.maxSkewMs ?? 30_000;
+    this.now = opts.now ?? Date.now;
+  }
+
+  /** The header value for a request from `from` to `to`'s endpoint `path` with `body`. */
+  sign(from: string, to: string, path: string, body: Buffer | string): string {
+    const claims: HopClaims = { from, to, path, ts: this.now(), nonce: crypto.randomBytes(16).toString('base64url'), body: sha256(body) };
+    const encoded = Buffer.from(JSON.stringify(claims)).toString('base64url');
+    return `${encoded}.${mac(this.key, encoded).toString('base64url')}`;
+  }
+
+  /** The claims of a request for replica `self`'s endpoint `path` with `body`, or HopAuthError saying why not. */
+  verify(header: string | undefined, self: string, path: string, body: Buffer): HopClaims {
+    if (!header || header.length > 2048) throw new HopAuthError('no hop credential');
+    const dot = header.indexOf('.');
+    if (dot < 0) throw new HopAuthError('malformed hop credential');
+    const encoded = header.slice(0, dot);
+    const given = Buffer.from(header.slice(dot + 1), 'base64url');
+    const expected = mac(this.key, encoded);
+    if (given.length !== expected.length || !crypto.timingSafeEqual(given, expected)) throw new HopAuthError('hop credential does not verify');
+    let claims: HopClaims;
+    try {
+      claims = JSON.parse(Buffer.from(encoded, 'base64url').toString('utf8')) as HopClaims;
+    } catch {
+      throw new HopAuthError('malformed hop claims');
+    }
+    if (typeof claims !== 'object' || claims === null || typeof claims.from !== 'string' || typeof claims.nonce !== 'string' || typeof claims.ts !== 'number' || typeof claims.body !== 'string') {
+      throw new HopAuthError('malformed hop claims');
+    }
+    if (claims.to !== self) throw new HopAuthError('hop meant for another replica');
+    if (claims.path !== path) throw new HopAuthError('hop meant for another endpoint');
+    const now = this.now();
+    if (!(Math.abs(now - claims.ts) <= this.maxSkewMs)) throw new HopAuthError('hop credential expired (or the replicas’ clocks differ by more than the allowed skew)');
+    if (claims.body !== sha256(body)) throw new HopAuthError('hop body differs from the one signed');
+    this.forgetOld(now);
+    if (this.seen.has(claims.nonce)) throw new HopAuthError('hop credential used twice');
+    this.seen.set(claims.nonce, claims.ts + this.maxSkewMs);
+    return claims;
+  }
+
+  private forgetOld(now: number): void {
+    // Insertion order is nearly time order: stop at the first that could still be replayed
+    // (one out of order stays a little longer; none is forgotten early).
+    for (const [nonce, until] of this.seen) {
+      if (until >= now) break;
+      this.seen.delete(nonce);
+    }
+  }
+}

@@ -1,0 +1,291 @@
+/**
+ * The internal hop: a run asked of a gateway that does not hold the user's sandbox is
+ * sent to the replica that does, and its output streams back as it comes.
+ *
+ * The sender signs each request for that replica only (src/replicas/hop-auth.ts); the
+ * holder runs it only while it holds the user's lease, and never sends it on (a holder
+ * that lost the lease meanwhile says so, and the sender asks the store again). The
+ * answer is a stream of JSON lines: output chunks, then the result or an error.
+ * Everything in it is checked as a sandbox's own word is (protocol.ts): the holder is
+ * another process, and a stream that breaks off mid-run is reported to the caller as an
+ * interrupted run, never as a result it did not give.
+ *
+ * The wire format lives here, on both ends: `sendRun` for the sender, `serveRun` for the
+ * holder (src/http/internal.ts gives it the HTTP request). `askReplica` is the same hop
+ * for a question with a short JSON answer: stop a sandbox it holds, list what it holds.
+ */
+import { HOP_HEADER, type HopSigner } from '../replicas/hop-auth.js';
+import { GatewayError } from '../errors.js';
+import { SANDBOX_ERROR_REASONS, SandboxError, type SandboxErrorReason } from './errors.js';
+import { PermissionError, type GrantName, type Permissions } from './permissions.js';
+import { checkedDone, LANGUAGES, type Language } from './protocol.js';
+import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
+
+/** Where the hop's endpoints are, under a replica's internal URL: a run, a stop, the list of what it holds. */
+export const HOP_RUN_PATH = '/internal/v1/run';
+export const HOP_STOP_PATH = '/internal/v1/stop';
+export const HOP_LIST_PATH = '/internal/v1/sandboxes';
+
+/** A run, as one replica asks it of another. */
+export interface HopRun {
+  owner: SandboxOwner;
+  language: Language;
+  code: string;
+  timeoutSec?: number;
+  reset?: boolean;
+  permissions?: Partial<Permissions>;
+}
+
+/** One line of the holder's answer. */
+type HopLine =
+  | { t: 'out'; s: 'stdout' | 'stderr'; d: string }
+  | { t: 'done'; r: ExecuteResult }
+  | { t: 'error'; name: string; reason: string; message: string; grant?: string };
+
+/** The replica a run is sent to. */
+export interface HopTarget {
+  id: string;
+  internalUrl: string;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/** The run a hop request asks for, checked; undefined when the body is not one. */
+export function parseHopRun(v: unknown): HopRun | undefined {
+  if (!isObject(v) || !isObject(v.owner)) return undefined;
+  const { userId, name } = v.owner;
+  if (typeof userId !== 'number' || !Number.isSafeInteger(userId) || userId <= 0 || typeof name !== 'string' || name.length > 200) return undefined;
+  if (typeof v.language !== 'string' || !LANGUAGES.includes(v.language as Language) || typeof v.code !== 'string') return undefined;
+  if (v.timeoutSec !== undefined && typeof v.timeoutSec !== 'number') return undefined;
+  if (v.reset !== undefined && typeof v.reset !== 'boolean') return undefined;
+  if (v.permissions !== undefined && !isObject(v.permissions)) return undefined;
+  return {
+    owner: { userId, name },
+    language: v.language as Language,
+    code: v.code,
+    ...(v.timeoutSec !== undefined && { timeoutSec: v.timeoutSec }),
+    ...(v.reset !== undefined && { reset: v.reset }),
+    ...(v.permissions !== undefined && { permissions: v.permissions as Partial<Permissions> }),
+  };
+}
+
+/**
+ * Runs `run` through `executeHere` (the holder's own execution, which never forwards)
+ * and writes the answer's lines to `write`. Output streams as it comes; the last line is
+ * the result, or the error that refused the run. `signal` aborts when the sender goes.
+ */
+export async function serveRun(
+  executeHere: (owner: SandboxOwner, opts: ExecuteOptions) => Promise<ExecuteResult>,
+  run: HopRun,
+  signal: AbortSignal,
+  write: (line: string) => void,
+): Promise<void> {
+  const send = (l: HopLine) => write(`${JSON.stringify(l)}\n`);
+  try {
+    const r = await executeHere(run.owner, {
+      language: run.language,
+      code: run.code,
+      timeoutSec: run.timeoutSec,
+      reset: run.reset,
+      permissions: run.permissions,
+      signal,
+      onOutput: (s, d) => send({ t: 'out', s, d }),
+    });
+    send({ t: 'done', r });
+  } catch (e) {
+    if (e instanceof GatewayError) {
+      send({ t: 'error', name: e.name, reason: e.reason, message: e.message, ...(e instanceof PermissionError && { grant: e.grant }) });
+    } else {
+      send({ t: 'error', name: 'Error', reason: 'internal', message: 'the gateway holding the sandbox failed to run the code' });
+      throw e;
+    }
+  }
+}
+
+export interface SendRunOptions {
+  signer: HopSigner;
+  /** This replica's id (the sender). */
+  selfId: string;
+  /** Seconds the run may take on the holder: the hop waits that long, and a little more. */
+  timeoutSec: number;
+  /** Per-stream output the holder keeps (its limit): more from it is not taken. */
+  outputLimitBytes: number;
+}
+
+/** The holder no longer holds the sandbox (or cannot take runs now): ask the store again. */
+export class HopRefused extends SandboxError {
+  constructor(message: string) {
+    super(message, 'held_elsewhere');
+  }
+}
+
+/** How long past the run's own timeout a hop waits for the holder's answer. */
+const HOP_GRACE_MS = 15_000;
+/** Per-line bound on what the holder sends (an output chunk, or the result). */
+const MAX_LINE_BYTES = 1024 * 1024;
+
+/**
+ * Sends a run to the replica holding the owner's sandbox and returns its result, with
+ * output passed to `opts.onOutput` as it streams. Errors the holder refused the run with
+ * are thrown as theirs (a HopRefused when it no longer holds the sandbox); a holder that
+ * cannot be reached is a HopRefused too (nothing ran). A stream that ends before the
+ * result is an interrupted run: a result saying so, with the output that came.
+ */
+export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: ExecuteOptions, o: SendRunOptions): Promise<ExecuteResult> {
+  const body = JSON.stringify({ owner: { userId: owner.userId, name: owner.name }, language: opts.language, code: opts.code, timeoutSec: o.timeoutSec, reset: opts.reset, permissions: opts.permissions } satisfies HopRun);
+  const deadline = AbortSignal.timeout(o.timeoutSec * 1000 + HOP_GRACE_MS);
+  const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
+  const started = performance.now();
+  const output = { stdout: [] as string[], stderr: [] as string[] };
+  const kept = { stdout: 0, stderr: 0 };
+  const dropped = { stdout: 0, stderr: 0 };
+  const interrupted = (why: string): ExecuteResult => ({
+    exitCode: null,
+    durationMs: performance.now() - started,
+    timedOut: false,
+    killed: true,
+    restarted: false,
+    truncated: dropped,
+    files: [],
+    notice: `The gateway running this code (${target.id}) ${why} before it answered. Whether the code ran to its end is not known: look at /workspace before running it again. Python variables may be lost.`,
+    stdout: output.stdout.join(''),
+    stderr: output.stderr.join(''),
+    language: opts.language,
+  });
+
+  let res: Response;
+  try {
+    res = await fetch(new URL(HOP_RUN_PATH, target.internalUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [HOP_HEADER]: o.signer.sign(o.selfId, target.id, HOP_RUN_PATH, body) },
+      body,
+      signal,
+      redirect: 'error',
+    });
+  } catch (e) {
+    if (opts.signal?.aborted) throw new SandboxError('the run was cancelled before the gateway holding the sandbox answered', 'busy');
+    throw new HopRefused(`${owner.name}'s sandbox is held by another gateway of this installation (${target.id}), which cannot be reached now: try again in a few seconds (${(e as Error).message})`);
+  }
+  if (res.status !== 200 || !res.body) {
+    const text = (await res.text().catch(() => '')).slice(0, 300);
+    throw new HopRefused(`the gateway holding ${owner.name}'s sandbox (${target.id}) refused the run (HTTP ${res.status}${text ? `: ${text}` : ''}); try again`);
+  }
+
+  const decoder = new TextDecoder();
+  const reader = res.body.getReader();
+  let buffered = '';
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      buffered += decoder.decode(value, { stream: true });
+      let nl: number;
+      while ((nl = buffered.indexOf('\n')) >= 0) {
+        const line = buffered.slice(0, nl);
+        buffered = buffered.slice(nl + 1);
+        const answer = take(line);
+        if (answer) {
+          // The holder ends its answer here: reading the end lets the connection serve the next hop.
+          await Promise.race([reader.read(), new Promise((r) => setTimeout(r, 100).unref())]);
+          return answer;
+        }
+      }
+      if (buffered.length > MAX_LINE_BYTES) return interrupted('sent a line longer than the hop allows, so it was cut off,');
+    }
+  } catch (e) {
+    // The holder's refusal, read from its answer.
+    if (e instanceof GatewayError) throw e;
+    if (opts.signal?.aborted) return { ...interrupted('was told to cancel the run, and the connection closed'), notice: 'The run was cancelled.' };
+    if (deadline.aborted) return interrupted(`did not finish within the run's ${o.timeoutSec} s limit and more`);
+    return interrupted(`went away (${(e as Error).message})`);
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return interrupted('went away');
+
+  /** One line: output taken (within the limit), or the answer. */
+  function take(line: string): ExecuteResult | undefined {
+    let v: unknown;
+    try {
+      v = JSON.parse(line);
+    } catch {
+      return interrupted('sent something that is not the hop’s answer');
+    }
+    if (!isObject(v)) return interrupted('sent something that is not the hop’s answer');
+    if (v.t === 'out' && (v.s === 'stdout' || v.s === 'stderr') && typeof v.d === 'string') {
+      const bytes = Buffer.byteLength(v.d);
+      if (kept[v.s] + bytes > o.outputLimitBytes) {
+        dropped[v.s] += bytes;
+        return undefined;
+      }
+      kept[v.s] += bytes;
+      output[v.s].push(v.d);
+      opts.onOutput?.(v.s, v.d);
+      return undefined;
+    }
+    if (v.t === 'done' && isObject(v.r)) {
+      const done = checkedDone(v.r, 'hop')!;
+      const { type: _type, id: _id, ...rest } = done;
+      const text = (s: unknown) => (typeof s === 'string' ? s.slice(0, o.outputLimitBytes + 8192) : '');
+      return { ...rest, stdout: text(v.r.stdout), stderr: text(v.r.stderr), language: opts.language };
+    }
+    if (v.t === 'error' && typeof v.message === 'string') throw remoteError(v, target);
+    return interrupted('sent something that is not the hop’s answer');
+  }
+}
+
+/** The error a holder refused a run with, as this gateway's own (bounded, and of a known kind). */
+function remoteError(v: Record<string, unknown>, target: HopTarget): GatewayError {
+  const message = String(v.message).slice(0, 2000);
+  if (v.name === 'PermissionError' && typeof v.grant === 'string') return new PermissionError(message, v.grant as GrantName);
+  if (v.reason === 'held_elsewhere') return new HopRefused(message);
+  if (typeof v.reason === 'string' && (SANDBOX_ERROR_REASONS as readonly string[]).includes(v.reason)) return new SandboxError(message, v.reason as SandboxErrorReason);
+  return new SandboxError(`the gateway holding the sandbox (${target.id}) could not run the code: ${message}`, 'runner_died');
+}
+
+export interface AskOptions {
+  signer: HopSigner;
+  selfId: string;
+  /** Default 5 s. */
+  timeoutMs?: number;
+  /** Largest answer taken. Default 4 MiB. */
+  maxBytes?: number;
+}
+
+/**
+ * Asks another replica's `path` with `request` (signed for it) and returns its JSON
+ * answer, unchecked: the caller checks it. A replica that cannot be reached, answers
+ * other than 200, or sends more than `maxBytes` or no JSON, is a HopRefused.
+ */
+export async function askReplica(target: HopTarget, path: string, request: object, o: AskOptions): Promise<unknown> {
+  const body = JSON.stringify(request);
+  const maxBytes = o.maxBytes ?? 4 * 1024 * 1024;
+  try {
+    const res = await fetch(new URL(path, target.internalUrl), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', [HOP_HEADER]: o.signer.sign(o.selfId, target.id, path, body) },
+      body,
+      signal: AbortSignal.timeout(o.timeoutMs ?? 5000),
+      redirect: 'error',
+    });
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    const reader = res.body?.getReader();
+    for (;;) {
+      const r = reader ? await reader.read() : { done: true as const, value: undefined };
+      if (r.done) break;
+      size += r.value.length;
+      if (size > maxBytes) {
+        await reader!.cancel();
+        throw new Error(`answered more than ${maxBytes} bytes`);
+      }
+      chunks.push(r.value);
+    }
+    const text = Buffer.concat(chunks).toString('utf8');
+    if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${text.slice(0, 300)}`);
+    return JSON.parse(text) as unknown;
+  } catch (e) {
+    if (e instanceof HopRefused) throw e;
+    throw new HopRefused(`the gateway ${target.id} did not answer (${(e as Error).message}): try again in a few seconds`);
+  }
+}
