@@ -92,17 +92,18 @@ export class Execution implements SandboxExecution {
     if (!(timeoutSec > 0) || timeoutSec > cfg.execMaxTimeoutSec) {
       throw new SandboxError(`timeout must be between 1 and ${cfg.execMaxTimeoutSec} seconds (SANDGATE_EXEC_MAX_TIMEOUT_SEC)`, 'invalid_request');
     }
+    // A run for a sandbox another replica was just seen holding goes there at once: the
+    // holder checks the account and the permissions, as it does for its own runs.
+    if (mayForward) {
+      const sent = await this.forwarded(owner, opts, timeoutSec);
+      if (sent) return sent;
+    }
     // The user's row, read once: whether their account may run code, and their ceiling.
     const ceiling = ceilingFrom(await admittedAccount(this.deps.db, owner), cfg);
     // Network is refused whatever the ceiling says: say why before anything else.
     const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
     if (net) throw new PermissionError(net, 'net');
     const effective = narrowPermissions(ceiling, opts.permissions);
-
-    if (mayForward) {
-      const sent = await this.forwarded(owner, opts, timeoutSec);
-      if (sent) return sent;
-    }
     let sb: UserSandbox;
     try {
       sb = await this.deps.lifecycle.sandboxFor(owner, ceiling);
