@@ -31,6 +31,7 @@ export const POSTGRES_SUITES = [
   'test/api-store.test.ts',
   'test/db-copy.test.ts',
   'test/replicas.test.ts',
+  'test/replicas-rolling.test.ts',
 ];
 
 // Not in the root config: a project that extends it would run the setup a second time.

@@ -50,6 +50,8 @@ case "$cmd" in
     # tests drive Debian's chromium (playwright-core cannot download a browser here).
     need=()
     command -v docker-compose >/dev/null 2>&1 || need+=(docker-compose)
+    # Debian's HAProxy: the replicas' tests send every request through a real load balancer.
+    command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
     command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
     [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
     t0=$(date +%s)

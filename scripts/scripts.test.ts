@@ -6,6 +6,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { HAPROXY } from '../test/support/haproxy.js';
 import { describe, expect, it } from 'vitest';
 
 const root = path.resolve(import.meta.dirname, '..');
@@ -67,5 +68,26 @@ describe('scripts', () => {
     expect(r.stdout).toMatch(/SANDGATE_SANDBOX_RUNTIME: runsc/);
     expect(r.stdout).toMatch(/\/var\/run\/docker.sock/);
     expect(r.stdout).toMatch(/runtime: runsc/);
+  });
+
+  it('compose.replicas.yaml is valid: two gateways on one Postgres behind HAProxy, and no default database password', () => {
+    const file = path.join(root, 'compose.replicas.yaml');
+    const withoutPassword = spawnSync('docker-compose', ['-f', file, 'config'], { encoding: 'utf8', env: { PATH: process.env.PATH } });
+    expect(withoutPassword.status).not.toBe(0);
+    expect(withoutPassword.stderr).toMatch(/set POSTGRES_PASSWORD/);
+    const r = spawnSync('docker-compose', ['-f', file, 'config'], { encoding: 'utf8', env: { PATH: process.env.PATH, POSTGRES_PASSWORD: 'secret' } });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toMatch(/SANDGATE_INTERNAL_URL: http:\/\/sandgate:8787/);
+    expect(r.stdout).toMatch(/SANDGATE_INTERNAL_URL: http:\/\/sandgate-2:8787/);
+    expect(r.stdout.match(/SANDGATE_DATABASE_URL: postgres:\/\/sandgate:secret@postgres:5432\/sandgate/g)).toHaveLength(2);
+    expect(r.stdout).toMatch(/runtime: runsc/);
+    // Only HAProxy publishes a port, on loopback.
+    expect(r.stdout.match(/127\.0\.0\.1:8787:8787/g)).toHaveLength(1);
+  });
+
+  it('the shipped HAProxy configuration is valid for Debian’s HAProxy', () => {
+    const r = spawnSync(HAPROXY, ['-c', '-f', path.join(root, 'deploy/haproxy/haproxy.cfg')], { encoding: 'utf8' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout + r.stderr).toMatch(/Configuration file is valid/);
   });
 });

@@ -89,6 +89,12 @@ export interface Gateway {
    * PREFLIGHT_RETRY_MS, one at a time) and the manager starts the first time it passes.
    */
   start(): Promise<Preflight>;
+  /**
+   * Before `close`, on a replica of several: takes no new sandbox, says so to the load
+   * balancer (/readyz answers 503) and to the other replicas, and hands its sandboxes
+   * over as they fall idle, within SANDGATE_DRAIN_SEC. Alone, it returns at once.
+   */
+  drain(): Promise<void>;
   /** `stopAll` also stops user sandboxes (otherwise the next start adopts them). */
   close(opts?: { stopAll?: boolean; releaseVolumes?: boolean }): Promise<void>;
 }
@@ -108,6 +114,8 @@ export function piiLayer(config: Config, db: Db): { vault: PiiVault; boundary: M
 const PURGE_INTERVAL_MS = 60 * 60 * 1000;
 /** How soon a failed full health check may run again (readiness asks often; a check starts a container). */
 export const PREFLIGHT_RETRY_MS = 10_000;
+/** How long a stopping replica serves at least, so the load balancer's health checks see it stopping before its port closes. */
+export const DRAIN_GRACE_MS = 3_000;
 
 /** Opens the store (SQLite in the data directory, or SANDGATE_DATABASE_URL) and composes the gateway on it. */
 export async function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Promise<Gateway> {
@@ -150,6 +158,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   let checkedAt = 0;
   let managerStarted = false;
   let closed = false;
+  let draining = false;
   /** The full check, one at a time; when it passes for the first time, the manager starts. */
   const runPreflight = (): Promise<Preflight> => {
     running ??= (async () => {
@@ -184,7 +193,12 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     config,
     store,
     logger,
-    readiness: { docker: quickCheck('docker'), image: quickCheck('image'), runtime: runtimeReadiness },
+    readiness: {
+      docker: quickCheck('docker'),
+      image: quickCheck('image'),
+      runtime: runtimeReadiness,
+      ...(replica && { replica: async () => (draining ? { ok: false, detail: 'stopping: this gateway hands its sandboxes over to the others' } : { ok: true }) }),
+    },
     mcp: mcpRouter({ ...tools, rateLimiter }),
     v1: openAiApi({ config, db: store.db, logger, agent, rateLimiter }),
     web,
@@ -265,6 +279,18 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       // Before anything asks dockerd: it cannot start while a container of ours is frozen.
       manager.thawLeftFrozen();
       return runPreflight();
+    },
+    async drain() {
+      if (!replica || draining) return;
+      draining = true;
+      const t0 = Date.now();
+      await replica.drain().catch((e: unknown) => logger.warn({ err: e }, 'could not tell the other replicas that this one stops'));
+      await manager.handOver(config.drainSec * 1000);
+      // Serving a little longer, so that a load balancer checking /readyz has seen it fail
+      // before the port closes: whatever still arrives meanwhile goes on to another replica.
+      const grace = Math.min(DRAIN_GRACE_MS, config.drainSec * 1000) - (Date.now() - t0);
+      if (grace > 0) await new Promise((r) => setTimeout(r, grace));
+      logger.info({ ms: Date.now() - t0 }, 'drained');
     },
     async close(opts = {}) {
       closed = true;

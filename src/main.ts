@@ -65,6 +65,13 @@ async function main(): Promise<void> {
   const app = gateway.app;
 
   const server = http.createServer(app);
+  /** Requests being answered, but the live channel's long polls: a stop waits for them. */
+  let inflight = 0;
+  server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
+    if (req.url?.startsWith('/socket.io/')) return;
+    inflight++;
+    res.once('close', () => inflight--);
+  });
   gateway.attach(server);
   /** What the operator reads once the gateway listens: where it is and how to sign in. */
   const greet = async () => {
@@ -103,12 +110,20 @@ async function main(): Promise<void> {
     }
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    server.close();
-    server.closeIdleConnections();
-    const force = setTimeout(() => process.exit(1), 15_000);
+    const force = setTimeout(() => process.exit(1), 15_000 + (gateway.replica ? config.drainSec * 1000 : 0));
     force.unref();
+    // With other replicas: it keeps serving while it hands its sandboxes over (the load
+    // balancer sees /readyz fail and sends it nothing new), then stops taking requests.
     void gateway
-      .close()
+      .drain()
+      .catch((e) => logger.error({ err: e }, 'drain failed'))
+      .then(async () => {
+        server.close();
+        server.closeIdleConnections();
+        // Requests under way (runs, and runs this one sends on to another replica) finish first.
+        for (const end = Date.now() + 10_000; inflight > 0 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 25));
+        return gateway.close();
+      })
       .catch((e) => logger.error({ err: e }, 'shutdown failed'))
       .finally(() => {
         logger.info('stopped');

@@ -302,6 +302,11 @@ export class Replica {
     return rows.map(toInfo);
   }
 
+  /** Whether this replica is stopping (`drain`): it takes no new sandbox. */
+  get isDraining(): boolean {
+    return this.draining;
+  }
+
   /** Marks this replica as stopping: it takes no new sandbox, and the others see it. */
   async drain(): Promise<void> {
     this.draining = true;

@@ -44,6 +44,13 @@ export class HeldElsewhere extends SandboxError {
   }
 }
 
+/** This replica is stopping: it takes no new sandbox (a run for one goes to another replica). */
+export class Draining extends SandboxError {
+  constructor(message: string) {
+    super(message, 'held_elsewhere');
+  }
+}
+
 interface DockerishError {
   statusCode?: number;
   code?: string;

@@ -8,7 +8,7 @@
 import { admittedAccount } from './admission.js';
 import { ceilingFrom, ceilingOf } from './ceilings.js';
 import { cpuMsNow } from './cgroup.js';
-import { HeldElsewhere, SandboxError } from './errors.js';
+import { Draining, HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Lifecycle } from './lifecycle.js';
@@ -23,6 +23,8 @@ import { HopRefused, sendRun, type HopTarget } from './remote.js';
 
 /** How long a replica found holding a user's sandbox is sent their runs without asking the store again. */
 const HOLDER_KEPT_MS = 1000;
+/** How long a stopping replica tries to hand a run on while the sandbox's lease changes hands. */
+const HAND_ON_MS = 10_000;
 
 export type FilesListener = (owner: SandboxOwner, files: ExecuteResult['files']) => void;
 
@@ -104,18 +106,8 @@ export class Execution implements SandboxExecution {
     const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
     if (net) throw new PermissionError(net, 'net');
     const effective = narrowPermissions(ceiling, opts.permissions);
-    let sb: UserSandbox;
-    try {
-      sb = await this.deps.lifecycle.sandboxFor(owner, ceiling);
-    } catch (e) {
-      // Another replica holds it: the run goes there, over the internal hop.
-      if (mayForward && e instanceof HeldElsewhere && e.holder.internalUrl && this.deps.hop && this.deps.replica) {
-        this.holders.set(owner.userId, { target: { id: e.holder.id, internalUrl: e.holder.internalUrl }, until: Date.now() + HOLDER_KEPT_MS });
-        const sent = await this.forwarded(owner, opts, timeoutSec);
-        if (sent) return sent;
-      }
-      throw e;
-    }
+    const sb = await this.sandboxOrSent(owner, opts, ceiling, timeoutSec, mayForward);
+    if ('exitCode' in sb) return sb;
     return sb.queue.push(async () => {
       // The sandbox died while this waited: the run joins its replacement's queue like any
       // new one (its limit, its order, its timer starting only when the run does). Its
@@ -149,6 +141,38 @@ export class Execution implements SandboxExecution {
   }
 
   /**
+   * The owner's sandbox here; or, when another replica holds it (or this one is
+   * stopping), the run's result from the replica that ran it. While a sandbox changes
+   * hands (a holder that just took it and cannot be reached yet, one that is stopping and
+   * let it go a moment ago, one that died and whose lease has not run out) the lease is
+   * asked for again, for at most a lease time and a second; then the refusal stands.
+   */
+  private async sandboxOrSent(owner: SandboxOwner, opts: ExecuteOptions, ceiling: Permissions, timeoutSec: number, mayForward: boolean): Promise<UserSandbox | ExecuteResult> {
+    const { hop, replica } = this.deps;
+    const giveUpAt = Date.now() + (replica ? replica.leaseMs + 1000 : 0);
+    for (;;) {
+      try {
+        return await this.deps.lifecycle.sandboxFor(owner, ceiling);
+      } catch (e) {
+        if (!mayForward || !hop || !replica) throw e;
+        // Another replica holds it: the run goes there, over the internal hop.
+        if (e instanceof HeldElsewhere && e.holder.internalUrl) {
+          this.holders.set(owner.userId, { target: { id: e.holder.id, internalUrl: e.holder.internalUrl }, until: Date.now() + HOLDER_KEPT_MS });
+          const sent = await this.forwarded(owner, opts, timeoutSec);
+          if (sent) return sent;
+        }
+        // This replica is stopping: the run goes to one that is not, which takes the sandbox.
+        if (e instanceof Draining) {
+          const sent = await this.handedOn(owner, opts, timeoutSec);
+          if (sent) return sent;
+        }
+        if (!(e instanceof HeldElsewhere) || Date.now() >= giveUpAt) throw e;
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  }
+
+  /**
    * The run's result from the replica known to hold the owner's sandbox, or undefined
    * when none is known (or the one known no longer holds it: the store is asked again).
    */
@@ -168,6 +192,38 @@ export class Execution implements SandboxExecution {
       this.deps.log.debug({ user: owner.name, holder: known.target.id, err: e.message }, 'the replica last known to hold a sandbox did not take the run: asking the store');
       return undefined;
     }
+  }
+
+  /**
+   * A run this stopping replica cannot take, sent to the replica holding the sandbox, or
+   * to a live one that is not stopping (which takes it: adopting the container this one
+   * handed over). Tried for a few seconds, while leases change hands; undefined when no
+   * replica took it.
+   */
+  private async handedOn(owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
+    const { hop, replica, config, log } = this.deps;
+    if (!hop || !replica) return undefined;
+    const end = Date.now() + HAND_ON_MS;
+    while (Date.now() < end) {
+      const holder = await replica.holderOf(owner.userId);
+      let target = holder && holder.id !== replica.id && holder.internalUrl ? { id: holder.id, internalUrl: holder.internalUrl } : undefined;
+      if (!target && !holder) {
+        const others = (await replica.live()).filter((r) => r.id !== replica.id && !r.draining && r.internalUrl);
+        // The same user goes to the same replica while the set does not change: their runs meet one sandbox.
+        const pick = others[owner.userId % Math.max(1, others.length)];
+        if (pick) target = { id: pick.id, internalUrl: pick.internalUrl! };
+      }
+      if (target) {
+        try {
+          return await sendRun(target, owner, opts, { signer: hop, selfId: replica.id, timeoutSec, outputLimitBytes: config.outputLimitKb * 1024 });
+        } catch (e) {
+          if (!(e instanceof HopRefused)) throw e;
+          log.debug({ user: owner.name, to: target.id, err: e.message }, 'a stopping replica could not hand a run on yet');
+        }
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    return undefined;
   }
 
   private filesChanged(owner: SandboxOwner, files: ExecuteResult['files']): void {

@@ -17,7 +17,7 @@ import { adoptOrRemove, findLeftFor, LABEL_REPLICA, LABEL_ROLE, LABEL_WORKSPACE,
 import { routeCalls } from './calls.js';
 import { ceilingFrom, ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { forgetCgroup } from './cgroup.js';
-import { HeldElsewhere, SandboxError } from './errors.js';
+import { Draining, HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
@@ -50,6 +50,13 @@ export interface SandboxLifecycle {
    * crash would (for tests of adoption).
    */
   shutdown(opts?: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean }): Promise<void>;
+  /**
+   * Hands this replica's sandboxes over to the others (it is stopping, and takes no new
+   * one): each is let go, running and thawed, its lease released, as soon as nothing runs
+   * or waits on it; those still busy after `timeoutMs` are let go all the same (their runs
+   * end as interrupted). The next run asked of any replica adopts it. Without replicas, nothing.
+   */
+  handOver(timeoutMs: number): Promise<void>;
 }
 
 export class Lifecycle implements SandboxLifecycle {
@@ -200,6 +207,31 @@ export class Lifecycle implements SandboxLifecycle {
     }
   }
 
+  async handOver(timeoutMs: number): Promise<void> {
+    const { held, idle, log, replica } = this.deps;
+    if (!replica) return;
+    const end = Date.now() + timeoutMs;
+    let handed = 0;
+    const uses: Promise<void>[] = [];
+    for (;;) {
+      const late = Date.now() >= end;
+      for (const sb of [...held.users.values()]) {
+        if (!late && (sb.running > 0 || sb.queue.waiting > 0)) continue;
+        // Checked and let go in one tick: a run arriving after this finds no sandbox here, and goes to another replica.
+        held.users.delete(sb.owner.userId);
+        idle.wake(sb);
+        sb.handle.detach();
+        uses.push(recordUse(this.deps, sb, true), replica.release(sb.owner.userId));
+        handed++;
+        if (late) log.warn({ user: sb.owner.name }, 'handed a sandbox over with a run still in it: the run ends as interrupted');
+      }
+      if ((!held.users.size || late) && !held.starting.size) break;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    await Promise.all(uses);
+    log.info({ sandboxes: handed }, 'sandboxes handed over to the other replicas');
+  }
+
   /** Every sandbox this gateway holds: the users' and the pool's. */
   private lives(): Live[] {
     return [...this.deps.held.users.values(), ...this.pool.entries()];
@@ -254,6 +286,7 @@ export class Lifecycle implements SandboxLifecycle {
     const { replica } = this.deps;
     if (!replica) return;
     const lease = await replica.acquire(owner.userId).catch((e: unknown) => {
+      if (replica.isDraining) throw new Draining('this gateway is stopping: it takes no new sandbox');
       throw new SandboxError('this gateway cannot take sandboxes now (it is stopping, or cannot reach its database): try again', 'held_elsewhere', (e as Error).message);
     });
     if (!lease.ok) {

@@ -94,6 +94,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   get poolSize(): number {
     return this.lifecycle.poolSize;
   }
+  handOver(timeoutMs: number): Promise<void> {
+    return this.lifecycle.handOver(timeoutMs);
+  }
   shutdown(opts?: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean }): Promise<void> {
     return this.lifecycle.shutdown(opts);
   }

@@ -32,7 +32,9 @@ export function startGatewayProcess(env: Record<string, string>): GatewayProcess
     exited,
     output: () => out,
     ready: async (ms = 150_000) => {
-      await until(() => RUNNING.test(out), ms);
+      await until(() => RUNNING.test(out), ms).catch((e: Error) => {
+        throw new Error(`${e.message}: the gateway did not say it runs; it printed:\n${out.slice(-3000)}`);
+      });
       return RUNNING.exec(out)![1]!;
     },
   };
