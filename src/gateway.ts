@@ -151,7 +151,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const connect = (caller: Caller) => connectInProcess(tools, caller);
   const providerKeys = new ProviderKeys(store.db, config.dataDir);
   const models = parts.models ?? new ModelCatalog(config, providerKeys);
-  const agent = new Agent({ config, db: store.db, logger, boundary, catalog: models, connect, instructions: (caller) => instructionsFor(toolContext(tools, caller)), prepare: (user) => manager.prepare({ userId: user.id, name: user.name }) });
+  const agent = new Agent({ config, db: store.db, logger, boundary, catalog: models, connect, instructions: (caller) => instructionsFor(toolContext(tools, caller)), prepare: (user) => manager.prepare({ userId: user.id, name: user.name }), replica });
 
   let preflight: Preflight = { ok: false, checks: { runtime: { ok: false, detail: 'not checked yet' } } };
   let running: Promise<Preflight> | undefined;
@@ -285,7 +285,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       draining = true;
       const t0 = Date.now();
       await replica.drain().catch((e: unknown) => logger.warn({ err: e }, 'could not tell the other replicas that this one stops'));
-      await manager.handOver(config.drainSec * 1000);
+      // Its chat turns end meanwhile too (those still going at the deadline are cut by close).
+      await Promise.all([manager.handOver(config.drainSec * 1000), agent.settle(config.drainSec * 1000)]);
       // Serving a little longer, so that a load balancer checking /readyz has seen it fail
       // before the port closes: whatever still arrives meanwhile goes on to another replica.
       const grace = Math.min(DRAIN_GRACE_MS, config.drainSec * 1000) - (Date.now() - t0);

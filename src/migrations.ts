@@ -4,7 +4,7 @@
  * reorder or edit a step that has shipped; add a new one at the end. The gateway, the
  * CLI and the tests all open the store with this list (openStore(dir, MIGRATIONS)).
  */
-import { agentMigration, apiHistoryMigration, renderedAnswersMigration } from './agent/schema.js';
+import { agentMigration, apiHistoryMigration, renderedAnswersMigration, turnsReplicaMigration } from './agent/schema.js';
 import { auditCallersMigration, auditMigration } from './audit/schema.js';
 import { piiBatchesMigration, piiMigration } from './pii/schema.js';
 import { tokensActiveIndexMigration, tokensMigration } from './tokens/schema.js';
@@ -38,6 +38,7 @@ export const MIGRATIONS: readonly Migration[] = [
   replicasMigration,
   rateBucketsMigration,
   liveAttachmentsMigration,
+  turnsReplicaMigration,
 ];
 
 /** The schema version a step brings the store to. */

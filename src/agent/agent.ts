@@ -19,6 +19,7 @@ import { addMessage, createConversation, getConversation, markInterruptedTurns, 
 import type { EventSink } from './events.js';
 import { modelTools, runTurn, type ModelTools, type TurnOutcome } from './loop.js';
 import { NO_MODELS_MESSAGE, providerLabel, type ModelCatalog, type ModelChoice } from './models.js';
+import type { Replica } from '../replicas/leases.js';
 
 /** Longest message a user may send in one turn. */
 export const MAX_MESSAGE_CHARS = 200_000;
@@ -39,6 +40,8 @@ export interface AgentDeps {
   instructions(caller: Caller): Promise<string>;
   /** A turn begins: the user's sandbox may be needed soon (it is thawed while the model thinks). */
   prepare?(user: User): void;
+  /** This gateway among replicas sharing the store: only turns no live replica runs are marked interrupted. */
+  replica?: Pick<Replica, 'id' | 'live' | 'leaseMs'>;
 }
 
 export class Agent {
@@ -47,6 +50,7 @@ export class Agent {
   /** The tools offered to models: the same for every caller of this gateway, listed once. */
   private tools?: Promise<ModelTools>;
   private closed = false;
+  private sweep?: NodeJS.Timeout;
 
   constructor(private readonly deps: AgentDeps) {
     this.log = deps.logger.child({ module: 'agent' });
@@ -56,11 +60,32 @@ export class Agent {
     return this.deps.catalog;
   }
 
-  /** Marks turns a stopped gateway left running as interrupted; returns how many. */
+  /**
+   * Marks turns a stopped gateway left running as interrupted; returns how many. With
+   * replicas, only those of replicas no longer alive, at start and then every few lease
+   * times (a replica that died mid-turn leaves its turns to the others to mark).
+   */
   async init(): Promise<number> {
-    const n = await markInterruptedTurns(this.deps.db, 'The gateway restarted during this turn, so it ended early. Send a message to go on.');
+    const n = await this.markInterrupted();
+    const { replica } = this.deps;
+    if (replica) {
+      this.sweep = setInterval(() => void this.markInterrupted().catch((e: unknown) => this.log.warn({ err: e }, 'could not mark the turns of stopped replicas')), replica.leaseMs * 5);
+      this.sweep.unref();
+    }
+    return n;
+  }
+
+  private async markInterrupted(): Promise<number> {
+    const { replica, db } = this.deps;
+    const live = replica && (await replica.live()).map((r) => r.id);
+    const n = await markInterruptedTurns(db, 'The gateway restarted during this turn, so it ended early. Send a message to go on.', live);
     if (n) this.log.warn({ turns: n }, 'turns interrupted by a restart were marked so');
     return n;
+  }
+
+  /** Resolves once no turn runs here, or after `timeoutMs` (a stopping replica lets its turns end). */
+  async settle(timeoutMs: number): Promise<void> {
+    for (const end = Date.now() + timeoutMs; this.running.size && Date.now() < end; ) await new Promise((r) => setTimeout(r, 50));
   }
 
   /** The model `user` gets when they name none or one they cannot use; throws when none is available. */
@@ -198,6 +223,7 @@ export class Agent {
   /** Stops every running turn (marked interrupted) and waits for them to record it. */
   async close(): Promise<void> {
     this.closed = true;
+    if (this.sweep) clearInterval(this.sweep);
     for (const r of this.running.values()) r.controller.abort('shutdown');
     await Promise.all([...this.running.values()].map((r) => r.done));
   }

@@ -88,6 +88,18 @@ describe('turns and messages', () => {
     expect(await markInterruptedTurns(db, 'restarted')).toBe(0);
   });
 
+  it('with replicas, marks only the turns of replicas no longer alive (and those of no replica)', async () => {
+    const db = store.db;
+    const ann = await ensureUser(db, 'ann');
+    const c = await createConversation(db, { userId: ann.id, model: 'openai:gpt-test', source: 'web' });
+    const onLive = await startTurn(db, c.id, 'openai:gpt-test', 'live-replica');
+    const onDead = await startTurn(db, c.id, 'openai:gpt-test', 'dead-replica');
+    const onNone = await startTurn(db, c.id, 'openai:gpt-test');
+    expect(await markInterruptedTurns(db, 'its gateway stopped', ['live-replica', 'starting-replica'])).toBe(2);
+    const status = new Map((await turnsOf(db, c.id)).map((t) => [t.id, t.status]));
+    expect([status.get(onLive.id), status.get(onDead.id), status.get(onNone.id)]).toEqual(['running', 'interrupted', 'interrupted']);
+  });
+
   it('stores control characters a user or a provider sent in no title and in no note (Postgres refuses a NUL in text)', async () => {
     const db = store.db;
     const ann = await ensureUser(db, 'ann');

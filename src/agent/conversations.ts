@@ -174,12 +174,13 @@ export async function deleteConversationInSteps(db: Db, userId: number, id: stri
   return deleteConversation(db, userId, id);
 }
 
-export async function startTurn(db: Db, conversationId: string, model: string): Promise<Turn> {
+/** A turn begins, run by this gateway (`replicaId`: its id among the replicas sharing the store). */
+export async function startTurn(db: Db, conversationId: string, model: string, replicaId: string | null = null): Promise<Turn> {
   const now = Date.now();
   // The conversation is touched first: a sweep of idle conversations (deleteApiConversations)
   // that reads it from then on sees it in use, before the turn exists.
   await db.updateTable('conversations').set({ updated_at: now }).where('id', '=', conversationId).execute();
-  const { id } = await db.insertInto('turns').values({ conversation_id: conversationId, model, status: 'running', started_at: now }).returning('id').executeTakeFirstOrThrow();
+  const { id } = await db.insertInto('turns').values({ conversation_id: conversationId, model, status: 'running', started_at: now, replica_id: replicaId }).returning('id').executeTakeFirstOrThrow();
   return { id, conversationId, model, status: 'running', note: null, rounds: 0, startedAt: now, endedAt: null };
 }
 
@@ -198,10 +199,13 @@ export async function turnsOf(db: Db, conversationId: string): Promise<Turn[]> {
 
 /**
  * Turns left running by a gateway that stopped: marked interrupted, with a note the user
- * reads. Returns how many.
+ * reads. With `liveReplicas` (replicas share the store), only those no live replica runs:
+ * another replica's turns go on. Returns how many.
  */
-export async function markInterruptedTurns(db: Db, note: string): Promise<number> {
-  const r = await db.updateTable('turns').set({ status: 'interrupted', note: noteFrom(note), ended_at: Date.now() }).where('status', '=', 'running').executeTakeFirst();
+export async function markInterruptedTurns(db: Db, note: string, liveReplicas?: readonly string[]): Promise<number> {
+  let q = db.updateTable('turns').set({ status: 'interrupted', note: noteFrom(note), ended_at: Date.now() }).where('status', '=', 'running');
+  if (liveReplicas?.length) q = q.where((eb) => eb.or([eb('replica_id', 'is', null), eb('replica_id', 'not in', [...liveReplicas])]));
+  const r = await q.executeTakeFirst();
   return Number(r.numUpdatedRows);
 }
 

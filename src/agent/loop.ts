@@ -54,6 +54,8 @@ export interface TurnDeps {
   logger: Logger;
   boundary: ModelBoundary;
   catalog: ModelCatalog;
+  /** This gateway among replicas sharing the store: its turns carry its id. */
+  replica?: { readonly id: string };
 }
 
 export interface TurnInput {
@@ -186,7 +188,7 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
   };
   const modelText = await boundary.toModel(caller, input.text);
   // Before the turn exists, a failure (the store unreachable) is one of starting: send() rejects.
-  const turn = await startTurn(db, conversation.id, choice.id);
+  const turn = await startTurn(db, conversation.id, choice.id, deps.replica?.id ?? null);
   const usage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
   let rounds = 0;
 

@@ -41,6 +41,8 @@ export interface TurnsTable {
   rounds: Generated<number>;
   started_at: number;
   ended_at: number | null;
+  /** turnsReplicaMigration: the gateway replica running it (null on a store no replicas share). */
+  replica_id: Generated<string | null>;
 }
 
 export interface MessagesTable {
@@ -193,4 +195,10 @@ export const renderedAnswersMigration: Migration = {
   description: 'the HTML of answers, rendered once',
   sqlite: `ALTER TABLE messages ADD COLUMN html TEXT;   -- JSON {v, parts: [html per text part]}; NULL until first shown`,
   postgres: 'ALTER TABLE messages ADD COLUMN html TEXT',
+};
+
+export const turnsReplicaMigration: Migration = {
+  description: 'the gateway replica running each turn',
+  sqlite: `ALTER TABLE turns ADD COLUMN replica_id TEXT;   -- NULL: a gateway that shares its store with none`,
+  postgres: 'ALTER TABLE turns ADD COLUMN replica_id TEXT',
 };
