@@ -30,7 +30,7 @@ import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, 
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager } from './sandboxes/index.js';
 import { Replica } from './replicas/leases.js';
-import { HopSigner } from './replicas/hop-auth.js';
+import { HopSigner, replicaSubkey } from './replicas/hop-auth.js';
 import { internalUrlFor } from './replicas/internal-url.js';
 import { loadOrCreateKey } from './secrets/key-file.js';
 import { internalHop } from './http/internal.js';
@@ -139,8 +139,11 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   // uses the file): its sandboxes need no lease, and none is taken.
   const replica =
     store.dialect === 'postgres' ? new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs }, logger.child({ module: 'replicas' })) : undefined;
-  // Runs sent to the replica holding a user's sandbox are signed with the installation's replica key.
-  const hop = replica && new HopSigner({ key: loadOrCreateKey(config.dataDir, 'replicas.key', { configured: config.replicaKey || undefined, setting: 'SANDGATE_REPLICA_KEY' }) });
+  // Runs sent between replicas are signed, and live updates passing through the database
+  // sealed, with keys derived from the installation's replica key.
+  const replicaKey = replica && loadOrCreateKey(config.dataDir, 'replicas.key', { configured: config.replicaKey || undefined, setting: 'SANDGATE_REPLICA_KEY' });
+  const hop = replicaKey && new HopSigner({ key: replicaSubkey(replicaKey, 'internal hop') });
+  const liveKey = replicaKey && replicaSubkey(replicaKey, 'live updates');
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
 
@@ -188,7 +191,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
 
   // One budget per user, whichever token or page a request comes through (or gateway, on a shared Postgres).
   const rateLimiter = rateLimiterFor(store.db, { perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst }, 'requests');
-  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight, pgPool: store.pgPool });
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight, pgPool: store.pgPool, liveKey });
   const app = createApp({
     config,
     store,

@@ -65,6 +65,11 @@ async function main(): Promise<void> {
   const app = gateway.app;
 
   const server = http.createServer(app);
+  // Longer than a load balancer keeps an idle connection to it (HAProxy: 10 s in
+  // deploy/haproxy/haproxy.cfg), so it is never the gateway that closes one as a request
+  // is sent on it.
+  server.keepAliveTimeout = 65_000;
+  server.headersTimeout = 66_000;
   /** Requests being answered, but the live channel's long polls: a stop waits for them. */
   let inflight = 0;
   server.on('request', (req: http.IncomingMessage, res: http.ServerResponse) => {
@@ -110,7 +115,8 @@ async function main(): Promise<void> {
     }
     stopping = true;
     logger.info({ signal }, 'shutting down');
-    const force = setTimeout(() => process.exit(1), 15_000 + (gateway.replica ? config.drainSec * 1000 : 0));
+    // Drain, then up to 10 s for the requests under way, then 15 s to close.
+    const force = setTimeout(() => process.exit(1), 25_000 + (gateway.replica ? config.drainSec * 1000 : 0));
     force.unref();
     // With other replicas: it keeps serving while it hands its sandboxes over (the load
     // balancer sees /readyz fail and sends it nothing new), then stops taking requests.

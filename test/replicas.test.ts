@@ -22,7 +22,7 @@ import { testDatabaseUrl } from './support/postgres.js';
 import { webSession } from './support/web-session.js';
 import type { Gateway } from './support/mcp.js';
 import crypto from 'node:crypto';
-import { HOP_HEADER, HopSigner } from '../src/replicas/hop-auth.js';
+import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
 import { HOP_RUN_PATH } from '../src/sandboxes/remote.js';
 
 const LEASE_MS = 2000;
@@ -101,7 +101,7 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
         expect(r.status).toBe(401);
       }
       // Signed with the right key but replayed, or sent to another replica: refused too.
-      const signer = new HopSigner({ key: Buffer.from(fs.readFileSync(path.join(dataDir, 'replicas.key'), 'utf8').trim(), 'base64') });
+      const signer = new HopSigner({ key: replicaSubkey(Buffer.from(fs.readFileSync(path.join(dataDir, 'replicas.key'), 'utf8').trim(), 'base64'), 'internal hop') });
       const once = signer.sign('test', idA, HOP_RUN_PATH, '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}');
       expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(200);
       expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(401);

@@ -5,13 +5,14 @@
  *
  * Only a request signed with the installation's replica key, for this replica, with the
  * body signed, and not seen before is heard (src/replicas/hop-auth.ts); anything else is
- * a 401 and runs nothing. The run is this gateway's own (`executeHere`: never sent on),
+ * a 401 and runs nothing. The credential is checked before the body is read, so an
+ * unsigned request costs no upload; refusals are logged once a minute at most. The run is this gateway's own (`executeHere`: never sent on),
  * and its answer streams back as JSON lines (src/sandboxes/remote.ts). When the sender
  * goes away, the run is cancelled.
  */
 import express, { type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from '../logger.js';
-import { HOP_HEADER, HopAuthError, type HopSigner } from '../replicas/hop-auth.js';
+import { HOP_HEADER, HopAuthError, type HopClaims, type HopSigner } from '../replicas/hop-auth.js';
 import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
@@ -29,20 +30,40 @@ export interface InternalHopDeps {
 /** The hop's endpoints, by path: each reads the raw body (bounded), checks the hop's credential, then answers. */
 export function internalHop(deps: InternalHopDeps): Record<string, RequestHandler[]> {
   const { sandboxes } = deps;
-  const body = express.raw({ type: () => true, limit: MAX_CODE_BYTES * 2 + 64 * 1024 });
-  /** The request's JSON body once its credential holds; else answered 401 (or 400) here, and undefined. */
-  const verified = (req: Request, res: Response): unknown => {
-    const raw = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+  // The code travels as JSON, where a byte may take six: room for the largest run allowed.
+  const raw = express.raw({ type: () => true, limit: MAX_CODE_BYTES * 6 + 64 * 1024 });
+  /** Refusals logged at most once a minute: unsigned requests from anywhere must not fill the log. */
+  let lastRefusalLog = 0;
+  const refuse = (req: Request, res: Response, why: string) => {
+    if (Date.now() - lastRefusalLog > 60_000) {
+      lastRefusalLog = Date.now();
+      deps.log.warn({ from: req.ip, path: req.path, err: why }, 'internal hop refused (logged once a minute)');
+    }
+    res.status(401).set('connection', 'close').json({ error: { message: 'not a hop from a replica of this installation', reason: 'unauthorized' } });
+  };
+  /** The credential, checked before the body is read: a request without a valid one costs no upload. */
+  const credential: RequestHandler = (req, res, next) => {
     try {
-      deps.signer.verify(req.get(HOP_HEADER), deps.selfId, req.path, raw);
+      res.locals.hop = deps.signer.verifyHeader(req.get(HOP_HEADER), deps.selfId, req.path);
     } catch (e) {
       if (!(e instanceof HopAuthError)) throw e;
-      deps.log.warn({ from: req.ip, path: req.path, err: e.message }, 'internal hop refused');
-      res.status(401).json({ error: { message: 'not a hop from a replica of this installation', reason: 'unauthorized' } });
+      return refuse(req, res, e.message);
+    }
+    next();
+  };
+  const body = [credential, raw];
+  /** The request's JSON body once it is the one signed (and the credential unused); else answered here, and undefined. */
+  const verified = (req: Request, res: Response): unknown => {
+    const bytes = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    try {
+      deps.signer.verifyBody(res.locals.hop as HopClaims, bytes);
+    } catch (e) {
+      if (!(e instanceof HopAuthError)) throw e;
+      refuse(req, res, e.message);
       return undefined;
     }
     try {
-      return JSON.parse(raw.toString('utf8')) as unknown;
+      return JSON.parse(bytes.toString('utf8')) as unknown;
     } catch {
       res.status(400).json({ error: { message: 'not JSON', reason: 'invalid_request' } });
       return undefined;
@@ -63,6 +84,9 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     });
     try {
       await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => res.write(line));
+    } catch (e) {
+      // Its error line is written: the answer ends whole, and the log has the rest.
+      deps.log.error({ err: e, user: hop.owner.name }, 'a run sent by another replica failed');
     } finally {
       res.end();
     }
@@ -85,5 +109,5 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     res.json({ sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
   };
 
-  return { [HOP_RUN_PATH]: [body, run], [HOP_STOP_PATH]: [body, stop], [HOP_LIST_PATH]: [body, list] };
+  return { [HOP_RUN_PATH]: [...body, run], [HOP_STOP_PATH]: [...body, stop], [HOP_LIST_PATH]: [...body, list] };
 }

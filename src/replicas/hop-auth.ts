@@ -18,6 +18,11 @@ import crypto from 'node:crypto';
 
 export const HOP_HEADER = 'sandgate-hop';
 
+/** A key for one purpose, derived (HKDF-SHA256) from the installation's replica key: the hop's signatures, the live updates' seal. */
+export function replicaSubkey(replicaKey: Buffer, purpose: 'internal hop' | 'live updates'): Buffer {
+  return Buffer.from(crypto.hkdfSync('sha256', replicaKey, '', `sandgate ${purpose}`, 32));
+}
+
 export interface HopClaims {
   /** The sending replica's id. */
   from: string;
@@ -71,6 +76,14 @@ export class HopSigner {
 
   /** The claims of a request for replica `self`'s endpoint `path` with `body`, or HopAuthError saying why not. */
   verify(header: string | undefined, self: string, path: string, body: Buffer): HopClaims {
+    return this.verifyBody(this.verifyHeader(header, self, path), body);
+  }
+
+  /**
+   * The first half of `verify`, before the body is read: the credential's MAC, target,
+   * endpoint and time. A request that fails it is refused without its body being read.
+   */
+  verifyHeader(header: string | undefined, self: string, path: string): HopClaims {
     if (!header || header.length > 2048) throw new HopAuthError('no hop credential');
     const dot = header.indexOf('.');
     if (dot < 0) throw new HopAuthError('malformed hop credential');
@@ -91,7 +104,13 @@ export class HopSigner {
     if (claims.path !== path) throw new HopAuthError('hop meant for another endpoint');
     const now = this.now();
     if (!(Math.abs(now - claims.ts) <= this.maxSkewMs)) throw new HopAuthError('hop credential expired (or the replicas’ clocks differ by more than the allowed skew)');
+    return claims;
+  }
+
+  /** The second half of `verify`: the body is the one signed, and the credential was not used before. */
+  verifyBody(claims: HopClaims, body: Buffer): HopClaims {
     if (claims.body !== sha256(body)) throw new HopAuthError('hop body differs from the one signed');
+    const now = this.now();
     this.forgetOld(now);
     if (this.seen.has(claims.nonce)) throw new HopAuthError('hop credential used twice');
     this.seen.set(claims.nonce, claims.ts + this.maxSkewMs);

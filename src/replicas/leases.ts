@@ -146,7 +146,8 @@ export class Replica {
     if (!this.fresh()) this.lose([...this.held.keys()]);
     try {
       await this.retryReleases();
-      const r = await this.db.updateTable('gateway_replicas').set({ heartbeat_at: this.now() }).where('id', '=', this.id).executeTakeFirst();
+      // Where it is reached goes with every beat: a write of it that failed once is made good.
+      const r = await this.db.updateTable('gateway_replicas').set({ heartbeat_at: this.now(), internal_url: this.internalUrl }).where('id', '=', this.id).executeTakeFirst();
       if (Number(r.numUpdatedRows) === 0) {
         // Another replica removed this one as dead: every lease it had may be taken.
         this.log?.warn({ replica: this.id }, 'this replica was taken for dead: its sandboxes are given up');

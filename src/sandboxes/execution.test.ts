@@ -33,6 +33,20 @@ describe('SandboxManager: executions', () => {
     expect(sh.stdout).toBe('1 1\n');
   });
 
+  it('never starts a run cancelled while it waited its turn', async () => {
+    const first = h.manager.execute(alice, { language: 'python', code: 'import time\ntime.sleep(1.5)\n"first"' });
+    const cancel = new AbortController();
+    const second = h.manager.execute(alice, { language: 'bash', code: 'echo ran > cancelled-run.txt', signal: cancel.signal });
+    await new Promise((r) => setTimeout(r, 300));
+    cancel.abort();
+    expect((await first).result).toBe("'first'");
+    const r = await second;
+    expect(r.notice).toMatch(/cancelled before it started/);
+    // Its code never ran: no file, even after the runner had all the time it needed.
+    const check = await h.manager.execute(alice, { language: 'bash', code: 'test -e cancelled-run.txt && echo present || echo absent' });
+    expect(check.stdout.trim()).toBe('absent');
+  });
+
   it('reports a Python exception with its traceback', async () => {
     const r = await h.manager.execute(alice, { language: 'python', code: 'def f():\n    return 1/0\nf()' });
     expect(r.exitCode).toBe(1);

@@ -216,6 +216,8 @@ export class Lifecycle implements SandboxLifecycle {
     for (;;) {
       const late = Date.now() >= end;
       for (const sb of [...held.users.values()]) {
+        // An admin's stop under way ends it here: never handed on.
+        if (held.stopping.has(sb.owner.userId)) continue;
         if (!late && (sb.running > 0 || sb.queue.waiting > 0)) continue;
         // Checked and let go in one tick: a run arriving after this finds no sandbox here, and goes to another replica.
         held.users.delete(sb.owner.userId);
@@ -225,7 +227,7 @@ export class Lifecycle implements SandboxLifecycle {
         handed++;
         if (late) log.warn({ user: sb.owner.name }, 'handed a sandbox over with a run still in it: the run ends as interrupted');
       }
-      if ((!held.users.size || late) && !held.starting.size) break;
+      if ((!held.users.size || late) && !held.starting.size && !held.stopping.size) break;
       await new Promise((r) => setTimeout(r, 25));
     }
     await Promise.all(uses);
@@ -290,7 +292,7 @@ export class Lifecycle implements SandboxLifecycle {
       throw new SandboxError('this gateway cannot take sandboxes now (it is stopping, or cannot reach its database): try again', 'held_elsewhere', (e as Error).message);
     });
     if (!lease.ok) {
-      throw new HeldElsewhere(`${owner.name}'s sandbox is held by another gateway of this installation (${lease.holder.id}); try again through it, or once it stops`, lease.holder);
+      throw new HeldElsewhere(`${owner.name}'s sandbox is held by another gateway of this installation, which could not be reached: try again in a few seconds`, lease.holder);
     }
   }
 

@@ -39,6 +39,8 @@ export interface HopRun {
 /** One line of the holder's answer. */
 type HopLine =
   | { t: 'out'; s: 'stdout' | 'stderr'; d: string }
+  /** Still waiting or running: sent every WAIT_EVERY_MS while nothing else is. */
+  | { t: 'wait' }
   | { t: 'done'; r: ExecuteResult }
   | { t: 'error'; name: string; reason: string; message: string; grant?: string };
 
@@ -81,6 +83,8 @@ export async function serveRun(
   write: (line: string) => void,
 ): Promise<void> {
   const send = (l: HopLine) => write(`${JSON.stringify(l)}\n`);
+  // While the run waits its turn or runs quietly, the sender hears that the holder is there.
+  const alive = setInterval(() => send({ t: 'wait' }), WAIT_EVERY_MS);
   try {
     const r = await executeHere(run.owner, {
       language: run.language,
@@ -99,6 +103,8 @@ export async function serveRun(
       send({ t: 'error', name: 'Error', reason: 'internal', message: 'the gateway holding the sandbox failed to run the code' });
       throw e;
     }
+  } finally {
+    clearInterval(alive);
   }
 }
 
@@ -119,10 +125,17 @@ export class HopRefused extends SandboxError {
   }
 }
 
-/** How long past the run's own timeout a hop waits for the holder's answer. */
-const HOP_GRACE_MS = 15_000;
-/** Per-line bound on what the holder sends (an output chunk, or the result). */
-const MAX_LINE_BYTES = 1024 * 1024;
+/** How often a holder says it is still there while a run waits or runs quietly. */
+const WAIT_EVERY_MS = 5_000;
+/** How long a sender waits without a line from the holder before it takes the holder as gone. */
+const SILENCE_MS = 20_000;
+
+/** The holder's answer was refused here: a setting differs between the gateways (their keys), or the run is too large to send. Not retried. */
+export class HopFailed extends SandboxError {
+  constructor(message: string) {
+    super(message, 'start_failed');
+  }
+}
 
 /**
  * Sends a run to the replica holding the owner's sandbox and returns its result, with
@@ -133,8 +146,17 @@ const MAX_LINE_BYTES = 1024 * 1024;
  */
 export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: ExecuteOptions, o: SendRunOptions): Promise<ExecuteResult> {
   const body = JSON.stringify({ owner: { userId: owner.userId, name: owner.name }, language: opts.language, code: opts.code, timeoutSec: o.timeoutSec, reset: opts.reset, permissions: opts.permissions } satisfies HopRun);
-  const deadline = AbortSignal.timeout(o.timeoutSec * 1000 + HOP_GRACE_MS);
-  const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
+  // The run may wait its turn on the holder for long (other runs of the user before it): the
+  // holder is given up on only when it has been silent for SILENCE_MS, not after a deadline.
+  const silent = new AbortController();
+  let silence = setTimeout(() => silent.abort(), SILENCE_MS);
+  const heard = () => {
+    clearTimeout(silence);
+    silence = setTimeout(() => silent.abort(), SILENCE_MS);
+  };
+  const signal = opts.signal ? AbortSignal.any([opts.signal, silent.signal]) : silent.signal;
+  // A line holds an output chunk, or the result with every output kept (JSON may write a byte as six).
+  const maxLine = 12 * (o.outputLimitBytes + 8192) + 256 * 1024;
   const started = performance.now();
   const output = { stdout: [] as string[], stderr: [] as string[] };
   const kept = { stdout: 0, stderr: 0 };
@@ -147,7 +169,7 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
     restarted: false,
     truncated: dropped,
     files: [],
-    notice: `The gateway running this code (${target.id}) ${why} before it answered. Whether the code ran to its end is not known: look at /workspace before running it again. Python variables may be lost.`,
+    notice: `The gateway of this installation running this code ${why} before it answered. Whether the code ran to its end is not known: look at /workspace before running it again. Python variables may be lost.`,
     stdout: output.stdout.join(''),
     stderr: output.stderr.join(''),
     language: opts.language,
@@ -163,12 +185,18 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
       redirect: 'error',
     });
   } catch (e) {
+    clearTimeout(silence);
     if (opts.signal?.aborted) throw new SandboxError('the run was cancelled before the gateway holding the sandbox answered', 'busy');
-    throw new HopRefused(`${owner.name}'s sandbox is held by another gateway of this installation (${target.id}), which cannot be reached now: try again in a few seconds (${(e as Error).message})`);
+    throw new HopRefused(`${owner.name}'s sandbox is held by another gateway of this installation, which cannot be reached now: try again in a few seconds (${target.id}: ${(e as Error).message})`);
   }
   if (res.status !== 200 || !res.body) {
-    const text = (await res.text().catch(() => '')).slice(0, 300);
-    throw new HopRefused(`the gateway holding ${owner.name}'s sandbox (${target.id}) refused the run (HTTP ${res.status}${text ? `: ${text}` : ''}); try again`);
+    clearTimeout(silence);
+    const text = await boundedText(res, 4096);
+    // A credential refused, or a run too large to send: a difference between the gateways, not a change of holder.
+    if (res.status === 401 || res.status === 400 || res.status === 413) {
+      throw new HopFailed(`the gateways of this installation could not pass the run between them (HTTP ${res.status} from ${target.id}: ${text.slice(0, 300)}); is replicas.key the same on every gateway?`);
+    }
+    throw new HopRefused(`the gateway holding ${owner.name}'s sandbox refused the run (${target.id}: HTTP ${res.status}${text ? `: ${text.slice(0, 300)}` : ''}); try again`);
   }
 
   const decoder = new TextDecoder();
@@ -178,6 +206,7 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
     for (;;) {
       const { done, value } = await reader.read();
       if (done) break;
+      heard();
       buffered += decoder.decode(value, { stream: true });
       let nl: number;
       while ((nl = buffered.indexOf('\n')) >= 0) {
@@ -190,15 +219,16 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
           return answer;
         }
       }
-      if (buffered.length > MAX_LINE_BYTES) return interrupted('sent a line longer than the hop allows, so it was cut off,');
+      if (buffered.length > maxLine) return interrupted('sent a line longer than the hop allows, so it was cut off,');
     }
   } catch (e) {
     // The holder's refusal, read from its answer.
     if (e instanceof GatewayError) throw e;
     if (opts.signal?.aborted) return { ...interrupted('was told to cancel the run, and the connection closed'), notice: 'The run was cancelled.' };
-    if (deadline.aborted) return interrupted(`did not finish within the run's ${o.timeoutSec} s limit and more`);
+    if (silent.signal.aborted) return interrupted(`was silent for ${SILENCE_MS / 1000} s`);
     return interrupted(`went away (${(e as Error).message})`);
   } finally {
+    clearTimeout(silence);
     reader.cancel().catch(() => {});
   }
   return interrupted('went away');
@@ -223,24 +253,25 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
       opts.onOutput?.(v.s, v.d);
       return undefined;
     }
+    if (v.t === 'wait') return undefined;
     if (v.t === 'done' && isObject(v.r)) {
       const done = checkedDone(v.r, 'hop')!;
       const { type: _type, id: _id, ...rest } = done;
       const text = (s: unknown) => (typeof s === 'string' ? s.slice(0, o.outputLimitBytes + 8192) : '');
       return { ...rest, stdout: text(v.r.stdout), stderr: text(v.r.stderr), language: opts.language };
     }
-    if (v.t === 'error' && typeof v.message === 'string') throw remoteError(v, target);
+    if (v.t === 'error' && typeof v.message === 'string') throw remoteError(v);
     return interrupted('sent something that is not the hop’s answer');
   }
 }
 
 /** The error a holder refused a run with, as this gateway's own (bounded, and of a known kind). */
-function remoteError(v: Record<string, unknown>, target: HopTarget): GatewayError {
+function remoteError(v: Record<string, unknown>): GatewayError {
   const message = String(v.message).slice(0, 2000);
   if (v.name === 'PermissionError' && typeof v.grant === 'string') return new PermissionError(message, v.grant as GrantName);
   if (v.reason === 'held_elsewhere') return new HopRefused(message);
   if (typeof v.reason === 'string' && (SANDBOX_ERROR_REASONS as readonly string[]).includes(v.reason)) return new SandboxError(message, v.reason as SandboxErrorReason);
-  return new SandboxError(`the gateway holding the sandbox (${target.id}) could not run the code: ${message}`, 'runner_died');
+  return new SandboxError(`the gateway holding the sandbox could not run the code: ${message}`, 'runner_died');
 }
 
 export interface AskOptions {
@@ -288,4 +319,25 @@ export async function askReplica(target: HopTarget, path: string, request: objec
     if (e instanceof HopRefused) throw e;
     throw new HopRefused(`the gateway ${target.id} did not answer (${(e as Error).message}): try again in a few seconds`);
   }
+}
+
+/** At most `max` bytes of an answer's body, as text; the rest is not read. */
+async function boundedText(res: Response, max: number): Promise<string> {
+  const reader = res.body?.getReader();
+  if (!reader) return '';
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  try {
+    while (size < max) {
+      const r = await reader.read();
+      if (r.done) break;
+      chunks.push(r.value);
+      size += r.value.length;
+    }
+  } catch {
+    /* what came is enough */
+  } finally {
+    reader.cancel().catch(() => {});
+  }
+  return Buffer.concat(chunks).toString('utf8').slice(0, max);
 }

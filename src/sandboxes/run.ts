@@ -98,6 +98,11 @@ export function denoRunFlags(perms: Permissions): string[] {
 export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permissions, timeoutSec: number, settings: RunSettings): Promise<ExecuteResult> {
   const { driver, log } = settings;
   const owner = sb.owner;
+  // Cancelled while it waited for its turn (its caller went away): it never starts. A
+  // cancel sent to the runner now would name a run it does not know, and the code would run.
+  if (opts.signal?.aborted) {
+    return { exitCode: null, durationMs: 0, timedOut: false, killed: true, restarted: false, truncated: { stdout: 0, stderr: 0 }, files: [], notice: 'Execution cancelled before it started.', language: opts.language, stdout: '', stderr: '' };
+  }
   const id = `x${crypto.randomBytes(6).toString('hex')}`;
   const limit = settings.outputLimitKb * 1024;
   const request: ExecRequest = {
@@ -196,12 +201,13 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
         }
       };
       opts.signal?.addEventListener('abort', onAbort, { once: true });
-      if (opts.signal?.aborted) onAbort();
       try {
         sb.handle.send(request);
       } catch (e) {
         finish(died(sb.stopNotice ?? `The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
       }
+      // After the exec: a cancel the runner can match to it.
+      if (opts.signal?.aborted) onAbort();
     });
     sb.unrecorded = (sb.unrecorded ?? 0) + 1;
     const { type: _t, id: _i, ...rest } = done;

@@ -11,6 +11,8 @@ import { forgetCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import { askReplica, HOP_STOP_PATH } from './remote.js';
+import { findLeftFor } from './adoption.js';
+import { getUser } from '../accounts/accounts.js';
 import type { Idle } from './idle.js';
 import type { UserSandbox } from './live.js';
 import { recordUse } from './usage.js';
@@ -73,10 +75,40 @@ export class Stops implements SandboxStops {
     const { replica, hop } = this.deps;
     if (!replica || !hop) return false;
     const holder = await replica.holderOf(userId);
-    if (!holder || holder.id === replica.id) return this.stopUserHere(userId, opts);
+    if (!holder) return this.stopLeft(userId, opts);
+    if (holder.id === replica.id) return this.stopUserHere(userId, opts);
     if (!holder.internalUrl) throw new SandboxError(`the sandbox is held by the gateway ${holder.id}, which takes no requests from the others: stop it there`, 'held_elsewhere');
     const answer = await askReplica({ id: holder.id, internalUrl: holder.internalUrl }, HOP_STOP_PATH, { userId, ...opts }, { signer: hop, selfId: replica.id, timeoutMs: 30_000 });
     return typeof answer === 'object' && answer !== null && (answer as { stopped?: unknown }).stopped === true;
+  }
+
+  /**
+   * No live replica holds the user's sandbox, but one may still run on this host: handed
+   * over by a replica that stopped, or left by one that died, and not yet adopted. Under
+   * the user's lease (so that no replica adopts it meanwhile), it is found and removed.
+   */
+  private async stopLeft(userId: number, opts: StopOptions): Promise<boolean> {
+    const { replica, db, log } = this.deps;
+    if (!replica) return false;
+    const lease = await replica.acquire(userId).catch(() => undefined);
+    if (!lease?.ok) return false;
+    try {
+      const user = await getUser(db, userId);
+      const left = user && (await findLeftFor(this.deps, user, this.deps.held.removing));
+      if (!left) return false;
+      left.handle.detach();
+      log.info({ user: user.name, container: left.info.id.slice(0, 12), by: opts.by }, 'stopping a sandbox no gateway held');
+      this.deps.held.removing.add(left.info.id);
+      try {
+        await this.deps.driver.stop(left.info.id);
+      } finally {
+        this.deps.held.removing.delete(left.info.id);
+      }
+      await forgetSandboxContainer(db, userId, left.info.id).catch(() => {});
+      return true;
+    } finally {
+      await replica.release(userId);
+    }
   }
 
   async stopUserHere(userId: number, opts: StopOptions = {}): Promise<boolean> {

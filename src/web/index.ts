@@ -47,6 +47,8 @@ export interface WebAppDeps {
   preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string }> };
   /** The store's Postgres pool (Store.pgPool), absent on SQLite: live updates then cross gateways (LiveHub). */
   pgPool?: pg.Pool;
+  /** Seals the live updates that pass through the database (on Postgres, with replicas). */
+  liveKey?: Buffer;
 }
 
 export interface WebApp {
@@ -92,7 +94,7 @@ export function webApp(deps: WebAppDeps): WebApp {
   const signedOut = { notify: (_userId: number, _everywhere: boolean, _sid: string) => {} };
   const auth = webSessions({ config: deps.config, db: deps.db, logger: deps.logger, onSignOut: (userId, everywhere, req) => signedOut.notify(userId, everywhere, req.sessionID) });
   const signIn = signInPage({ config: deps.config, db: deps.db, logger: deps.logger, sessions: auth, authenticators: authenticatorsFor({ config: deps.config, db: deps.db, logger: deps.logger, membership: auth.membership }) });
-  const hub = new LiveHub({ config: deps.config, db: deps.db, logger: deps.logger, boundary: deps.boundary, auth, pgPool: deps.pgPool });
+  const hub = new LiveHub({ config: deps.config, db: deps.db, logger: deps.logger, boundary: deps.boundary, auth, pgPool: deps.pgPool, liveKey: deps.liveKey });
   const live = hub;
   signedOut.notify = (userId, everywhere, sid) => hub.signedOut(userId, everywhere, sid);
   deps.sandboxes.onFilesChanged((owner) => hub.filesChanged(owner.userId));

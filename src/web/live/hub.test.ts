@@ -6,6 +6,7 @@
  * theirs and nothing of another user's. On SQLite there is one gateway, which plays both
  * parts: the same checks hold for its in-memory adapter.
  */
+import crypto from 'node:crypto';
 import { io as ioClient, type Socket } from 'socket.io-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureUser, type User } from '../../accounts/accounts.js';
@@ -26,8 +27,9 @@ const sockets: Socket[] = [];
 
 beforeAll(async () => {
   if (onPostgres) {
-    // One database for both, each gateway with its own data directory (and session keys).
-    const env = { SANDGATE_DATABASE_URL: await testDatabaseUrl() };
+    // One database for both, each gateway with its own data directory (and session keys),
+    // and the one replica key of their installation, which seals what passes between them.
+    const env = { SANDGATE_DATABASE_URL: await testDatabaseUrl(), SANDGATE_REPLICA_KEY: crypto.randomBytes(32).toString('base64') };
     a = await startGateway({ env, noStart: true });
     b = await startGateway({ env, noStart: true });
   } else {
@@ -115,22 +117,42 @@ describe(onPostgres ? 'live updates across two gateways on one Postgres database
 
     // A turn of ann's streaming on B into the conversation her page on A watches; its
     // text is over the 8,000 bytes a NOTIFY carries, so it goes through live_attachments.
+    // What passes through the database, read as anyone with access to it could.
+    const listener = onPostgres ? await b.gateway.store.pgPool!.connect() : undefined;
+    const notified: string[] = [];
+    if (listener) {
+      listener.on('notification', (m) => notified.push(m.payload ?? ''));
+      await listener.query('LISTEN "socket.io#/"');
+    }
     const conversationId = await watchNewConversation(a, ann, annPage);
     const sink = hubOf(b).sinkFor(ann, conversationId, 'hello');
-    const long = 'x'.repeat(20_000);
+    const long = `confidential-${'x'.repeat(20_000)}`;
     sink({ type: 'turn', conversationId, turnId: 1, model: 'openai:gpt-test' });
     sink({ type: 'text', delta: long });
     await until(() => annPage.swaps.some((s) => s.target === '#turn-1-live' && s.html.includes(long)));
     if (onPostgres) {
-      const { rows } = await b.gateway.store.pgPool!.query<{ n: number }>('SELECT count(*) AS n FROM live_attachments');
-      expect(rows[0]!.n).toBeGreaterThan(0);
+      const { rows } = await b.gateway.store.pgPool!.query<{ payload: Buffer }>('SELECT payload FROM live_attachments');
+      expect(rows.length).toBeGreaterThan(0);
+      // Sealed: the database holds no word of the page.
+      for (const r of rows) expect(r.payload.includes('confidential-')).toBe(false);
     }
     expect(annPage.swaps).toContainEqual({ target: '#transcript-empty', swap: 'delete', html: '' });
 
     // Sent after all of ann's, on the same channel: once bob's page has it, anything of
     // ann's that were to reach bob would have too.
-    hubOf(b).toRoom(`user:${bob.id}`, { target: '#marker', swap: 'innerHTML', html: 'bob' });
+    hubOf(b).toRoom(`user:${bob.id}`, { target: '#marker', swap: 'innerHTML', html: 'bob-private-marker' });
     await until(() => bobPage.swaps.length === 1);
+    expect(bobPage.swaps[0]!.html).toBe('bob-private-marker');
+    if (listener) {
+      // Every update went through NOTIFY as a sealed body: its header only, in clear.
+      expect(notified.length).toBeGreaterThan(0);
+      expect(notified.join('\n')).not.toMatch(/bob-private-marker|confidential-|#marker|turn-1-live/);
+      for (const n of notified) {
+        const m = JSON.parse(n) as Record<string, unknown>;
+        expect(typeof m.sealed === 'string' || typeof m.attachmentId === 'number' || typeof m.attachmentId === 'string', n.slice(0, 200)).toBe(true);
+      }
+      listener.release();
+    }
     expect(bobPage.swaps.map((s) => s.target)).toEqual(['#marker']);
     expect(bobPage.triggers).toEqual([]);
     expect(annPage.swaps.some((s) => s.target === '#marker')).toBe(false);

@@ -30,6 +30,7 @@ import crypto from 'node:crypto';
 import type http from 'node:http';
 import type { Request, RequestHandler } from 'express';
 import { createAdapter } from '@socket.io/postgres-adapter';
+import { sealedAdapter } from './sealed-adapter.js';
 import type pg from 'pg';
 import { Server } from 'socket.io';
 import { validateHostHeader } from '@modelcontextprotocol/server';
@@ -76,6 +77,8 @@ export class LiveHub {
       auth: WebSessions;
       /** The store's Postgres pool (Store.pgPool): the live channel then reaches the browsers of every gateway on the database. */
       pgPool?: pg.Pool;
+      /** Seals live updates on their way through the database (derived from the replica key). */
+      liveKey?: Buffer;
     },
   ) {
     this.log = deps.logger.child({ module: 'live' });
@@ -211,13 +214,16 @@ export class LiveHub {
         return client;
       },
     } as unknown as pg.Pool;
-    return createAdapter(releasing, {
+    const adapter = createAdapter(releasing, {
       tableName: LIVE_ATTACHMENTS_TABLE,
       errorHandler: (err) => {
         // Once closed, what fails is the goodbye to the other gateways as the pool ends.
         if (this.io) this.log.warn({ err }, 'a live update could not be passed to the other gateways');
       },
     });
+    // Pages with personal data restored pass through the database: sealed, when the gateways share a key.
+    const key = this.deps.liveKey;
+    return key ? sealedAdapter(adapter, key, (why) => this.log.warn(why)) : adapter;
   }
 
   /** Every connected user put to the membership check: none of theirs stays connected when it says no, nor in the admin room when they are no admin. */
