@@ -12,18 +12,11 @@
  * lease time it follows from, and the p50 of a refused run (the answer a client gets
  * while the lease has not run out).
  */
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { configFor } from '../src/config.js';
-import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
-import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
-import { openStore } from '../src/store/store.js';
-import { MIGRATIONS } from '../src/migrations.js';
-import { ensureUser } from '../src/accounts/accounts.js';
-import { createToken } from '../src/tokens/tokens.js';
-import { executeOverMcp, startGatewayProcess, type GatewayProcess } from '../test/support/gateway-process.js';
+import { executeOverMcp, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from '../test/support/gateway-process.js';
 import { startPostgresCluster } from '../test/support/postgres.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
@@ -34,14 +27,10 @@ async function main(): Promise<void> {
   const cluster = await startPostgresCluster();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-failover-'));
   const config = configFor({ SANDGATE_DATA_DIR: dataDir, ...(process.env.SANDGATE_REPLICA_LEASE_MS && { SANDGATE_REPLICA_LEASE_MS: process.env.SANDGATE_REPLICA_LEASE_MS }) });
-  const docker = dockerClient(config);
   const gateways: GatewayProcess[] = [];
   try {
     const databaseUrl = await cluster.createDatabase();
-    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
-    const user = await ensureUser(store.db, 'bench');
-    const { token } = await createToken(store.db, { userId: user.id, name: 'bench' });
-    await store.close();
+    const [{ token }] = await usersWithTokens(databaseUrl, ['bench']);
 
     const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: databaseUrl, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'warn', SANDGATE_REPLICA_LEASE_MS: String(config.replicaLeaseMs) };
     const start = async () => {
@@ -82,12 +71,7 @@ async function main(): Promise<void> {
     // A run asked meanwhile waits for the lease up to a lease time and a second, then is refused.
     console.log(refusals.length ? `a run refused meanwhile (held_elsewhere): p50 ${pct(refusals, 50).toFixed(1)} ms over ${refusals.length} refusals` : 'no run was refused meanwhile: each waited for the lease');
   } finally {
-    for (const g of gateways) g.child.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    const ours = await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } });
-    for (const c of ours) await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await killAndClean(gateways, dataDir);
     await cluster.stop();
   }
 }

@@ -10,19 +10,10 @@
  * Prints p50, p95 and mean of each side and their difference (the hop's own cost: one
  * more HTTP request on loopback, its signature, and the answer's lines read and checked).
  */
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { configFor } from '../src/config.js';
-import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
-import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
-import { thaw } from '../src/sandboxes/freezer.js';
-import { openStore } from '../src/store/store.js';
-import { MIGRATIONS } from '../src/migrations.js';
-import { ensureUser } from '../src/accounts/accounts.js';
-import { createToken } from '../src/tokens/tokens.js';
-import { executeOverMcp, startGatewayProcess, type GatewayProcess } from '../test/support/gateway-process.js';
+import { executeOverMcp, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from '../test/support/gateway-process.js';
 import { startPostgresCluster } from '../test/support/postgres.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 1000);
@@ -35,14 +26,10 @@ const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 async function main(): Promise<void> {
   const cluster = await startPostgresCluster();
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-hop-'));
-  const docker = dockerClient(configFor({ SANDGATE_DATA_DIR: dataDir }));
   const gateways: GatewayProcess[] = [];
   try {
     const databaseUrl = await cluster.createDatabase();
-    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
-    const user = await ensureUser(store.db, 'bench');
-    const { token } = await createToken(store.db, { userId: user.id, name: 'bench' });
-    await store.close();
+    const [{ token }] = await usersWithTokens(databaseUrl, ['bench']);
 
     // PII off and a generous rate limit: only the hop differs between the two sides.
     const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: databaseUrl, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'warn', SANDGATE_PII_TOKENIZE: 'false', SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '100000' };
@@ -70,15 +57,7 @@ async function main(): Promise<void> {
     console.log(`to B, hopped to A:    p50 ${f(pct(hop, 50))}  p95 ${f(pct(hop, 95))}  mean ${f(mean(hop))}`);
     console.log(`the hop adds:         p50 ${f(pct(hop, 50) - pct(direct, 50))}  p95 ${f(pct(hop, 95) - pct(direct, 95))}  mean ${f(mean(hop) - mean(direct))}`);
   } finally {
-    for (const g of gateways) g.child.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    const ours = await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } });
-    for (const c of ours) {
-      thaw(c.Id);
-      await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-    }
-    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await killAndClean(gateways, dataDir);
     await cluster.stop();
   }
 }

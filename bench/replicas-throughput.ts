@@ -12,19 +12,10 @@
  * the gateways, Postgres, HAProxy and the sandboxes share two CPUs: expect CPU-bound
  * figures, not the scaling of two hosts.
  */
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { configFor } from '../src/config.js';
-import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
-import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
-import { thaw } from '../src/sandboxes/freezer.js';
-import { openStore } from '../src/store/store.js';
-import { MIGRATIONS } from '../src/migrations.js';
-import { ensureUser } from '../src/accounts/accounts.js';
-import { createToken } from '../src/tokens/tokens.js';
-import { executeOverMcp, startGatewayProcess, type GatewayProcess } from '../test/support/gateway-process.js';
+import { executeOverMcp, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from '../test/support/gateway-process.js';
 import { startHaproxy } from '../test/support/haproxy.js';
 import { freePort } from '../test/support/ports.js';
 import { startPostgresCluster } from '../test/support/postgres.js';
@@ -38,7 +29,6 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
 
 async function measure(replicas: number, databaseUrl: string, tokens: string[]): Promise<{ perSec: number; p50: number; p95: number; failed: number }> {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-bench-throughput-'));
-  const docker = dockerClient(configFor({ SANDGATE_DATA_DIR: dataDir }));
   const gateways: GatewayProcess[] = [];
   const ports = await Promise.all(Array.from({ length: replicas }, () => freePort()));
   const env = (port: number) => ({
@@ -83,15 +73,7 @@ async function measure(replicas: number, databaseUrl: string, tokens: string[]):
     return { perSec: latencies.length / elapsed, p50: pct(latencies, 50), p95: pct(latencies, 95), failed };
   } finally {
     await lb?.stop();
-    for (const g of gateways) g.child.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    const ours = await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } });
-    for (const c of ours) {
-      thaw(c.Id);
-      await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-    }
-    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await killAndClean(gateways, dataDir);
   }
 }
 
@@ -101,13 +83,7 @@ async function main(): Promise<void> {
     const results: Record<number, Awaited<ReturnType<typeof measure>>> = {};
     for (const replicas of [1, 2]) {
       const databaseUrl = await cluster.createDatabase();
-      const store = await openStore({ dataDir: os.tmpdir(), databaseUrl }, MIGRATIONS);
-      const tokens: string[] = [];
-      for (let i = 0; i < USERS; i++) {
-        const user = await ensureUser(store.db, `bench${i}`);
-        tokens.push((await createToken(store.db, { userId: user.id, name: 'bench' })).token);
-      }
-      await store.close();
+      const tokens = (await usersWithTokens(databaseUrl, Array.from({ length: USERS }, (_, i) => `bench${i}`))).map((u) => u.token);
       results[replicas] = await measure(replicas, databaseUrl, tokens);
     }
     console.log(`\nwarm runs through HAProxy, ${USERS} users × ${CLIENTS_PER_USER} clients, ${SECONDS} s timed, ${os.cpus().length} CPUs`);

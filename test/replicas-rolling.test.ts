@@ -5,7 +5,6 @@
  * and is started again on its port. Not one request fails, every answer is the right
  * one, and each user still has one sandbox, with the Python state it had.
  */
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -13,12 +12,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { configFor } from '../src/config.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
-import { thaw } from '../src/sandboxes/freezer.js';
 import { openStore } from '../src/store/store.js';
 import { MIGRATIONS } from '../src/migrations.js';
-import { ensureUser } from '../src/accounts/accounts.js';
-import { createToken } from '../src/tokens/tokens.js';
-import { executeOverMcp as execute, startGatewayProcess, type GatewayProcess } from './support/gateway-process.js';
+import { executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
 import { freePort } from './support/ports.js';
 import { testDatabaseUrl } from './support/postgres.js';
@@ -35,31 +31,14 @@ describe.skipIf(!onPostgres)('a rolling restart of the replicas behind HAProxy',
   let lb: Haproxy | undefined;
 
   afterAll(async () => {
-    if (process.env.DEBUG_ROLLING) gateways.forEach((g, i) => fs.writeFileSync(`/tmp/rolling-out-${i}.txt`, g.output()));
     await lb?.stop();
-    for (const g of gateways) g.child.kill('SIGKILL');
-    await Promise.all(gateways.map((g) => g.exited));
-    if (!dataDir) return;
-    for (const c of await ours()) {
-      thaw(c.Id);
-      await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-    }
-    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) {
-      if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
-    }
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await killAndClean(gateways, dataDir);
   });
 
   it('drops no request of 20 clients while every replica restarts in turn', async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-rolling-'));
     const databaseUrl = await testDatabaseUrl();
-    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
-    const tokens: string[] = [];
-    for (let i = 0; i < USERS; i++) {
-      const user = await ensureUser(store.db, `user${i}`);
-      tokens.push((await createToken(store.db, { userId: user.id, name: 'laptop' })).token);
-    }
-    await store.close();
+    const tokens = (await usersWithTokens(databaseUrl, Array.from({ length: USERS }, (_, i) => `user${i}`))).map((u) => u.token);
 
     const ports = [await freePort(), await freePort()];
     const env = (port: number) => ({

@@ -4,7 +4,6 @@
  * time, under its lease; when its holder is killed with SIGKILL, the other takes the
  * lease once it runs out and adopts the running container, with the workspace intact.
  */
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,12 +11,9 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { configFor } from '../src/config.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
-import { thaw } from '../src/sandboxes/freezer.js';
 import { openStore } from '../src/store/store.js';
 import { MIGRATIONS } from '../src/migrations.js';
-import { ensureUser } from '../src/accounts/accounts.js';
-import { createToken } from '../src/tokens/tokens.js';
-import { executeOverMcp as execute, startGatewayProcess as startGateway } from './support/gateway-process.js';
+import { executeOverMcp as execute, killAndClean, startGatewayProcess as startGateway, usersWithTokens } from './support/gateway-process.js';
 import { testDatabaseUrl } from './support/postgres.js';
 import { webSession } from './support/web-session.js';
 import type { Gateway } from './support/mcp.js';
@@ -36,26 +32,14 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
   const ours = async () => docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } });
 
   afterAll(async () => {
-    if (!dataDir) return;
-    // A killed gateway leaves its idle sandboxes frozen, and Docker cannot remove a frozen container.
-    for (const c of await ours()) {
-      thaw(c.Id);
-      await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-    }
-    for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) {
-      if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
-    }
-    fs.rmSync(dataDir, { recursive: true, force: true });
+    await killAndClean([], dataDir);
   });
 
   it('one holds a user’s sandbox at a time; when it is killed, the other adopts the sandbox with its files', async () => {
     dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-replicas-'));
     const databaseUrl = await testDatabaseUrl();
     // The user and their token, in the database both gateways share.
-    const store = await openStore({ dataDir, databaseUrl }, MIGRATIONS);
-    const user = await ensureUser(store.db, 'ann', { isAdmin: true });
-    const { token } = await createToken(store.db, { userId: user.id, name: 'laptop' });
-    await store.close();
+    const [{ user, token }] = await usersWithTokens(databaseUrl, ['ann'], { isAdmin: true });
 
     // A warm pool of one each, as by default: the user's sandbox comes from A's pool and keeps its pool label.
     const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: databaseUrl, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '1', SANDGATE_WARM_POOL_PRELOAD: '', SANDGATE_REPLICA_LEASE_MS: String(LEASE_MS) };

@@ -1,9 +1,20 @@
 /**
  * A real gateway process (`src/main.ts`) for tests and benchmarks that stop, kill or run
  * several of them: its output collected, its exit awaited, its URL once it says it runs;
- * and an `execute_code` call as an MCP 2026-07-28 client sends it.
+ * an `execute_code` call as an MCP 2026-07-28 client sends it; users with tokens in the
+ * database they share, and the clean-up of what killed gateways leave.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import { ensureUser, type User } from '../../src/accounts/accounts.js';
+import { configFor } from '../../src/config.js';
+import { MIGRATIONS } from '../../src/migrations.js';
+import { LABEL_GATEWAY } from '../../src/sandboxes/docker-driver.js';
+import { thaw } from '../../src/sandboxes/freezer.js';
+import { dockerClient, gatewayIdFor } from '../../src/sandboxes/index.js';
+import { openStore } from '../../src/store/store.js';
+import { createToken } from '../../src/tokens/tokens.js';
 import { REPO_ROOT } from '../../src/paths.js';
 import { rawRequest } from './mcp.js';
 import { until } from './until.js';
@@ -61,4 +72,39 @@ export async function executeOverMcp(url: string, token: string, code: string): 
   if (!msg) return { ok: false, text: `HTTP ${r.status}: ${r.text.slice(0, 300)}` };
   if (msg.error) return { ok: false, text: msg.error.message };
   return { ok: !msg.result!.isError, text: msg.result!.content.map((c) => c.text).join('\n') };
+}
+
+/**
+ * Ends `gateways` with SIGKILL, then removes what gateways of `dataDir` left: their
+ * containers (thawed first: Docker cannot remove a frozen one), the workspaces they
+ * mounted, and the directory.
+ */
+export async function killAndClean(gateways: readonly GatewayProcess[], dataDir: string): Promise<void> {
+  for (const g of gateways) g.child.kill('SIGKILL');
+  await Promise.all(gateways.map((g) => g.exited));
+  if (!dataDir) return;
+  const docker = dockerClient(configFor({ SANDGATE_DATA_DIR: dataDir }));
+  for (const c of await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(dataDir)}`] } })) {
+    thaw(c.Id);
+    await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+  }
+  for (const m of fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1] ?? '')) {
+    if (m.startsWith(dataDir + '/')) spawnSync('umount', [m]);
+  }
+  fs.rmSync(dataDir, { recursive: true, force: true });
+}
+
+/** Users of these names, each with a token, in the database at `databaseUrl`. */
+export async function usersWithTokens(databaseUrl: string, names: readonly string[], opts: { isAdmin?: boolean } = {}): Promise<{ user: User; token: string }[]> {
+  const store = await openStore({ dataDir: os.tmpdir(), databaseUrl }, MIGRATIONS);
+  try {
+    const out: { user: User; token: string }[] = [];
+    for (const name of names) {
+      const user = await ensureUser(store.db, name, opts);
+      out.push({ user, token: (await createToken(store.db, { userId: user.id, name: 'laptop' })).token });
+    }
+    return out;
+  } finally {
+    await store.close();
+  }
 }
