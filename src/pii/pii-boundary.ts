@@ -49,18 +49,18 @@ export function createPiiBoundary(vault: PiiVault): ModelBoundary {
   return {
     toModel: (caller, text) => {
       const ref = refOf(caller, text);
-      return ref ? vault.scope(ref).then(async (s) => (await s.tokenize(text)).text) : IDENTITY_BOUNDARY.toModel(caller, text);
+      return ref ? vault.scope(ref, caller).then(async (s) => (await s.tokenize(text)).text) : IDENTITY_BOUNDARY.toModel(caller, text);
     },
     fromModel: (caller, text) => {
       const ref = refOf(caller, text);
-      return ref ? vault.scope(ref).then((s) => s.detokenize(text)) : IDENTITY_BOUNDARY.fromModel(caller, text);
+      return ref ? vault.scope(ref, caller).then((s) => s.detokenize(text)) : IDENTITY_BOUNDARY.fromModel(caller, text);
     },
     toModelStream: (caller): ModelStream => {
       const ref = piiScopeOf(caller);
       if (!ref) return IDENTITY_BOUNDARY.toModelStream!(caller);
       // The scope is opened at the first chunk; every call waits for the same opening, so they stay in order.
       let opened: Promise<PiiTokenStream> | undefined;
-      const stream = () => (opened ??= vault.scope(ref).then((s) => s.stream()));
+      const stream = () => (opened ??= vault.scope(ref, caller).then((s) => s.stream()));
       return {
         push: async (chunk) => (await stream()).push(chunk),
         end: async () => (opened ? (await opened).end() : ''),

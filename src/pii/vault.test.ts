@@ -115,6 +115,29 @@ describe('PiiVault tokenization', () => {
     expect((await bob.detokenize('[EMAIL_1]')).text).toBe('other@corp.example');
   });
 
+  it('the calls of one holder share a scope lookup for a second at most, and a drop through the vault ends it at once', async () => {
+    const t = await testVault();
+    let now = Date.now();
+    const vault = new PiiVault(t.store.db, t.key, { ttlMs: HOUR, now: () => now });
+    const ref = { userId: await t.userId('ana'), kind: 'token' as const, id: 'tok1' };
+    const request = {};
+    await (await vault.scope(ref, request)).tokenize('a@x.io');
+    // Another scope after it, so that SQLite gives a scope made anew another id, as Postgres always does.
+    await vault.scope({ ...ref, id: 'tok2' });
+    // The scope's row goes behind this vault's back, as when another gateway drops it.
+    await t.store.db.deleteFrom('pii_scopes').where('id', '=', await scopeIdOf(t, ref)).execute();
+    // The holder's next call within the second uses the id it looked up; a call without one looks again.
+    expect((await (await vault.scope(ref, request)).detokenize('[EMAIL_1]')).text).toBe('a@x.io');
+    expect((await (await vault.scope(ref)).detokenize('[EMAIL_1]')).unknown).toEqual(['[EMAIL_1]']);
+    now += 1000;
+    expect((await (await vault.scope(ref, request)).detokenize('[EMAIL_1]')).unknown).toEqual(['[EMAIL_1]']);
+    // A drop through the vault: the same holder's very next call opens the scope anew.
+    const turn = {};
+    expect((await (await vault.scope(ref, turn)).tokenize('b@x.io')).text).toBe('[EMAIL_1]');
+    await vault.dropScope(ref);
+    expect((await (await vault.scope(ref, turn)).detokenize('[EMAIL_1]')).unknown).toEqual(['[EMAIL_1]']);
+  });
+
   it('conversation scopes are separate from token scopes', async () => {
     const t = await testVault();
     const userId = await t.userId('ana');

@@ -136,6 +136,14 @@ function worthRetrying(e: unknown): boolean {
   return typeof code === 'string' && RETRYABLE_CODES.has(code);
 }
 
+/**
+ * How long the calls of one holder (a request, a turn) reuse a scope id they looked up.
+ * Short, since only this vault's own drops end it early: a scope dropped elsewhere (the
+ * command line, another gateway, a deleted user) is still written to for at most this
+ * long, and such writes are sealed to their scope and user, so they never open anywhere else.
+ */
+const SCOPE_ID_KEPT_MS = 1000;
+
 /** Attempts of one call on a scope whose write met a change made elsewhere (each reads the scope again). */
 const MAX_ATTEMPTS = 3;
 
@@ -148,7 +156,7 @@ interface VaultContext {
   now: () => number;
 }
 
-/** A scope's id, read twice by every call that crosses the boundary (arguments in, result out): compiled once. */
+/** A scope's id, read by every call that crosses the boundary (once per request or turn: keptScopeId): compiled once. */
 const scopeByRef = prepared((db, p: { userId: number; kind: PiiScopeRef['kind']; ref: string }) =>
   db.selectFrom('pii_scopes').select('id').where('user_id', '=', p.userId).where('kind', '=', p.kind).where('ref', '=', p.ref),
 );
@@ -170,14 +178,39 @@ export class PiiVault {
     this.ctx = { db, sealer: new Sealer(key), detector: options.detector ?? createDetector(), ttlMs: options.ttlMs, now: options.now ?? Date.now };
   }
 
-  /** The scope for a user and an API token or conversation, created on first use and read into memory. */
-  async scope(ref: PiiScopeRef): Promise<PiiScope> {
-    // Looked up on every call, not cached: a scope row can go (dropScope, a revoked token, a deleted user).
-    const id = await this.scopeId(ref);
+  /**
+   * The scope for a user and an API token or conversation, created on first use and read
+   * into memory. `holder` (the caller object of one request or turn) lets the calls made
+   * for it share one lookup of the scope's id for SCOPE_ID_KEPT_MS: a tool call crosses
+   * the boundary twice (arguments in, result out), and each lookup is a round trip to the
+   * store. Without `holder` the id is looked up every time.
+   */
+  async scope(ref: PiiScopeRef, holder?: object): Promise<PiiScope> {
+    // Never kept longer than that: a scope row can go (dropScope, a revoked token, a deleted user).
+    const id = holder ? await this.keptScopeId(ref, holder) : await this.scopeId(ref);
     const memory = this.memory.forScope(id, ownerOf(ref));
     const scope = new PiiScope(this.ctx, ref.userId, id, memory, () => this.load(ref.userId, id, memory));
     if (!memory.loaded) await memory.turn(() => scope.ready());
     return scope;
+  }
+
+  /** Ids looked up for a holder: its scopes' owners to the lookup and when it was made, under the drop generation it was made in. */
+  private readonly keptIds = new WeakMap<object, Map<string, { id: Promise<number>; at: number; generation: number }>>();
+  /** Grows with every drop through this vault, so no kept id outlives a drop. */
+  private dropGeneration = 0;
+
+  private keptScopeId(ref: PiiScopeRef, holder: object): Promise<number> {
+    let ids = this.keptIds.get(holder);
+    if (!ids) this.keptIds.set(holder, (ids = new Map()));
+    const key = ownerOf(ref);
+    const now = this.ctx.now();
+    const kept = ids.get(key);
+    if (kept && kept.generation === this.dropGeneration && now - kept.at < SCOPE_ID_KEPT_MS) return kept.id;
+    const id = this.scopeId(ref);
+    ids.set(key, { id, at: now, generation: this.dropGeneration });
+    // A failed lookup is not kept: the next call asks again.
+    id.catch(() => ids.delete(key));
+    return id;
   }
 
   private async scopeId(ref: PiiScopeRef): Promise<number> {
@@ -335,6 +368,7 @@ export class PiiVault {
 
   /** Forgets a scope entirely (API token revoked, conversation deleted); false if there was none. */
   async dropScope(ref: PiiScopeRef): Promise<boolean> {
+    this.dropGeneration++;
     const id = await dropPiiScope(this.ctx.db, ref);
     if (id !== undefined) this.memory.forgetScope(id);
     return id !== undefined;
