@@ -12,7 +12,7 @@
  *
  * Both survive container and gateway restarts: remounting at next use is idempotent.
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import fsp from 'node:fs/promises';
@@ -78,22 +78,27 @@ export class WorkspaceVolumes {
       return fsp.realpath(mnt);
     }
     if (await isMountPoint(mnt)) return fsp.realpath(mnt);
-    const img = `${mnt}.img`;
-    if (!fs.existsSync(img)) {
-      const tmp = `${img}.new`;
-      await fsp.rm(tmp, { force: true });
-      const fh = await fsp.open(tmp, 'w', 0o600);
-      await fh.truncate(this.opts.sizeMb * 1024 * 1024);
-      await fh.close();
-      // -m 0: no blocks reserved for root; root_owner: the sandbox user owns the top.
-      await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `root_owner=${SANDBOX_UID}:${SANDBOX_GID}`, tmp]);
-      await fsp.rename(tmp, img);
-    } else {
-      await this.resizeIfNeeded(img);
-    }
-    await run('mount', ['-o', 'loop,nosuid,nodev', img, mnt]);
-    await fsp.rmdir(path.join(mnt, 'lost+found')).catch(() => {});
-    return fsp.realpath(mnt);
+    // Replicas on one host share the workspaces: of two making the same one ready at once,
+    // one creates and mounts it while the other waits, then finds it mounted.
+    return withHostLock(`${mnt}.lock`, async () => {
+      if (await isMountPoint(mnt)) return fsp.realpath(mnt);
+      const img = `${mnt}.img`;
+      if (!fs.existsSync(img)) {
+        const tmp = `${img}.new`;
+        await fsp.rm(tmp, { force: true });
+        const fh = await fsp.open(tmp, 'w', 0o600);
+        await fh.truncate(this.opts.sizeMb * 1024 * 1024);
+        await fh.close();
+        // -m 0: no blocks reserved for root; root_owner: the sandbox user owns the top.
+        await run('mkfs.ext4', ['-q', '-F', '-m', '0', '-E', `root_owner=${SANDBOX_UID}:${SANDBOX_GID}`, tmp]);
+        await fsp.rename(tmp, img);
+      } else {
+        await this.resizeIfNeeded(img);
+      }
+      await run('mount', ['-o', 'loop,nosuid,nodev', img, mnt]);
+      await fsp.rmdir(path.join(mnt, 'lost+found')).catch(() => {});
+      return fsp.realpath(mnt);
+    });
   }
 
   /** Grows an image when the configured size went up; never shrinks (that could lose data). */
@@ -173,6 +178,35 @@ export class WorkspaceVolumes {
     const mnt = this.hostPath(id);
     await fsp.rm(mnt, { recursive: true, force: true });
     await fsp.rm(`${mnt}.img`, { force: true });
+    await fsp.rm(`${mnt}.lock`, { force: true });
+  }
+}
+
+/**
+ * Runs `fn` holding an exclusive flock(2) on `file` (util-linux's flock, which Node lacks),
+ * against other gateway processes on this host. The lock is held by a child that waits on
+ * its stdin: it ends, and the kernel drops the lock, when `fn` is done or when this process
+ * dies, so a gateway killed mid-way leaves no lock behind.
+ */
+async function withHostLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
+  const child = spawn('flock', ['-x', '-w', '120', file, '-c', 'echo locked; read _'], { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
+  // Its stdin closing after it ended is no error of ours.
+  child.stdin.on('error', () => {});
+  try {
+    await new Promise<void>((resolve, reject) => {
+      let said = '';
+      let err = '';
+      child.stdout.on('data', (d: Buffer) => {
+        said += d.toString();
+        if (said.includes('locked')) resolve();
+      });
+      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      child.on('error', reject);
+      child.on('exit', (code) => reject(new Error(`flock ${file} ended (${code}) before it held the lock: ${err.trim()}`)));
+    });
+    return await fn();
+  } finally {
+    child.stdin.end();
   }
 }
 

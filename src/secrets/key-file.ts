@@ -37,15 +37,43 @@ export function loadOrCreateKey(dataDir: string, file: string, opts: KeyOptions 
   if (opts.configured) return decodeKey(opts.configured, opts.setting ?? 'the configured key');
   const full = path.join(dataDir, file);
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  try {
-    const key = crypto.randomBytes(KEY_BYTES);
-    // `wx`: never overwrite a key that exists (another process may have just made it).
-    fs.writeFileSync(full, key.toString('base64') + '\n', { mode: 0o600, flag: 'wx' });
-    return key;
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
-  }
+  const created = createKeyFile(full);
+  if (created) return created;
   const mode = fs.statSync(full).mode & 0o777;
   if (mode & 0o077) throw new KeyFileError(`${full} can be read by other users (mode ${mode.toString(8)}): run chmod 600 ${full}`);
   return decodeKey(fs.readFileSync(full, 'utf8'), full);
+}
+
+/** Link errors of a file system without hard links. */
+const NO_LINKS = new Set(['EPERM', 'ENOTSUP', 'EOPNOTSUPP', 'ENOSYS']);
+
+/**
+ * A new key written to `full`, or undefined when the file exists (another process may have
+ * just made it). Never overwrites a key, and never shows one half written: replicas that
+ * start together on one data directory each either make the key or read all of it. The key
+ * is written under a name of its own first, then linked into place.
+ */
+function createKeyFile(full: string): Buffer | undefined {
+  const key = crypto.randomBytes(KEY_BYTES);
+  const text = key.toString('base64') + '\n';
+  const exists = (e: unknown) => (e as NodeJS.ErrnoException).code === 'EEXIST';
+  const draft = `${full}.${process.pid}.${crypto.randomBytes(6).toString('hex')}.new`;
+  fs.writeFileSync(draft, text, { mode: 0o600, flag: 'wx' });
+  try {
+    fs.linkSync(draft, full);
+    return key;
+  } catch (e) {
+    if (exists(e)) return undefined;
+    if (!NO_LINKS.has((e as NodeJS.ErrnoException).code ?? '')) throw e;
+  } finally {
+    fs.rmSync(draft, { force: true });
+  }
+  // Without hard links, the file is made in place: a process starting at the same moment could read it unfinished.
+  try {
+    fs.writeFileSync(full, text, { mode: 0o600, flag: 'wx' });
+    return key;
+  } catch (e) {
+    if (exists(e)) return undefined;
+    throw e;
+  }
 }
