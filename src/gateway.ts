@@ -252,14 +252,17 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       web.attach(server);
       // Once it listens, the other replicas may send it runs: they read where in the replica table.
       if (replica) {
-        server.once('listening', () => {
+        const reachable = () => {
           const addr = server.address();
           const url = internalUrlFor(config, typeof addr === 'object' && addr ? addr.port : config.port);
           replica.setInternalUrl(url).then(
             () => logger.info({ replica: replica.id, internalUrl: url }, 'replica reachable by the others'),
             (e: unknown) => logger.error({ err: e }, 'could not record where the other replicas reach this one: they cannot send it runs'),
           );
-        });
+        };
+        // A server attached after it began to listen is reachable already.
+        if (server.listening) reachable();
+        else server.once('listening', reachable);
       }
     },
     async start() {

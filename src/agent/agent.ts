@@ -209,6 +209,14 @@ export class Agent {
     return true;
   }
 
+  /** Stops the turn running here in a conversation, if it is `userId`'s (asked by another gateway, which checked the conversation is theirs). */
+  cancelTurn(userId: number, conversationId: string): boolean {
+    const r = this.running.get(conversationId);
+    if (!r || r.userId !== userId) return false;
+    r.controller.abort('cancel');
+    return true;
+  }
+
   /** Cancels every running turn of a user (an admin disabled or deleted them); how many. */
   cancelUser(userId: number): number {
     let n = 0;

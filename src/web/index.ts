@@ -98,6 +98,7 @@ export function webApp(deps: WebAppDeps): WebApp {
   const live = hub;
   signedOut.notify = (userId, everywhere, sid) => hub.signedOut(userId, everywhere, sid);
   deps.sandboxes.onFilesChanged((owner) => hub.filesChanged(owner.userId));
+  hub.onTurnStopAsked((userId, conversationId) => deps.agent.cancelTurn(userId, conversationId));
   // A member GitHub no longer lists loses what runs for them now, as a disabled user does (their live pages: LiveHub).
   auth.membership.onAccessLost((userId) => {
     deps.agent.cancelUser(userId);

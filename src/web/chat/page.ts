@@ -99,7 +99,10 @@ export function chatPage(deps: ChatDeps): ChatPage {
     },
 
     stop: async (req, res) => {
-      await agent.cancel(userOf(req), req.params.id as string);
+      const user = userOf(req);
+      const id = req.params.id as string;
+      // The turn runs on the gateway that took its message, which may be another one.
+      if (!(await agent.cancel(user, id))) deps.live.askOthersToStopTurn(user.id, id);
       res.status(204).end();
     },
 
@@ -112,7 +115,7 @@ export function chatPage(deps: ChatDeps): ChatPage {
       const user = userOf(req);
       const id = req.params.id as string;
       await getConversation(db, user.id, id);
-      await agent.cancel(user, id);
+      if (!(await agent.cancel(user, id))) deps.live.askOthersToStopTurn(user.id, id);
       await deleteConversationInSteps(db, user.id, id);
       // What the model was shown in it is forgotten too.
       await dropPiiScope(db, conversationScopeRef(user.id, id));

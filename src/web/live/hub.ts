@@ -61,8 +61,14 @@ const MAX_EVENTS_PER_SECOND = 20;
 /** How often connected users are put to the membership check, at most (it asks GitHub only when a check is due). */
 const MEMBERSHIP_SWEEP_MS = 30_000;
 
+/** The event by which one replica asks the others to stop a turn one of them runs (socket.io's server-side emit, sealed like every update). */
+const STOP_TURN = 'sandgate:stop-turn';
+
 export class LiveHub {
   private io?: Server;
+  /** Whether the live channel reaches the other gateways on the database (socket.io's Postgres adapter). */
+  private clustered = false;
+  private readonly turnStops = new Set<(userId: number, conversationId: string) => void>();
   private readonly log: Logger;
   private sweep?: NodeJS.Timeout;
   private sweeping = false;
@@ -89,11 +95,12 @@ export class LiveHub {
     const own = new URL(config.publicUrl);
     const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(own.hostname);
     const hosts = allowedHostnames({ ...config, mcpAllowedHosts: '' });
+    this.clustered = !!this.deps.pgPool && this.clusterReady(this.deps.pgPool);
     const io = new Server(server, {
       path: '/socket.io',
       serveClient: false,
       maxHttpBufferSize: 16 * 1024,
-      ...(this.deps.pgPool && this.clusterReady(this.deps.pgPool) && { adapter: this.clusterAdapter(this.deps.pgPool) }),
+      ...(this.clustered && this.deps.pgPool && { adapter: this.clusterAdapter(this.deps.pgPool) }),
       allowRequest: (req, cb) => {
         if (!validateHostHeader(req.headers.host, hosts).ok) return cb('host not allowed', false);
         const origin = req.headers.origin;
@@ -174,6 +181,12 @@ export class LiveHub {
           )
           .catch((e: unknown) => this.log.warn({ err: e }, 'a live watch failed'));
       });
+    });
+    // Only another gateway can send this (its messages are sealed under the replica key);
+    // it is still checked, as anything read off the database is.
+    io.on(STOP_TURN, (userId: unknown, conversationId: unknown) => {
+      if (!Number.isSafeInteger(userId) || typeof conversationId !== 'string' || conversationId.length > 64) return;
+      for (const stop of this.turnStops) stop(userId as number, conversationId);
     });
     this.io = io;
     this.unsubscribe = auth.membership.onAccessLost((userId) => this.signedOut(userId, true));
@@ -257,6 +270,21 @@ export class LiveHub {
         this.log.warn({ err: e, userId }, 'could not check a connected user’s membership');
       }
     }
+  }
+
+  /** Calls `stop` when another gateway asks for a turn to be stopped (askOthersToStopTurn); the one running it stops it. */
+  onTurnStopAsked(stop: (userId: number, conversationId: string) => void): void {
+    this.turnStops.add(stop);
+  }
+
+  /**
+   * Asks the other gateways on the database to stop the running turn of a user's
+   * conversation: the turn runs on whichever gateway took the message that started it,
+   * and a Stop may reach another. The caller has checked that the conversation is the user's.
+   * Nothing to do with one gateway.
+   */
+  askOthersToStopTurn(userId: number, conversationId: string): void {
+    if (this.clustered) this.io?.serverSideEmit(STOP_TURN, userId, conversationId);
   }
 
   /** Connections in a room now (the admin page's sampler runs only while someone watches). */
