@@ -24,15 +24,20 @@ export const POSTGRES_SUITES = [
   'src/users/**/*.test.ts',
   'src/replicas/**/*.test.ts',
   'src/web/live/hub.test.ts',
-  'test/mcp-http.test.ts',
-  'test/agent.test.ts',
-  'test/web.test.ts',
-  'test/openai-api.test.ts',
   'test/api-store.test.ts',
   'test/db-copy.test.ts',
   'test/replicas.test.ts',
   'test/replicas-rolling.test.ts',
+  'test/replicas-web.test.ts',
 ];
+
+/**
+ * The end-to-end suites of the doors (MCP, the agent, the web pages in Chromium, /v1), run
+ * on Postgres as two gateway replicas behind HAProxy (the `replicas` project): every request
+ * they send may land on either replica (test/support/mcp.ts). They run on SQLite, one
+ * gateway, in the `sqlite` project like every file.
+ */
+export const REPLICA_SUITES = ['test/mcp-http.test.ts', 'test/agent.test.ts', 'test/web.test.ts', 'test/openai-api.test.ts'];
 
 // Not in the root config: a project that extends it would run the setup a second time.
 // Every temporary file of the run goes under one directory, removed at the end; for the
@@ -55,7 +60,7 @@ export default defineConfig({
           include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
           globalSetup,
           // Set, not left out: a SANDGATE_TEST_DATABASE in the shell must not turn these to Postgres.
-          env: { SANDGATE_TEST_DATABASE: 'sqlite' },
+          env: { SANDGATE_TEST_DATABASE: 'sqlite', SANDGATE_TEST_REPLICAS: '0' },
         },
       },
       {
@@ -64,7 +69,16 @@ export default defineConfig({
           name: 'postgres',
           include: POSTGRES_SUITES,
           globalSetup,
-          env: { SANDGATE_TEST_DATABASE: 'postgres' },
+          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '0' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'replicas',
+          include: REPLICA_SUITES,
+          globalSetup,
+          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '2' },
         },
       },
     ],

@@ -5,7 +5,7 @@
  * scripted to call tools.
  */
 import fs from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { AgentEvent } from '../src/agent/events.js';
 import type { TurnOutcome } from '../src/agent/loop.js';
 import { messagesOf, turnsOf } from '../src/agent/conversations.js';
@@ -161,9 +161,10 @@ describe('a full task on each provider', () => {
       [model, 100, 20],
       [model, 100, 20],
     ]);
-    // The tool call is audited as the conversation's.
-    const audited = (await listAudit(gw.gateway.store.db, ana.id, { limit: 20 })).filter((a) => a.conversationId === r.conversationId && a.method === 'tools/call');
-    expect(audited.map((a) => [a.via, a.tool, a.outcome])).toEqual([['agent', 'execute_code', 'ok']]);
+    // The tool call is audited as the conversation's (written once its answer is on its way, so maybe a moment after the turn).
+    const audited = async () => (await listAudit(gw.gateway.store.db, ana.id, { limit: 20 })).filter((a) => a.conversationId === r.conversationId && a.method === 'tools/call');
+    await vi.waitUntil(async () => (await audited()).length > 0, { timeout: 5000, interval: 50 });
+    expect((await audited()).map((a) => [a.via, a.tool, a.outcome])).toEqual([['agent', 'execute_code', 'ok']]);
   });
 });
 

@@ -313,6 +313,8 @@ describe('chat', () => {
     const hostile = `<img src=x onerror=window.__p=1></title><script>window.__p=2</script> & "q"`;
     await send(page, hostile);
     await page.waitForFunction((n) => document.getElementById('conversation-title')?.textContent === n, hostile);
+    // The window's title is the next update (a moment later when it comes from another replica).
+    await page.waitForFunction((t) => document.title === t, `${hostile} · sandgate`);
     expect(await page.title()).toBe(`${hostile} · sandgate`);
     expect(await page.locator(`#conv-link-${id}`).textContent()).toBe(hostile);
     expect(await page.locator('#conversation-title *, .conversation-list a *, head img').count()).toBe(0);

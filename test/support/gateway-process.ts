@@ -16,7 +16,7 @@ import { dockerClient, gatewayIdFor } from '../../src/sandboxes/index.js';
 import { openStore } from '../../src/store/store.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import { REPO_ROOT } from '../../src/paths.js';
-import { rawRequest } from './mcp.js';
+import { rawRequest } from './raw-request.js';
 import { until } from './until.js';
 
 export interface GatewayProcess {

@@ -4,6 +4,14 @@
  * PII boundary, tools, app), listening on a free loopback port with a fresh data
  * directory (and, in the `postgres` test project, a fresh Postgres database). Tests give a part of their own (a driver that fails in a named way) only
  * where the real one cannot produce the failure.
+ *
+ * In the `replicas` test project (SANDGATE_TEST_REPLICAS=2) the same suites run against a
+ * tier: this gateway, a second gateway process (src/main.ts with the same settings, data
+ * directory and database) and Debian's HAProxy in front of both with the shipped
+ * configuration. `url` and `mcpUrl` are HAProxy's, and the public URL both gateways check
+ * Host and Origin against; so every request a test sends may land on either replica,
+ * while `gateway` and `harness` stay this process's own replica, for what a test sets up
+ * or reads in the store they share.
  */
 import fs from 'node:fs';
 import http from 'node:http';
@@ -18,6 +26,9 @@ import { ensureUser } from '../../src/accounts/accounts.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import type { Upstream } from '../../src/upstream/index.js';
 import { databaseEnvFor, type Harness } from './harness.js';
+import { killAndClean, startGatewayProcess, type GatewayProcess } from './gateway-process.js';
+import { startHaproxy, type Haproxy } from './haproxy.js';
+import { freePort } from './ports.js';
 
 export interface GatewayOptions {
   /** Settings, by environment variable name, over the test defaults. */
@@ -64,11 +75,16 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
   // The port comes first: the public URL names it, and Host checks follow the public URL.
   const server = http.createServer();
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const port = (server.address() as AddressInfo).port;
+  const ownPort = (server.address() as AddressInfo).port;
+  // A part of a test's own cannot be handed to another process: such a gateway runs alone.
+  const replicated = replicasWanted() && !opts.parts;
+  const port = replicated ? await freePort() : ownPort;
   const url = `http://127.0.0.1:${port}`;
-  const config = configFor({
+  const settings: Record<string, string> = {
     SANDGATE_DATA_DIR: dataDir,
     SANDGATE_PUBLIC_URL: url,
+    // Where it listens (below): the other replica reaches it there.
+    SANDGATE_HOST: '127.0.0.1',
     SANDGATE_WARM_POOL_SIZE: '0',
     SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent',
     SANDGATE_PII_TOKENIZE: opts.pii ? 'true' : 'false',
@@ -77,12 +93,14 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     // SQLite in the data directory, or in the `postgres` project its own Postgres database.
     ...(await databaseEnvFor(dataDir)),
     ...opts.env,
-  });
+  };
+  const config = configFor(settings);
   const logger = createLogger(config.logLevel);
   const gateway = await createGateway(config, logger, opts.parts);
   const preflight = opts.noStart ? undefined : await gateway.start();
   server.on('request', gateway.app);
   gateway.attach(server);
+  const tier = replicated ? await startTier(settings, ownPort, port) : undefined;
   const harness: GatewayStack = {
     config,
     store: gateway.store,
@@ -110,6 +128,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
       return (await createToken(gateway.store.db, { userId: u.id, name: name ?? `t${++tokenSeq}`, expiresAt: o.expiresAt })).token;
     },
     async close(o = {}) {
+      await tier?.close();
       server.closeAllConnections();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       // Browsers' live connections are upgraded ones, which the server no longer counts.
@@ -117,12 +136,47 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
       await closed;
       if (o.keepData) return gateway.close();
       await gateway.close({ stopAll: true, releaseVolumes: true });
+      // What the other replica held and handed over is nobody's now: its containers and mounts go with the directory.
+      if (tier) await killAndClean([], dataDir);
       fs.rmSync(dataDir, { recursive: true, force: true });
       fs.rmSync(`${dataDir}-homes`, { recursive: true, force: true });
     },
   };
 }
 
+/** Whether this test project runs its gateways as two replicas behind HAProxy (the `replicas` project). */
+function replicasWanted(): boolean {
+  if (process.env.SANDGATE_TEST_REPLICAS !== '2') return false;
+  // Replicas share one database: only Postgres can be shared.
+  if (process.env.SANDGATE_TEST_DATABASE !== 'postgres') throw new Error('SANDGATE_TEST_REPLICAS=2 needs SANDGATE_TEST_DATABASE=postgres');
+  return true;
+}
+
+/** The second replica and HAProxy in front of both; HAProxy listens on `frontPort`, the public URL's. */
+async function startTier(settings: Record<string, string>, ownPort: number, frontPort: number): Promise<{ close(): Promise<void> }> {
+  const secondPort = await freePort();
+  // A short drain: a test's gateway has nothing to hand over that its next step needs kept.
+  const second: GatewayProcess = startGatewayProcess({ ...settings, SANDGATE_PORT: String(secondPort), SANDGATE_DRAIN_SEC: '1' });
+  let proxy: Haproxy | undefined;
+  try {
+    await second.ready();
+    // HAProxy takes both servers as up from the start, and round robin alternates between them.
+    proxy = await startHaproxy([ownPort, secondPort], { port: frontPort });
+  } catch (e) {
+    second.child.kill('SIGKILL');
+    await second.exited;
+    await proxy?.stop();
+    throw e;
+  }
+  return {
+    async close() {
+      await proxy!.stop();
+      second.child.kill('SIGTERM');
+      const code = await second.exited;
+      if (code !== 0) throw new Error(`the second replica exited with ${code}; it printed:\n${second.output().slice(-3000)}`);
+    },
+  };
+}
 /** The text blocks of a tool result, joined by newlines. */
 export function toolText(r: unknown): string {
   return (r as { content: { type: string; text?: string }[] }).content
@@ -136,63 +190,7 @@ export async function callTool<R>(client: { callTool(params: { name: string; arg
   return (await client.callTool({ name, arguments: args })) as R;
 }
 
-export interface RawResponse {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  text: string;
-  /** JSON-RPC messages of the body, whether it came as JSON or as an SSE stream. */
-  messages: Record<string, unknown>[];
-}
-
-/**
- * One HTTP request with full control of the headers (fetch forbids setting Host), for
- * checks below what an MCP client library would send.
- */
-export function rawRequest(url: string, opts: { method?: string; headers?: Record<string, string>; body?: unknown } = {}): Promise<RawResponse> {
-  const u = new URL(url);
-  const body = opts.body === undefined ? undefined : typeof opts.body === 'string' ? opts.body : JSON.stringify(opts.body);
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      {
-        host: u.hostname,
-        port: u.port,
-        path: u.pathname,
-        method: opts.method ?? 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          ...(body !== undefined ? { 'content-length': String(Buffer.byteLength(body)) } : {}),
-          ...opts.headers,
-        },
-      },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let messages: Record<string, unknown>[] = [];
-          if (String(res.headers['content-type']).startsWith('text/event-stream')) {
-            messages = text
-              .split('\n')
-              .filter((l) => l.startsWith('data: ') && l.length > 6)
-              .map((l) => JSON.parse(l.slice(6)) as Record<string, unknown>);
-          } else if (text) {
-            try {
-              const j = JSON.parse(text) as unknown;
-              messages = (Array.isArray(j) ? j : [j]) as Record<string, unknown>[];
-            } catch {
-              /* not JSON */
-            }
-          }
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, text, messages });
-        });
-      },
-    );
-    req.on('error', reject);
-    if (body !== undefined) req.write(body);
-    req.end();
-  });
-}
+export { rawRequest, type RawResponse } from './raw-request.js';
 
 export function initializeBody(protocolVersion: string, id = 1) {
   return { jsonrpc: '2.0', id, method: 'initialize', params: { protocolVersion, capabilities: {}, clientInfo: { name: 'raw', version: '1' } } };
