@@ -29,6 +29,8 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager } from './sandboxes/index.js';
+import { replicaKeyAgrees } from './sandboxes/remote.js';
+import { KeyFileError } from './errors.js';
 import { Replica } from './replicas/leases.js';
 import { HopSigner, replicaSubkey } from './replicas/hop-auth.js';
 import { internalUrlFor } from './replicas/internal-url.js';
@@ -121,7 +123,8 @@ export const DRAIN_GRACE_MS = 3_000;
 export async function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Promise<Gateway> {
   const store = await openStore(config, MIGRATIONS);
   try {
-    const gateway = compose(config, logger, parts, store);
+    const { gateway, hop } = compose(config, logger, parts, store);
+    if (gateway.replica && hop) await refuseAnotherReplicaKey(gateway.replica, hop, logger);
     // Registered before anything may take a sandbox (an adoption at start, the first run).
     await gateway.replica?.start();
     return gateway;
@@ -132,7 +135,26 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
   }
 }
 
-function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): Gateway {
+/**
+ * A gateway whose replica key is not the one of the replicas already running would refuse
+ * their runs and have its own refused: it does not start, and says which file to copy.
+ * When no live replica answers, it starts (the first of a new key, or others unreachable
+ * for now), and its hops say so later if the keys differ.
+ */
+async function refuseAnotherReplicaKey(replica: Replica, hop: HopSigner, logger: Logger): Promise<void> {
+  const others = (await replica.live()).filter((r) => r.id !== replica.id && r.internalUrl).map((r) => ({ id: r.id, internalUrl: r.internalUrl! }));
+  if (!others.length) return;
+  const r = await replicaKeyAgrees(others, { signer: hop, selfId: replica.id });
+  if (r.result === 'differs') {
+    throw new KeyFileError(
+      `the replica key of this gateway is not the one of the gateway ${r.replica} already running on this database (or their clocks differ by more than 30 s): ` +
+        'copy replicas.key from that gateway\'s data directory (or set the same SANDGATE_REPLICA_KEY on every gateway)',
+    );
+  }
+  if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id) }, 'no other replica answered to confirm the replica key is shared: if it is not, runs sent between replicas will fail');
+}
+
+function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner } {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
   // This gateway among the replicas on its store. On SQLite it is the only one (one process
@@ -232,7 +254,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       }, 'could not delete old revoked tokens'),
     ]);
   };
-  return {
+  const gateway: Gateway = {
     config,
     store,
     manager,
@@ -314,4 +336,5 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       await store.close();
     },
   };
+  return { gateway, hop: hop || undefined };
 }

@@ -9,6 +9,7 @@
  * a chat turn that the other runs. Every request goes through HAProxy unless it is sent
  * straight to a replica on purpose.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -117,6 +118,8 @@ describe.skipIf(!onPostgres)('two replicas behind HAProxy: refusals, sign-in lin
   let lbPort = 0;
   let portA = 0;
   let portB = 0;
+  /** Every gateway's settings, but its port. */
+  let env: (port: number) => Record<string, string> = () => ({});
 
   /** A web session signed in straight at a replica (webSession takes a Gateway for its URL and store only). */
   const sessionAt = (url: string, user: User) => webSession({ url, gateway: { store } } as unknown as Gateway, user);
@@ -142,7 +145,7 @@ describe.skipIf(!onPostgres)('two replicas behind HAProxy: refusals, sign-in lin
     });
     // The load balancer's port first: both replicas must know it as their public URL (Host and Origin are checked against it).
     [lbPort, portA, portB] = [await freePort(), await freePort(), await freePort()];
-    const env = (port: number) => ({
+    env = (port: number) => ({
       SANDGATE_DATA_DIR: dataDir,
       SANDGATE_DATABASE_URL: databaseUrl,
       SANDGATE_PORT: String(port),
@@ -210,6 +213,20 @@ describe.skipIf(!onPostgres)('two replicas behind HAProxy: refusals, sign-in lin
     expect(chat.status).toBe(303);
     expect(chat.headers.get('location')).toBe('/login');
     expect(b.output()).toMatch(/"user":"dora"[^\n]*"msg":"stopping sandbox"/);
+  });
+
+  it('does not start a gateway whose replica key is not the one the running replicas share, and says which file to copy', async () => {
+    const stranger = startGatewayProcess({ ...env(await freePort()), SANDGATE_REPLICA_KEY: crypto.randomBytes(32).toString('base64') });
+    gateways.push(stranger);
+    expect(await stranger.exited).toBe(2);
+    expect(stranger.output()).toMatch(/the replica key of this gateway is not the one of the gateway \S+ already running on this database[^\n]*copy replicas\.key/);
+    // The same key (the data directory's): it starts, and leaves.
+    const friend = startGatewayProcess(env(await freePort()));
+    gateways.push(friend);
+    await friend.ready();
+    expect(friend.output()).not.toContain('no other replica answered');
+    friend.child.kill('SIGTERM');
+    expect(await friend.exited).toBe(0);
   });
 
   it('signs in once with a one-time link, whether it is used on A then B or on both at the same moment', async () => {

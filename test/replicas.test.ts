@@ -19,7 +19,7 @@ import { webSession } from './support/web-session.js';
 import type { Gateway } from './support/mcp.js';
 import crypto from 'node:crypto';
 import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
-import { HOP_RUN_PATH } from '../src/sandboxes/remote.js';
+import { HOP_RUN_PATH, HOP_V1_PATHS } from '../src/sandboxes/remote.js';
 
 const LEASE_MS = 2000;
 
@@ -86,10 +86,25 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       }
       // Signed with the right key but replayed, or sent to another replica: refused too.
       const signer = new HopSigner({ key: replicaSubkey(Buffer.from(fs.readFileSync(path.join(dataDir, 'replicas.key'), 'utf8').trim(), 'base64'), 'internal hop') });
-      const once = signer.sign('test', idA, HOP_RUN_PATH, '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}');
-      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(200);
-      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: '{"owner":{"userId":1,"name":"x"},"language":"python","code":"1"}' })).status).toBe(401);
+      // A run A can take: for the sandbox it holds.
+      const run = JSON.stringify({ owner: { userId: user.id, name: 'ann' }, language: 'python', code: 'print(6 * 7)' });
+      const sealedBody = signer.sealRequest(HOP_RUN_PATH, run);
+      const sealed = new Uint8Array(sealedBody);
+      const { header: once, nonce } = signer.signRequest('test', idA, HOP_RUN_PATH, sealedBody);
+      const answered = await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: sealed });
+      expect(answered.status).toBe(200);
+      // The answer is sealed to the request: nothing of it in clear, every line opens in its place.
+      const lines = (await answered.text()).trim().split('\n');
+      expect(lines.join('\n')).not.toMatch(/"t"|stdout|exitCode/);
+      expect(lines.map((l, i) => JSON.parse(signer.openAnswer(nonce, i, l)) as { t: string }).at(-1)).toMatchObject({ t: 'done', r: { exitCode: 0, stdout: '42\n' } });
+      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: once }, body: sealed })).status).toBe(401);
       expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: signer.sign('test', 'another', HOP_RUN_PATH, forged) }, body: forged })).status).toBe(401);
+      // Signed, but not sealed (or sealed under another key): refused, nothing runs.
+      expect((await fetch(`${urlA}${HOP_RUN_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: signer.sign('test', idA, HOP_RUN_PATH, forged) }, body: forged })).status).toBe(401);
+      // A replica of the release before sealed hops still reaches A, in clear, on the earlier path.
+      const v1 = await fetch(`${urlA}${HOP_V1_PATHS.run}`, { method: 'POST', headers: { [HOP_HEADER]: signer.sign('test', idA, HOP_V1_PATHS.run, run) }, body: run });
+      expect(v1.status).toBe(200);
+      expect(JSON.parse((await v1.text()).trim().split('\n').at(-1)!)).toMatchObject({ t: 'done', r: { exitCode: 0, stdout: '42\n' } });
       expect(fs.existsSync(path.join(hostWorkspace, 'forged.txt'))).toBe(false);
 
       // A run sent to A when A dies: B's caller hears that it was interrupted, not a result.

@@ -7,8 +7,11 @@
  * body signed, and not seen before is heard (src/replicas/hop-auth.ts); anything else is
  * a 401 and runs nothing. The credential is checked before the body is read, so an
  * unsigned request costs no upload; refusals are logged once a minute at most. The run is this gateway's own (`executeHere`: never sent on),
- * and its answer streams back as JSON lines (src/sandboxes/remote.ts). When the sender
+ * and its answer streams back as lines, each a sealed JSON message (src/sandboxes/remote.ts). When the sender
  * goes away, the run is cancelled.
+ *
+ * The same endpoints under /internal/v1/ take what replicas of the release before sealed
+ * hops send (signed, bodies in clear) and answer them in clear, so a rolling upgrade loses no run.
  */
 import express, { type Request, type RequestHandler, type Response } from 'express';
 import type { Logger } from '../logger.js';
@@ -16,7 +19,7 @@ import { HOP_HEADER, HopAuthError, type HopClaims, type HopSigner } from '../rep
 import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
-import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, parseHopRun, serveRun } from '../sandboxes/remote.js';
+import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 
 export interface InternalHopDeps {
@@ -52,23 +55,34 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     next();
   };
   const body = [credential, raw];
-  /** The request's JSON body once it is the one signed (and the credential unused); else answered here, and undefined. */
+  /** How the bodies travel: sealed (this release's paths), or in clear (/internal/v1/, from replicas of the release before). */
+  const sealedPath = (req: Request) => !req.path.toLowerCase().startsWith('/internal/v1/');
+  /** The request's JSON body once it is the one signed (and the credential unused), opened; else answered here, and undefined. */
   const verified = (req: Request, res: Response): unknown => {
     const bytes = Buffer.isBuffer(req.body) ? req.body : Buffer.alloc(0);
+    let text: string;
     try {
-      deps.signer.verifyBody(res.locals.hop as HopClaims, bytes);
+      const claims = deps.signer.verifyBody(res.locals.hop as HopClaims, bytes);
+      text = sealedPath(req) ? deps.signer.openRequest(claims, bytes) : bytes.toString('utf8');
     } catch (e) {
       if (!(e instanceof HopAuthError)) throw e;
       refuse(req, res, e.message);
       return undefined;
     }
     try {
-      return JSON.parse(bytes.toString('utf8')) as unknown;
+      return JSON.parse(text) as unknown;
     } catch {
       res.status(400).json({ error: { message: 'not JSON', reason: 'invalid_request' } });
       return undefined;
     }
   };
+  /** An answer's lines as the request's path wants them: sealed to its nonce and place, or JSON in clear. */
+  const encoder = (req: Request, res: Response) => {
+    const claims = res.locals.hop as HopClaims;
+    let index = 0;
+    return sealedPath(req) ? (v: unknown) => `${deps.signer.sealAnswer(claims, index++, JSON.stringify(v))}\n` : (v: unknown) => `${JSON.stringify(v)}\n`;
+  };
+  const answer = (req: Request, res: Response, v: unknown) => void res.status(200).type(sealedPath(req) ? 'text/plain' : 'application/json').send(encoder(req, res)(v));
   const bad = (res: Response, what: string) => void res.status(400).json({ error: { message: `not ${what}`, reason: 'invalid_request' } });
 
   const run: RequestHandler = async (req, res) => {
@@ -76,14 +90,15 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     if (v === undefined) return;
     const hop = parseHopRun(v);
     if (!hop) return bad(res, 'a run');
-    res.status(200).set({ 'content-type': 'application/x-ndjson', 'cache-control': 'no-store' });
+    const encode = encoder(req, res);
+    res.status(200).set({ 'content-type': sealedPath(req) ? 'text/plain' : 'application/x-ndjson', 'cache-control': 'no-store' });
     res.flushHeaders();
     const gone = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
     try {
-      await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => res.write(line));
+      await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => res.write(encode(line)));
     } catch (e) {
       // Its error line is written: the answer ends whole, and the log has the rest.
       deps.log.error({ err: e, user: hop.owner.name }, 'a run sent by another replica failed');
@@ -100,14 +115,21 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
       return bad(res, 'a stop');
     }
     const stopped = await sandboxes.stopUserHere(userId, { kill, by: by?.slice(0, 200), cause: cause?.slice(0, 500) });
-    res.json({ stopped });
+    answer(req, res, { stopped });
   };
 
   const list: RequestHandler = async (req, res) => {
     const v = verified(req, res) as Record<string, unknown> | undefined;
     if (v === undefined) return;
-    res.json({ sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
+    answer(req, res, { sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
   };
 
-  return { [HOP_RUN_PATH]: [...body, run], [HOP_STOP_PATH]: [...body, stop], [HOP_LIST_PATH]: [...body, list] };
+  return {
+    [HOP_RUN_PATH]: [...body, run],
+    [HOP_STOP_PATH]: [...body, stop],
+    [HOP_LIST_PATH]: [...body, list],
+    [HOP_V1_PATHS.run]: [...body, run],
+    [HOP_V1_PATHS.stop]: [...body, stop],
+    [HOP_V1_PATHS.list]: [...body, list],
+  };
 }

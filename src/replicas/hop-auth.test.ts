@@ -51,6 +51,32 @@ describe('hop credentials', () => {
     expect((counting as unknown as { seen: Map<string, number> }).seen.size).toBe(1);
   });
 
+  it('seals a request for its endpoint, and each answer line to its request and place', () => {
+    const sender = new HopSigner({ key });
+    const holder = new HopSigner({ key });
+    const body = sender.sealRequest('/p', '{"code":"print(42)"}');
+    expect(body.toString('latin1')).not.toContain('print(42)');
+    const { header, nonce } = sender.signRequest('a', 'b', '/p', body);
+    const claims = holder.verify(header, 'b', '/p', body);
+    expect(holder.openRequest(claims, body)).toBe('{"code":"print(42)"}');
+    // Sealed for another endpoint, or under another key: does not open.
+    expect(() => holder.openRequest({ ...claims, path: '/other' }, body)).toThrow(HopAuthError);
+    expect(() => new HopSigner({ key: crypto.randomBytes(32) }).openRequest(claims, body)).toThrow(/does not open/);
+
+    const lines = ['{"t":"out","d":"42"}', '{"t":"done"}'].map((l, i) => holder.sealAnswer(claims, i, l));
+    expect(lines.join('')).not.toContain('42');
+    expect(lines.map((l, i) => sender.openAnswer(nonce, i, l))).toEqual(['{"t":"out","d":"42"}', '{"t":"done"}']);
+    // Out of its place (lines swapped, or one left out), from another request's answer, a byte changed, or forged without the key: refused.
+    expect(() => sender.openAnswer(nonce, 0, lines[1]!)).toThrow(HopAuthError);
+    const other = sender.signRequest('a', 'b', '/p', body).nonce;
+    expect(() => sender.openAnswer(other, 0, lines[0]!)).toThrow(HopAuthError);
+    const flipped = Buffer.from(lines[0]!, 'base64');
+    flipped[flipped.length - 1]! ^= 1;
+    expect(() => sender.openAnswer(nonce, 0, flipped.toString('base64'))).toThrow(HopAuthError);
+    expect(() => sender.openAnswer(nonce, 0, new HopSigner({ key: crypto.randomBytes(32) }).sealAnswer(claims, 0, '{"t":"done"}'))).toThrow(HopAuthError);
+    expect(() => sender.openAnswer(nonce, 0, '{"t":"done"}')).toThrow(HopAuthError);
+  });
+
   it('needs a key of at least 32 bytes', () => {
     expect(() => new HopSigner({ key: Buffer.alloc(16) })).toThrow(/32 bytes/);
   });

@@ -13,8 +13,15 @@
  *
  * The key never leaves the gateways: the database alone (which holds no copy of it) is
  * not enough to forge a hop.
+ *
+ * The bodies are sealed too, both ways (AES-256-GCM under a key derived from the same
+ * one): the code a request carries, and each line of the answer, bound to the request's
+ * nonce and its place in the answer. Someone on the network between replicas, or who
+ * points a replica's internal URL in the database at a server of theirs, reads neither
+ * the code nor its output, and cannot forge, reorder or replay a line of an answer.
  */
 import crypto from 'node:crypto';
+import { open, seal } from '../secrets/aead.js';
 
 export const HOP_HEADER = 'sandgate-hop';
 
@@ -42,6 +49,7 @@ export class HopAuthError extends Error {
   override name = 'HopAuthError';
 }
 
+const answerAad = (nonce: string, index: number) => Buffer.from(`sandgate hop answer|${nonce}|${index}`);
 const sha256 = (body: Buffer | string) => crypto.createHash('sha256').update(body).digest('hex');
 const mac = (key: Buffer, claims: string) => crypto.createHmac('sha256', key).update(claims).digest();
 
@@ -55,6 +63,8 @@ export interface HopSignerOptions {
 
 export class HopSigner {
   private readonly key: Buffer;
+  /** Seals the bodies: a key of its own, derived from the signing key. */
+  private readonly sealKey: Buffer;
   private readonly maxSkewMs: number;
   private readonly now: () => number;
   /** Nonces seen within the window, with when they stop mattering. */
@@ -63,15 +73,49 @@ export class HopSigner {
   constructor(opts: HopSignerOptions) {
     if (opts.key.length < 32) throw new Error('HopSigner: the key must be at least 32 bytes');
     this.key = opts.key;
+    this.sealKey = Buffer.from(crypto.hkdfSync('sha256', opts.key, '', 'sandgate hop bodies', 32));
     this.maxSkewMs = opts.maxSkewMs ?? 30_000;
     this.now = opts.now ?? Date.now;
   }
 
   /** The header value for a request from `from` to `to`'s endpoint `path` with `body`. */
   sign(from: string, to: string, path: string, body: Buffer | string): string {
+    return this.signRequest(from, to, path, body).header;
+  }
+
+  /** `sign`, with the request's nonce: its answer's lines are sealed to it (`openAnswer`). */
+  signRequest(from: string, to: string, path: string, body: Buffer | string): { header: string; nonce: string } {
     const claims: HopClaims = { from, to, path, ts: this.now(), nonce: crypto.randomBytes(16).toString('base64url'), body: sha256(body) };
     const encoded = Buffer.from(JSON.stringify(claims)).toString('base64url');
-    return `${encoded}.${mac(this.key, encoded).toString('base64url')}`;
+    return { header: `${encoded}.${mac(this.key, encoded).toString('base64url')}`, nonce: claims.nonce };
+  }
+
+  /** A request's body sealed for endpoint `path` (then signed with `signRequest`). */
+  sealRequest(path: string, text: string): Buffer {
+    return seal(this.sealKey, text, Buffer.from(`sandgate hop request|${path}`));
+  }
+
+  /** The text of a request's sealed body, once its credential held; HopAuthError when it does not open. */
+  openRequest(claims: HopClaims, body: Buffer): string {
+    try {
+      return open(this.sealKey, body, Buffer.from(`sandgate hop request|${claims.path}`)).toString('utf8');
+    } catch {
+      throw new HopAuthError('hop body does not open with this installation’s key');
+    }
+  }
+
+  /** Line `index` of the answer to the request of `claims`, sealed (base64, no newline). */
+  sealAnswer(claims: Pick<HopClaims, 'nonce'>, index: number, text: string): string {
+    return seal(this.sealKey, text, answerAad(claims.nonce, index)).toString('base64');
+  }
+
+  /** Line `index` of the answer to the request with `nonce`, opened; HopAuthError when it is not that line sealed under this key. */
+  openAnswer(nonce: string, index: number, line: string): string {
+    try {
+      return open(this.sealKey, Buffer.from(line, 'base64'), answerAad(nonce, index)).toString('utf8');
+    } catch {
+      throw new HopAuthError('an answer line that does not open with this installation’s key, or out of its place');
+    }
   }
 
   /** The claims of a request for replica `self`'s endpoint `path` with `body`, or HopAuthError saying why not. */

@@ -21,10 +21,18 @@ import { PermissionError, type GrantName, type Permissions } from './permissions
 import { checkedDone, LANGUAGES, type Language } from './protocol.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 
-/** Where the hop's endpoints are, under a replica's internal URL: a run, a stop, the list of what it holds. */
-export const HOP_RUN_PATH = '/internal/v1/run';
-export const HOP_STOP_PATH = '/internal/v1/stop';
-export const HOP_LIST_PATH = '/internal/v1/sandboxes';
+/**
+ * Where the hop's endpoints are, under a replica's internal URL: a run, a stop, the list
+ * of what it holds. Bodies both ways are sealed (HopSigner.sealRequest, sealAnswer).
+ */
+export const HOP_RUN_PATH = '/internal/v2/run';
+export const HOP_STOP_PATH = '/internal/v2/stop';
+export const HOP_LIST_PATH = '/internal/v2/sandboxes';
+/**
+ * The same endpoints as replicas of earlier releases send to them, bodies in clear (signed
+ * all the same): served so that a rolling upgrade loses no run. Never sent to.
+ */
+export const HOP_V1_PATHS = { run: '/internal/v1/run', stop: '/internal/v1/stop', list: '/internal/v1/sandboxes' } as const;
 
 /** A run, as one replica asks it of another. */
 export interface HopRun {
@@ -37,7 +45,7 @@ export interface HopRun {
 }
 
 /** One line of the holder's answer. */
-type HopLine =
+export type HopLine =
   | { t: 'out'; s: 'stdout' | 'stderr'; d: string }
   /** Still waiting or running: sent every WAIT_EVERY_MS while nothing else is. */
   | { t: 'wait' }
@@ -73,16 +81,16 @@ export function parseHopRun(v: unknown): HopRun | undefined {
 
 /**
  * Runs `run` through `executeHere` (the holder's own execution, which never forwards)
- * and writes the answer's lines to `write`. Output streams as it comes; the last line is
- * the result, or the error that refused the run. `signal` aborts when the sender goes.
+ * and gives the answer's lines to `send` (which writes them to the wire, sealed). Output
+ * streams as it comes; the last line is the result, or the error that refused the run.
+ * `signal` aborts when the sender goes.
  */
 export async function serveRun(
   executeHere: (owner: SandboxOwner, opts: ExecuteOptions) => Promise<ExecuteResult>,
   run: HopRun,
   signal: AbortSignal,
-  write: (line: string) => void,
+  send: (line: HopLine) => void,
 ): Promise<void> {
-  const send = (l: HopLine) => write(`${JSON.stringify(l)}\n`);
   // While the run waits its turn or runs quietly, the sender hears that the holder is there.
   const alive = setInterval(() => send({ t: 'wait' }), WAIT_EVERY_MS);
   try {
@@ -145,7 +153,12 @@ export class HopFailed extends SandboxError {
  * result is an interrupted run: a result saying so, with the output that came.
  */
 export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: ExecuteOptions, o: SendRunOptions): Promise<ExecuteResult> {
-  const body = JSON.stringify({ owner: { userId: owner.userId, name: owner.name }, language: opts.language, code: opts.code, timeoutSec: o.timeoutSec, reset: opts.reset, permissions: opts.permissions } satisfies HopRun);
+  const body = o.signer.sealRequest(
+    HOP_RUN_PATH,
+    JSON.stringify({ owner: { userId: owner.userId, name: owner.name }, language: opts.language, code: opts.code, timeoutSec: o.timeoutSec, reset: opts.reset, permissions: opts.permissions } satisfies HopRun),
+  );
+  const { header, nonce } = o.signer.signRequest(o.selfId, target.id, HOP_RUN_PATH, body);
+  let lines = 0;
   // The run may wait its turn on the holder for long (other runs of the user before it): the
   // holder is given up on only when it has been silent for SILENCE_MS, not after a deadline.
   const silent = new AbortController();
@@ -155,8 +168,9 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
     silence = setTimeout(() => silent.abort(), SILENCE_MS);
   };
   const signal = opts.signal ? AbortSignal.any([opts.signal, silent.signal]) : silent.signal;
-  // A line holds an output chunk, or the result with every output kept (JSON may write a byte as six).
-  const maxLine = 12 * (o.outputLimitBytes + 8192) + 256 * 1024;
+  // A line holds an output chunk, or the result with every output kept (JSON may write a
+  // byte as six, and base64 four bytes as three more).
+  const maxLine = 16 * (o.outputLimitBytes + 8192) + 256 * 1024;
   const started = performance.now();
   const output = { stdout: [] as string[], stderr: [] as string[] };
   const kept = { stdout: 0, stderr: 0 };
@@ -179,8 +193,8 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
   try {
     res = await fetch(new URL(HOP_RUN_PATH, target.internalUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', [HOP_HEADER]: o.signer.sign(o.selfId, target.id, HOP_RUN_PATH, body) },
-      body,
+      headers: { 'content-type': 'application/octet-stream', [HOP_HEADER]: header },
+      body: new Uint8Array(body),
       signal,
       redirect: 'error',
     });
@@ -196,6 +210,8 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
     if (res.status === 401 || res.status === 400 || res.status === 413) {
       throw new HopFailed(`the gateways of this installation could not pass the run between them (HTTP ${res.status} from ${target.id}: ${text.slice(0, 300)}); is replicas.key the same on every gateway?`);
     }
+    // A replica of an earlier release, before the sealed hop: asked again through the store until it hands the sandbox over.
+    if (res.status === 404) throw new HopRefused(`the gateway holding ${owner.name}'s sandbox (${target.id}) runs an earlier release of sandgate, which cannot take this run: try again once it is upgraded or has handed the sandbox over`);
     throw new HopRefused(`the gateway holding ${owner.name}'s sandbox refused the run (${target.id}: HTTP ${res.status}${text ? `: ${text.slice(0, 300)}` : ''}); try again`);
   }
 
@@ -237,9 +253,9 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
   function take(line: string): ExecuteResult | undefined {
     let v: unknown;
     try {
-      v = JSON.parse(line);
+      v = JSON.parse(o.signer.openAnswer(nonce, lines++, line));
     } catch {
-      return interrupted('sent something that is not the hop’s answer');
+      return interrupted('sent something that is not the hop’s answer (or not sealed with this installation’s key)');
     }
     if (!isObject(v)) return interrupted('sent something that is not the hop’s answer');
     if (v.t === 'out' && (v.s === 'stdout' || v.s === 'stderr') && typeof v.d === 'string') {
@@ -289,13 +305,14 @@ export interface AskOptions {
  * other than 200, or sends more than `maxBytes` or no JSON, is a HopRefused.
  */
 export async function askReplica(target: HopTarget, path: string, request: object, o: AskOptions): Promise<unknown> {
-  const body = JSON.stringify(request);
+  const body = o.signer.sealRequest(path, JSON.stringify(request));
+  const { header, nonce } = o.signer.signRequest(o.selfId, target.id, path, body);
   const maxBytes = o.maxBytes ?? 4 * 1024 * 1024;
   try {
     const res = await fetch(new URL(path, target.internalUrl), {
       method: 'POST',
-      headers: { 'content-type': 'application/json', [HOP_HEADER]: o.signer.sign(o.selfId, target.id, path, body) },
-      body,
+      headers: { 'content-type': 'application/octet-stream', [HOP_HEADER]: header },
+      body: new Uint8Array(body),
       signal: AbortSignal.timeout(o.timeoutMs ?? 5000),
       redirect: 'error',
     });
@@ -314,11 +331,30 @@ export async function askReplica(target: HopTarget, path: string, request: objec
     }
     const text = Buffer.concat(chunks).toString('utf8');
     if (res.status !== 200) throw new Error(`HTTP ${res.status}: ${text.slice(0, 300)}`);
-    return JSON.parse(text) as unknown;
+    return JSON.parse(o.signer.openAnswer(nonce, 0, text.trim())) as unknown;
   } catch (e) {
     if (e instanceof HopRefused) throw e;
     throw new HopRefused(`the gateway ${target.id} did not answer (${(e as Error).message}): try again in a few seconds`);
   }
+}
+
+/**
+ * Whether this gateway's replica key is the one the live replicas `others` use: each is
+ * asked what it holds, and an answer that opens proves the key is shared both ways.
+ * 'differs' when one refused the request's credential (its key is another, or its clock
+ * is off by more than the hop allows); 'unknown' when none answered (none reachable, or
+ * all of an earlier release). Stops at the first that answers.
+ */
+export async function replicaKeyAgrees(others: readonly HopTarget[], o: AskOptions): Promise<{ result: 'agrees' | 'unknown' } | { result: 'differs'; replica: string }> {
+  for (const target of others) {
+    try {
+      await askReplica(target, HOP_LIST_PATH, { stats: false }, { ...o, timeoutMs: o.timeoutMs ?? 3000 });
+      return { result: 'agrees' };
+    } catch (e) {
+      if (e instanceof HopRefused && /\bHTTP 401\b|does not open/.test(e.message)) return { result: 'differs', replica: target.id };
+    }
+  }
+  return { result: 'unknown' };
 }
 
 /** At most `max` bytes of an answer's body, as text; the rest is not read. */
