@@ -7,6 +7,7 @@
  * driver's to say (`health`).
  */
 import type http from 'node:http';
+import fs from 'node:fs';
 import os from 'node:os';
 import type express from 'express';
 import { Agent } from './agent/agent.js';
@@ -121,6 +122,10 @@ export const DRAIN_GRACE_MS = 3_000;
 
 /** Opens the store (SQLite in the data directory, or SANDGATE_DATABASE_URL) and composes the gateway on it. */
 export async function createGateway(config: Config, logger: Logger, parts: GatewayParts = {}): Promise<Gateway> {
+  // The data directory holds the keys and every workspace: private, whichever database
+  // (SQLite's opening makes it so too), so no other local user or upstream server reads it.
+  fs.mkdirSync(config.dataDir, { recursive: true, mode: 0o700 });
+  fs.chmodSync(config.dataDir, 0o700);
   const store = await openStore(config, MIGRATIONS);
   try {
     const { gateway, hop } = compose(config, logger, parts, store);

@@ -89,9 +89,9 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.get('/c/:id', signedIn, chat.show);
     app.get('/c/:id/transcript', signedIn, chat.transcript);
     app.post('/c/:id/send', signedIn, chatForm, csrf, limited, storeRoom, chat.send);
-    app.post('/c/:id/stop', signedIn, chatForm, csrf, chat.stop);
+    app.post('/c/:id/stop', signedIn, chatForm, csrf, limited, chat.stop);
     app.post('/c/:id/model', signedIn, chatForm, csrf, chat.setModel);
-    app.post('/c/:id/delete', signedIn, chatForm, csrf, chat.remove);
+    app.post('/c/:id/delete', signedIn, chatForm, csrf, limited, chat.remove);
 
     // files: every one opens the user's workspace, so each takes a request from their budget
     app.get('/files', signedIn, limited, files.browse);

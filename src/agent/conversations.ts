@@ -192,6 +192,11 @@ export async function endTurn(db: Db, turnId: number, status: Exclude<TurnStatus
     .execute();
 }
 
+/** Whether a turn of the conversation is running on some gateway (a Stop is worth passing on). */
+export async function hasRunningTurn(db: Db, conversationId: string): Promise<boolean> {
+  return !!(await db.selectFrom('turns').select('id').where('conversation_id', '=', conversationId).where('status', '=', 'running').executeTakeFirst());
+}
+
 export async function turnsOf(db: Db, conversationId: string): Promise<Turn[]> {
   const rows = await db.selectFrom('turns').selectAll().where('conversation_id', '=', conversationId).orderBy('id').execute();
   return rows.map(toTurn);

@@ -8,7 +8,7 @@ import { createDetector } from './detector.js';
 import { openTestVault, seededRandom, type TestVault } from '../../test/support/pii.js';
 import { testDatabaseUrl } from '../../test/support/postgres.js';
 import { MIGRATIONS, versionOf } from '../migrations.js';
-import { openStore, type Store } from '../store/store.js';
+import { dialectOf, openStore, type Store } from '../store/store.js';
 import { piiBatchesMigration, type PiiValuesV1Table } from './schema.js';
 import { Sealer } from './sealing.js';
 import { PiiVault, type PiiScopeRef } from './vault.js';
@@ -115,8 +115,10 @@ describe('PiiVault tokenization', () => {
     expect((await bob.detokenize('[EMAIL_1]')).text).toBe('other@corp.example');
   });
 
-  it('the calls of one holder share a scope lookup for a second at most, and a drop through the vault ends it at once', async () => {
+  it('the calls of one holder share a scope lookup for a second at most (on Postgres), and a drop through the vault ends it at once', async () => {
     const t = await testVault();
+    // SQLite gives a deleted scope's id to the next one made: there every call looks again.
+    const keeps = dialectOf(t.store.db) === 'postgres';
     let now = Date.now();
     const vault = new PiiVault(t.store.db, t.key, { ttlMs: HOUR, now: () => now });
     const ref = { userId: await t.userId('ana'), kind: 'token' as const, id: 'tok1' };
@@ -127,7 +129,7 @@ describe('PiiVault tokenization', () => {
     // The scope's row goes behind this vault's back, as when another gateway drops it.
     await t.store.db.deleteFrom('pii_scopes').where('id', '=', await scopeIdOf(t, ref)).execute();
     // The holder's next call within the second uses the id it looked up; a call without one looks again.
-    expect((await (await vault.scope(ref, request)).detokenize('[EMAIL_1]')).text).toBe('a@x.io');
+    expect((await (await vault.scope(ref, request)).detokenize('[EMAIL_1]')).text).toBe(keeps ? 'a@x.io' : '[EMAIL_1]');
     expect((await (await vault.scope(ref)).detokenize('[EMAIL_1]')).unknown).toEqual(['[EMAIL_1]']);
     now += 1000;
     expect((await (await vault.scope(ref, request)).detokenize('[EMAIL_1]')).unknown).toEqual(['[EMAIL_1]']);

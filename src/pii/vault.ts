@@ -31,7 +31,7 @@ import { Sealer } from './sealing.js';
 import { formatToken, tokenRegex } from './token-format.js';
 import { dropPiiScope, type PiiScopeRef } from './scopes.js';
 import { VaultMemory, type RememberedValue, type ScopeMemory, type StoredBatch } from './vault-memory.js';
-import type { Db } from '../store/store.js';
+import { dialectOf, type Db } from '../store/store.js';
 import { prepared } from '../store/prepared.js';
 
 export type { PiiScopeRef } from './scopes.js';
@@ -137,10 +137,11 @@ function worthRetrying(e: unknown): boolean {
 }
 
 /**
- * How long the calls of one holder (a request, a turn) reuse a scope id they looked up.
- * Short, since only this vault's own drops end it early: a scope dropped elsewhere (the
- * command line, another gateway, a deleted user) is still written to for at most this
- * long, and such writes are sealed to their scope and user, so they never open anywhere else.
+ * How long the calls of one holder (a request, a turn) reuse a scope id they looked up
+ * (on Postgres). Short, since only this vault's own drops end it early: a scope dropped
+ * elsewhere (a deleted conversation or token, the command line, another gateway) may be
+ * written to for at most this long; its rows are gone, so such a write fails, and since
+ * Postgres never gives the id to another scope it can reach no other scope's values.
  */
 const SCOPE_ID_KEPT_MS = 1000;
 
@@ -187,7 +188,9 @@ export class PiiVault {
    */
   async scope(ref: PiiScopeRef, holder?: object): Promise<PiiScope> {
     // Never kept longer than that: a scope row can go (dropScope, a revoked token, a deleted user).
-    const id = holder ? await this.keptScopeId(ref, holder) : await this.scopeId(ref);
+    // Only on Postgres, which never gives a deleted row's id to another: SQLite gives the
+    // highest one again, and its lookups are local and cheap anyway.
+    const id = holder && this.keepsIds ? await this.keptScopeId(ref, holder) : await this.scopeId(ref);
     const memory = this.memory.forScope(id, ownerOf(ref));
     const scope = new PiiScope(this.ctx, ref.userId, id, memory, () => this.load(ref.userId, id, memory));
     if (!memory.loaded) await memory.turn(() => scope.ready());
@@ -198,6 +201,9 @@ export class PiiVault {
   private readonly keptIds = new WeakMap<object, Map<string, { id: Promise<number>; at: number; generation: number }>>();
   /** Grows with every drop through this vault, so no kept id outlives a drop. */
   private dropGeneration = 0;
+  private get keepsIds(): boolean {
+    return dialectOf(this.ctx.db) === 'postgres';
+  }
 
   private keptScopeId(ref: PiiScopeRef, holder: object): Promise<number> {
     let ids = this.keptIds.get(holder);
@@ -370,6 +376,8 @@ export class PiiVault {
   async dropScope(ref: PiiScopeRef): Promise<boolean> {
     this.dropGeneration++;
     const id = await dropPiiScope(this.ctx.db, ref);
+    // Again once it is gone: a lookup made while the delete ran kept the old id.
+    this.dropGeneration++;
     if (id !== undefined) this.memory.forgetScope(id);
     return id !== undefined;
   }

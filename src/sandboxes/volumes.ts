@@ -178,35 +178,32 @@ export class WorkspaceVolumes {
     const mnt = this.hostPath(id);
     await fsp.rm(mnt, { recursive: true, force: true });
     await fsp.rm(`${mnt}.img`, { force: true });
-    await fsp.rm(`${mnt}.lock`, { force: true });
+    // The lock file stays: another process may hold it, and a new file beside it would be another lock.
   }
 }
 
 /**
- * Runs `fn` holding an exclusive flock(2) on `file` (util-linux's flock, which Node lacks),
- * against other gateway processes on this host. The lock is held by a child that waits on
- * its stdin: it ends, and the kernel drops the lock, when `fn` is done or when this process
- * dies, so a gateway killed mid-way leaves no lock behind.
+ * Runs `fn` holding an exclusive flock(2) on `file`, against other gateway processes on
+ * this host. The file is opened here (created 0600, never through a link), and util-linux's
+ * flock (Node has no flock) locks that open file, inherited as its fd 3, then exits: the
+ * lock stays with the file this process holds open, and goes when it is closed, by
+ * `fn`'s end or by this process dying, so a gateway killed mid-way leaves no lock behind.
+ * Only root (the gateway) can open the file, so no other local user can hold the lock.
+ * Gives up after 120 s.
  */
 async function withHostLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
-  const child = spawn('flock', ['-x', '-w', '120', file, '-c', 'echo locked; read _'], { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
-  // Its stdin closing after it ended is no error of ours.
-  child.stdin.on('error', () => {});
+  const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
   try {
     await new Promise<void>((resolve, reject) => {
-      let said = '';
+      const child = spawn('flock', ['-x', '-w', '120', '3'], { stdio: ['ignore', 'ignore', 'pipe', fd], env: { PATH: process.env.PATH ?? '/usr/bin:/bin' } });
       let err = '';
-      child.stdout.on('data', (d: Buffer) => {
-        said += d.toString();
-        if (said.includes('locked')) resolve();
-      });
-      child.stderr.on('data', (d: Buffer) => (err += d.toString()));
+      child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
       child.on('error', reject);
-      child.on('exit', (code) => reject(new Error(`flock ${file} ended (${code}) before it held the lock: ${err.trim()}`)));
+      child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`could not lock ${file} (flock ended ${code}): ${err.trim() || 'held elsewhere for 120 s'}`))));
     });
     return await fn();
   } finally {
-    child.stdin.end();
+    fs.closeSync(fd);
   }
 }
 

@@ -8,7 +8,7 @@
  */
 import type { RequestHandler } from 'express';
 import type { Agent } from '../../agent/agent.js';
-import { deleteConversationInSteps, getConversation } from '../../agent/conversations.js';
+import { deleteConversationInSteps, getConversation, hasRunningTurn } from '../../agent/conversations.js';
 import { GatewayError } from '../../errors.js';
 import type { Logger } from '../../logger.js';
 import type { ModelBoundary } from '../../pii/boundary.js';
@@ -102,7 +102,7 @@ export function chatPage(deps: ChatDeps): ChatPage {
       const user = userOf(req);
       const id = req.params.id as string;
       // The turn runs on the gateway that took its message, which may be another one.
-      if (!(await agent.cancel(user, id))) deps.live.askOthersToStopTurn(user.id, id);
+      if (!(await agent.cancel(user, id)) && (await hasRunningTurn(db, id))) deps.live.askOthersToStopTurn(user.id, id);
       res.status(204).end();
     },
 
@@ -115,7 +115,7 @@ export function chatPage(deps: ChatDeps): ChatPage {
       const user = userOf(req);
       const id = req.params.id as string;
       await getConversation(db, user.id, id);
-      if (!(await agent.cancel(user, id))) deps.live.askOthersToStopTurn(user.id, id);
+      if (!(await agent.cancel(user, id)) && (await hasRunningTurn(db, id))) deps.live.askOthersToStopTurn(user.id, id);
       await deleteConversationInSteps(db, user.id, id);
       // What the model was shown in it is forgotten too.
       await dropPiiScope(db, conversationScopeRef(user.id, id));

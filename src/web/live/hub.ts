@@ -63,6 +63,8 @@ const MEMBERSHIP_SWEEP_MS = 30_000;
 
 /** The event by which one replica asks the others to stop a turn one of them runs (socket.io's server-side emit, sealed like every update). */
 const STOP_TURN = 'sandgate:stop-turn';
+/** How old a stop may arrive (the gateways' clocks agree within far less); the time is sealed with it. */
+const STOP_TURN_FRESH_MS = 30_000;
 
 export class LiveHub {
   private io?: Server;
@@ -184,8 +186,10 @@ export class LiveHub {
     });
     // Only another gateway can send this (its messages are sealed under the replica key);
     // it is still checked, as anything read off the database is.
-    io.on(STOP_TURN, (userId: unknown, conversationId: unknown) => {
+    io.on(STOP_TURN, (userId: unknown, conversationId: unknown, sentAt: unknown) => {
       if (!Number.isSafeInteger(userId) || typeof conversationId !== 'string' || conversationId.length > 64) return;
+      // A sealed message copied off the database and sent again later stops nothing.
+      if (typeof sentAt !== 'number' || !(Math.abs(Date.now() - sentAt) <= STOP_TURN_FRESH_MS)) return;
       for (const stop of this.turnStops) stop(userId as number, conversationId);
     });
     this.io = io;
@@ -284,7 +288,7 @@ export class LiveHub {
    * Nothing to do with one gateway.
    */
   askOthersToStopTurn(userId: number, conversationId: string): void {
-    if (this.clustered) this.io?.serverSideEmit(STOP_TURN, userId, conversationId);
+    if (this.clustered) this.io?.serverSideEmit(STOP_TURN, userId, conversationId, Date.now());
   }
 
   /** Connections in a room now (the admin page's sampler runs only while someone watches). */
