@@ -91,14 +91,15 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     const hop = parseHopRun(v);
     if (!hop) return bad(res, 'a run');
     const encode = encoder(req, res);
+    // The headers go with the first line (a quiet run sends one within WAIT_EVERY_MS), and
+    // the last line ends the answer: a short run's answer is one write.
     res.status(200).set({ 'content-type': sealedPath(req) ? 'text/plain' : 'application/x-ndjson', 'cache-control': 'no-store' });
-    res.flushHeaders();
     const gone = new AbortController();
     res.on('close', () => {
       if (!res.writableFinished) gone.abort();
     });
     try {
-      await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => res.write(encode(line)));
+      await serveRun(sandboxes.executeHere.bind(sandboxes), hop, gone.signal, (line) => (line.t === 'done' || line.t === 'error' ? res.end(encode(line)) : res.write(encode(line))));
     } catch (e) {
       // Its error line is written: the answer ends whole, and the log has the rest.
       deps.log.error({ err: e, user: hop.owner.name }, 'a run sent by another replica failed');
