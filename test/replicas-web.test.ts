@@ -23,9 +23,9 @@ import type { User } from '../src/accounts/accounts.js';
 import { createLoginLink } from '../src/auth/login-links.js';
 import { MIGRATIONS } from '../src/migrations.js';
 import { openStore, type Store } from '../src/store/store.js';
-import { killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
+import { executeRaw, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
-import { rawRequest, type Gateway } from './support/mcp.js';
+import type { Gateway } from './support/mcp.js';
 import { startStandin, type Standin } from './support/model-standins.js';
 import { freePort } from './support/ports.js';
 import { testDatabaseUrl } from './support/postgres.js';
@@ -45,20 +45,7 @@ function served(log: string): { backend: string; server: string; method: string;
 
 /** An MCP 2026-07-28 `execute_code` call with its HTTP status, for refusals (a 401 has no result). */
 async function mcpRun(url: string, token: string, code: string): Promise<{ status: number; challenge: string; text: string }> {
-  const modern = '2026-07-28';
-  const r = await rawRequest(`${url}/mcp`, {
-    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': modern, 'mcp-method': 'tools/call', 'mcp-name': 'execute_code' },
-    body: {
-      jsonrpc: '2.0',
-      id: 1,
-      method: 'tools/call',
-      params: {
-        name: 'execute_code',
-        arguments: { language: 'python', code },
-        _meta: { 'io.modelcontextprotocol/protocolVersion': modern, 'io.modelcontextprotocol/clientInfo': { name: 'test', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} },
-      },
-    },
-  });
+  const r = await executeRaw(url, token, code);
   const msg = r.messages[0] as { result?: { content: { text: string }[] }; error?: { message: string } } | undefined;
   return { status: r.status, challenge: String(r.headers['www-authenticate'] ?? ''), text: msg?.result?.content.map((c) => c.text).join('\n') ?? msg?.error?.message ?? r.text };
 }

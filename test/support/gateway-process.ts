@@ -16,7 +16,7 @@ import { dockerClient, gatewayIdFor } from '../../src/sandboxes/index.js';
 import { openStore } from '../../src/store/store.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import { REPO_ROOT } from '../../src/paths.js';
-import { rawRequest } from './raw-request.js';
+import { rawRequest, type RawResponse } from './raw-request.js';
 import { until } from './until.js';
 
 export interface GatewayProcess {
@@ -55,7 +55,16 @@ const MODERN = '2026-07-28';
 
 /** `execute_code` of `code` (Python) over MCP 2026-07-28 with `token`: the result's text, or the error's. */
 export async function executeOverMcp(url: string, token: string, code: string): Promise<{ ok: boolean; text: string }> {
-  const r = await rawRequest(`${url}/mcp`, {
+  const r = await executeRaw(url, token, code);
+  const msg = r.messages[0] as { result?: { content: { text: string }[]; isError?: boolean }; error?: { message: string } } | undefined;
+  if (!msg) return { ok: false, text: `HTTP ${r.status}: ${r.text.slice(0, 300)}` };
+  if (msg.error) return { ok: false, text: msg.error.message };
+  return { ok: !msg.result!.isError, text: msg.result!.content.map((c) => c.text).join('\n') };
+}
+
+/** The same call, its HTTP answer as it came (a refusal's status and challenge too). */
+export function executeRaw(url: string, token: string, code: string): Promise<RawResponse> {
+  return rawRequest(`${url}/mcp`, {
     headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': 'execute_code' },
     body: {
       jsonrpc: '2.0',
@@ -68,10 +77,6 @@ export async function executeOverMcp(url: string, token: string, code: string): 
       },
     },
   });
-  const msg = r.messages[0] as { result?: { content: { text: string }[]; isError?: boolean }; error?: { message: string } } | undefined;
-  if (!msg) return { ok: false, text: `HTTP ${r.status}: ${r.text.slice(0, 300)}` };
-  if (msg.error) return { ok: false, text: msg.error.message };
-  return { ok: !msg.result!.isError, text: msg.result!.content.map((c) => c.text).join('\n') };
 }
 
 /**
