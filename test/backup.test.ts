@@ -58,7 +58,8 @@ describe('backup and restore', () => {
   let alice: Client;
   let token: string;
   beforeAll(async () => {
-    gw = await startGateway({ pii: true });
+    // The load below runs as fast as the host allows: no rate limit is under test here.
+    gw = await startGateway({ pii: true, env: { SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '100000' } });
     token = await gw.tokenFor('alice', 'laptop');
     alice = await connect(gw.mcpUrl, token);
     expect(await run(alice, "open('/workspace/notes.txt', 'w').write('kept through a backup'); print('ok')")).toContain('ok');

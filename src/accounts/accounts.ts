@@ -105,6 +105,13 @@ export async function claimWorkspace(db: Db, userId: number, id: string): Promis
 }
 
 /** Whether some user's workspace is `id` (a pooled container's workspace may be removed only if not). */
+/** The workspaces of these users (those who have one). */
+export async function workspacesOf(db: Db, userIds: readonly number[]): Promise<string[]> {
+  if (!userIds.length) return [];
+  const rows = await db.selectFrom('users').select('workspace_id').where('id', 'in', [...userIds]).where('workspace_id', 'is not', null).execute();
+  return rows.map((r) => r.workspace_id!);
+}
+
 export async function workspaceInUse(db: Db, id: string): Promise<boolean> {
   return !!(await db.selectFrom('users').select('id').where('workspace_id', '=', id).executeTakeFirst());
 }

@@ -175,6 +175,15 @@ export class Replica {
     }
   }
 
+  /**
+   * Users whose sandbox lease is in another replica's name now, live or not yet taken
+   * over: that replica may be starting their sandbox on a workspace it just mounted.
+   */
+  async leasedElsewhere(): Promise<number[]> {
+    const rows = await this.db.selectFrom('sandbox_leases').select('user_id').where('replica_id', 'is not', null).where('replica_id', '!=', this.id).execute();
+    return rows.map((r) => r.user_id);
+  }
+
   /** Called with each user whose lease this replica finds it no longer holds (taken, or lapsed): their sandbox must be let go. */
   onLost(listener: (userId: number) => void): void {
     this.lostListeners.push(listener);

@@ -11,7 +11,7 @@
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { recordSandboxStarted } from './records.js';
-import { claimWorkspace, getUser, type User } from '../accounts/accounts.js';
+import { claimWorkspace, getUser, workspacesOf, type User } from '../accounts/accounts.js';
 import { admittedAccount } from './admission.js';
 import { adoptOrRemove, findLeftFor, LABEL_REPLICA, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
@@ -199,9 +199,18 @@ export class Lifecycle implements SandboxLifecycle {
     if (opts.releaseVolumes) await volumes.releaseAll();
     else if (!opts.detachOnly) {
       // Other replicas on this host (one data directory) mount their users' workspaces
-      // in the same place: those of every container still running stay mounted.
+      // in the same place: those of every container of theirs stay mounted, and those of
+      // every user whose lease another replica holds, which may have mounted one for a
+      // container it has not created yet (unmounted under it, the container would get the
+      // bare directory, with no size limit).
       if (this.deps.replica) {
-        for (const c of await this.deps.driver.list().catch(() => [])) if (c.running && c.labels[LABEL_WORKSPACE]) running.add(c.labels[LABEL_WORKSPACE]);
+        for (const c of await this.deps.driver.list().catch(() => [])) if (c.labels[LABEL_WORKSPACE]) running.add(c.labels[LABEL_WORKSPACE]);
+        const elsewhere = await this.deps.replica
+          .leasedElsewhere()
+          .then((users) => workspacesOf(this.deps.db, users))
+          .catch((e: unknown) => void this.deps.log.warn({ err: e }, 'could not read which workspaces the other replicas hold: none is unmounted'));
+        if (!elsewhere) return;
+        for (const id of elsewhere) running.add(id);
       }
       await volumes.releaseAll(running);
     }
