@@ -30,6 +30,7 @@ export const POSTGRES_SUITES = [
   'test/replicas.test.ts',
   'test/replicas-rolling.test.ts',
   'test/replicas-web.test.ts',
+  'test/replicas-sweep.test.ts',
 ];
 
 /**

@@ -32,8 +32,15 @@ export interface Leftovers {
   replica?: Replica;
 }
 
-/** Calls `adopt` for each container kept (its user, its reconnected handle); removes the rest, but what live replicas hold. */
-export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void): Promise<void> {
+/**
+ * Calls `adopt` for each container kept (its user, its reconnected handle); removes the
+ * rest, but what live replicas hold. At start, that is everything an earlier run left.
+ * A replica that is serving sweeps the same way from time to time (`ownsNow` names what
+ * it holds or is starting, stopping or pooling itself): then what a user's lease in its
+ * own name covers is left alone too, and what no live replica holds (a sandbox handed
+ * over and never asked for again, a dead replica's pool or sandboxes) is adopted or removed.
+ */
+export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void, ownsNow?: (c: SandboxInfo) => boolean): Promise<void> {
   const { driver, db, log, replica } = deps;
   const containers = await driver.list();
   // Read after the listing: a replica whose pool container is listed registered before it was made, so it is in this list.
@@ -41,9 +48,10 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
   for (const c of containers) {
     // Another gateway's preflight check on this host, under way: it removes its own.
     if (c.labels[LABEL_ROLE] === 'preflight' && Date.now() - c.createdAt < PREFLIGHT_GRACE_MS) continue;
+    if (ownsNow?.(c)) continue;
     const pooledByOther = c.labels[LABEL_ROLE] === 'pool' && others.has(c.labels[LABEL_REPLICA] ?? '');
     const holder = replica && c.ownerId !== undefined ? await replica.holderOf(c.ownerId) : undefined;
-    if (pooledByOther || (holder && holder.id !== replica!.id)) continue;
+    if (pooledByOther || (holder && (holder.id !== replica!.id || ownsNow))) continue;
     const userId = await sandboxOwnerId(db, c.id);
     const user = userId === undefined ? undefined : await getUser(db, userId);
     const candidate = user && c.running && user.workspaceId === c.labels[LABEL_WORKSPACE];

@@ -25,9 +25,12 @@ import type { Permissions } from './permissions.js';
 import { denoRunFlags } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
-import type { BridgeHandler, SandboxHandle, SandboxOwner } from './types.js';
+import type { BridgeHandler, SandboxHandle, SandboxInfo, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { WarmPool } from './warm-pool.js';
+
+/** With replicas: how many lease times apart a replica sweeps the host for sandboxes no live replica holds. */
+const SWEEP_EVERY_LEASES = 5;
 
 /** What the gateway (and tests) drive: start, the pool, the reaper, shutdown. */
 export interface SandboxLifecycle {
@@ -63,6 +66,8 @@ export class Lifecycle implements SandboxLifecycle {
   readonly pool: WarmPool;
   private unwatch?: () => void;
   private reaper?: NodeJS.Timeout;
+  private sweeper?: NodeJS.Timeout;
+  private sweeping = false;
 
   constructor(private readonly deps: PartDeps & { held: Held; idle: Idle; stops: Stops; executions: ExecutionLog }) {
     const { config, volumes, idle } = deps;
@@ -88,9 +93,35 @@ export class Lifecycle implements SandboxLifecycle {
     await adoptOrRemove({ driver, db, volumes, log, replica }, (user, handle, c) => void this.adopted(user, handle, c.createdAt));
     this.reaper = setInterval(() => void this.reap().catch((e) => log.error({ err: e }, 'reaper failed')), opts.reapIntervalMs ?? reapIntervalMs(config));
     this.reaper.unref();
+    if (replica) {
+      this.sweeper = setInterval(() => void this.sweepUnheld().catch((e) => log.warn({ err: e }, 'could not sweep the sandboxes no replica holds')), replica.leaseMs * SWEEP_EVERY_LEASES);
+      this.sweeper.unref();
+    }
     this.deps.executions.start();
     this.unwatch = driver.watch?.({ down: () => this.deps.idle.daemonDown(this.lives()), up: () => void this.daemonUp() });
     this.pool.fill();
+  }
+
+  /**
+   * Containers on this host that no live replica holds, found as at start and adopted here
+   * (the idle timeout then stops them) or removed: a sandbox a stopping replica handed over
+   * and nobody asked for again, a dead replica's sandboxes and warm pool. What this
+   * replica holds, starts, stops or pools itself is left alone.
+   */
+  private async sweepUnheld(): Promise<void> {
+    const { driver, db, volumes, log, replica, held } = this.deps;
+    if (!replica || held.closed || this.sweeping) return;
+    this.sweeping = true;
+    try {
+      const mine = (c: SandboxInfo) =>
+        held.removing.has(c.id) ||
+        [...held.users.values()].some((sb) => sb.handle.id === c.id) ||
+        (c.ownerId !== undefined && (held.starting.has(c.ownerId) || held.stopping.has(c.ownerId) || held.users.has(c.ownerId))) ||
+        (c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] === replica.id);
+      await adoptOrRemove({ driver, db, volumes, log, replica }, (user, handle, c) => void this.adopted(user, handle, c.createdAt), mine);
+    } finally {
+      this.sweeping = false;
+    }
   }
 
   /** Makes a container found running for `user` (left by an earlier gateway) their sandbox. */
@@ -175,6 +206,7 @@ export class Lifecycle implements SandboxLifecycle {
     held.closed = true;
     this.unwatch?.();
     if (this.reaper) clearInterval(this.reaper);
+    if (this.sweeper) clearInterval(this.sweeper);
     this.deps.executions.stop();
     for (const p of held.starting.values()) await p.catch(() => {});
     await this.pool.close({ detachOnly: opts.detachOnly });
