@@ -313,6 +313,11 @@ export class Replica {
   }
 
   /** Whether this replica is stopping (`drain`): it takes no new sandbox. */
+  /** Whether this replica may take a lease now: not draining, and its last heartbeat fresh. */
+  get takesLeases(): boolean {
+    return !this.draining && this.fresh();
+  }
+
   get isDraining(): boolean {
     return this.draining;
   }

@@ -24,6 +24,12 @@ const PREFLIGHT_GRACE_MS = 120_000;
 /** The replica whose warm pool a pooled container is in. */
 export const LABEL_REPLICA = 'org.sandgate.replica';
 
+/** What a serving replica's sweep adds: what it holds or makes itself, and how it takes a user's sandbox. */
+export interface Sweep {
+  ownsNow(c: SandboxInfo): boolean;
+  take(user: User): Promise<unknown>;
+}
+
 export interface Leftovers {
   driver: SandboxDriver;
   db: Db;
@@ -40,7 +46,8 @@ export interface Leftovers {
  * own name covers is left alone too, and what no live replica holds (a sandbox handed
  * over and never asked for again, a dead replica's pool or sandboxes) is adopted or removed.
  */
-export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void, ownsNow?: (c: SandboxInfo) => boolean): Promise<void> {
+export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle: SandboxHandle, info: SandboxInfo) => void, sweep?: Sweep): Promise<void> {
+  const ownsNow = sweep?.ownsNow;
   const { driver, db, log, replica } = deps;
   const containers = await driver.list();
   // Read after the listing: a replica whose pool container is listed registered before it was made, so it is in this list.
@@ -55,6 +62,14 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
     const userId = await sandboxOwnerId(db, c.id);
     const user = userId === undefined ? undefined : await getUser(db, userId);
     const candidate = user && c.running && user.workspaceId === c.labels[LABEL_WORKSPACE];
+    // A serving replica takes a user's sandbox the way a run does (one start per user at a
+    // time), so a run arriving meanwhile never adopts the same container a second time.
+    if (sweep && candidate) {
+      await sweep.take(user).catch((e: unknown) => log.warn({ err: (e as Error).message, user: user.name }, 'could not take a sandbox no replica holds'));
+      continue;
+    }
+    // A pool whose replica was dead when this sweep began may be live again (its database was away for a moment): asked once more.
+    if (sweep && replica && c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] && (await replica.live()).some((r) => r.id === c.labels[LABEL_REPLICA])) continue;
     // Taken by another replica since it was looked at: theirs.
     const lease = candidate && replica ? await replica.acquire(user.id) : undefined;
     if (lease && !lease.ok) continue;

@@ -67,7 +67,8 @@ export class Lifecycle implements SandboxLifecycle {
   private unwatch?: () => void;
   private reaper?: NodeJS.Timeout;
   private sweeper?: NodeJS.Timeout;
-  private sweeping = false;
+  /** The sweep under way (shutdown waits for it). */
+  private sweeping?: Promise<void>;
 
   constructor(private readonly deps: PartDeps & { held: Held; idle: Idle; stops: Stops; executions: ExecutionLog }) {
     const { config, volumes, idle } = deps;
@@ -108,20 +109,20 @@ export class Lifecycle implements SandboxLifecycle {
    * and nobody asked for again, a dead replica's sandboxes and warm pool. What this
    * replica holds, starts, stops or pools itself is left alone.
    */
-  private async sweepUnheld(): Promise<void> {
+  private sweepUnheld(): Promise<void> {
     const { driver, db, volumes, log, replica, held } = this.deps;
-    if (!replica || held.closed || this.sweeping) return;
-    this.sweeping = true;
-    try {
-      const mine = (c: SandboxInfo) =>
-        held.removing.has(c.id) ||
-        [...held.users.values()].some((sb) => sb.handle.id === c.id) ||
-        (c.ownerId !== undefined && (held.starting.has(c.ownerId) || held.stopping.has(c.ownerId) || held.users.has(c.ownerId))) ||
-        (c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] === replica.id);
-      await adoptOrRemove({ driver, db, volumes, log, replica }, (user, handle, c) => void this.adopted(user, handle, c.createdAt), mine);
-    } finally {
-      this.sweeping = false;
-    }
+    // A draining replica takes nothing back; one whose heartbeat is stale trusts no view of who is live.
+    if (!replica || held.closed || this.sweeping || !replica.takesLeases) return Promise.resolve();
+    const ownsNow = (c: SandboxInfo) =>
+      held.removing.has(c.id) ||
+      [...held.users.values()].some((sb) => sb.handle.id === c.id) ||
+      (c.ownerId !== undefined && (held.starting.has(c.ownerId) || held.stopping.has(c.ownerId) || held.users.has(c.ownerId))) ||
+      (c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] === replica.id);
+    // Through sandboxFor, as a run would: its lease, then the container left on the host.
+    const take = (user: User) => this.sandboxFor({ userId: user.id, name: user.name });
+    const adopt = (_user: User, handle: SandboxHandle) => handle.detach();
+    this.sweeping = adoptOrRemove({ driver, db, volumes, log, replica }, adopt, { ownsNow, take }).finally(() => (this.sweeping = undefined));
+    return this.sweeping;
   }
 
   /** Makes a container found running for `user` (left by an earlier gateway) their sandbox. */
@@ -207,6 +208,7 @@ export class Lifecycle implements SandboxLifecycle {
     this.unwatch?.();
     if (this.reaper) clearInterval(this.reaper);
     if (this.sweeper) clearInterval(this.sweeper);
+    await this.sweeping?.catch(() => {});
     this.deps.executions.stop();
     for (const p of held.starting.values()) await p.catch(() => {});
     await this.pool.close({ detachOnly: opts.detachOnly });

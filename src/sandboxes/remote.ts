@@ -208,7 +208,8 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
   const chunks = res.body[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
   if (res.statusCode !== 200) {
     clearTimeout(silence);
-    const text = await boundedBodyText(chunks, 4096);
+    // A peer that never ends its refusal holds nothing: 5 s for its first 4 KiB.
+    const text = await Promise.race([boundedBodyText(chunks, 4096), new Promise<string>((r) => setTimeout(() => r(''), 5000).unref())]);
     res.body.destroy();
     // A credential refused, or a run too large to send: a difference between the gateways, not a change of holder.
     if (res.statusCode === 401 || res.statusCode === 400 || res.statusCode === 413) {
