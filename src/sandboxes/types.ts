@@ -78,6 +78,8 @@ export interface SandboxHandle {
 export interface HealthCheck {
   ok: boolean;
   detail: string;
+  /** A feature this driver cannot give (ok, since nothing is wrong): shown as not available, never as passed. */
+  notAvailable?: boolean;
 }
 
 /**

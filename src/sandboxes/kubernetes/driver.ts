@@ -1,0 +1,340 @@
+/**
+ * KubernetesDriver: one Pod per sandbox, through the official @kubernetes/client-node.
+ *
+ * Chosen: plain Pods, not the agent-sandbox `Sandbox` resource. A Pod needs nothing
+ * installed on the cluster beyond gVisor's RuntimeClass, every cluster has it, and the
+ * gateway already does what that controller adds (one sandbox per user, adoption, idle
+ * stops, a warm pool); a controller of its own would make two owners of one pod.
+ *
+ * - A sandbox is a Pod in the configured namespace (objects.ts has its hardening), its
+ *   workspace a PersistentVolumeClaim per user, made on the first start and kept.
+ *   A NetworkPolicy denying all traffic to and from sandbox pods is made if missing;
+ *   a start is refused when it cannot be (no sandbox runs without it).
+ * - Labels find a pod again (installation, owner id), so any replica lists and adopts
+ *   what another started; the owner's login and the gateway's own labels are annotations.
+ * - The runner is reached through the pod's `attach` on the API server (WebSocket channel
+ *   protocol): stdin carries requests, stdout the runner's lines. A pod that ends closes
+ *   the stream, which ends the handle, as a container's does under Docker.
+ * - Stats come from the metrics API (metrics-server), the limit from the pod's spec.
+ *
+ * What Kubernetes does not offer is not offered: no cgroup freezing of idle sandboxes and
+ * no host runsc process checks (the gateway is not on the node), no relabelling of a pooled
+ * pod's workspace (a pod's volumes are fixed at its creation). `health` says so.
+ */
+import crypto from 'node:crypto';
+import { PassThrough } from 'node:stream';
+import * as k8s from '@kubernetes/client-node';
+import type WebSocket from 'isomorphic-ws';
+import type { Logger } from '../../logger.js';
+import { SandboxError } from '../errors.js';
+import type { RunnerEvent } from '../protocol.js';
+import { ConnectedSandbox, RunnerConnection } from '../runner-connection.js';
+import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from '../types.js';
+import { apiStatus } from './api-status.js';
+import { clusterHealth } from './health.js';
+import { baseLabels, claimManifest, K8S_LABELS, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+
+export interface KubernetesDriverOptions extends PodSettings {
+  kubeConfig: k8s.KubeConfig;
+  namespace: string;
+  /** Size of a user's workspace claim (the workspace quota). */
+  workspaceMb: number;
+  /** Storage class of workspace claims; none: the cluster's default. */
+  storageClass?: string;
+  logger: Logger;
+  /** How long a new pod may take to run and its runner to answer. Default 120 s (an image pull may be in it). */
+  readyTimeoutMs?: number;
+}
+
+const isCode = (e: unknown, code: number) => apiStatus(e)?.code === code;
+
+export class KubernetesDriver implements SandboxDriver {
+  readonly name = 'kubernetes';
+  private readonly log: Logger;
+  readonly core: k8s.CoreV1Api;
+  readonly networking: k8s.NetworkingV1Api;
+  private readonly custom: k8s.CustomObjectsApi;
+  private readonly attacher: k8s.Attach;
+  /** The NetworkPolicy is known to exist (checked once, then at every failed start). */
+  private policyChecked = false;
+
+  constructor(private readonly opts: KubernetesDriverOptions) {
+    this.log = opts.logger.child({ module: 'kubernetes-driver' });
+    this.core = opts.kubeConfig.makeApiClient(k8s.CoreV1Api);
+    this.networking = opts.kubeConfig.makeApiClient(k8s.NetworkingV1Api);
+    this.custom = opts.kubeConfig.makeApiClient(k8s.CustomObjectsApi);
+    this.attacher = new k8s.Attach(opts.kubeConfig);
+  }
+
+  health(opts: { full?: boolean } = {}): Promise<Record<string, HealthCheck>> {
+    return clusterHealth(this.opts, opts);
+  }
+
+  async start(spec: SandboxSpec): Promise<SandboxHandle> {
+    const o = this.opts;
+    const who = spec.owner?.name ?? 'pool';
+    await this.ensureNetworkPolicy();
+    if (spec.owner && spec.workspaceDir !== undefined) await this.ensureClaim(spec.owner.userId);
+    const name = `sandgate-${spec.owner ? `u${spec.owner.userId}-` : 'pool-'}${crypto.randomBytes(4).toString('hex')}`;
+    try {
+      await this.core.createNamespacedPod({ namespace: o.namespace, body: podManifest(spec, name, o) });
+    } catch (e) {
+      const s = apiStatus(e);
+      throw new SandboxError(`the cluster refused the sandbox's pod for ${who}: ${s?.message ?? (e as Error).message}`, 'start_failed');
+    }
+    try {
+      const createdAt = await this.waitRunning(name, o.readyTimeoutMs ?? 120_000);
+      const handle = await this.connect(name, createdAt);
+      if (!(await this.pingSeparated(handle, 30_000))) {
+        handle.connection.exit('runner without separation');
+        throw new SandboxError(
+          'the sandbox image is out of date (its runner does not run code as a separate user); an operator must build and push the current image',
+          'image_missing',
+        );
+      }
+      this.log.info({ pod: name, owner: who }, 'sandbox started');
+      return handle;
+    } catch (e) {
+      await this.stop(name).catch(() => {});
+      if (e instanceof SandboxError) throw e;
+      throw new SandboxError(`the sandbox did not start: ${(e as Error).message}`, 'start_failed');
+    }
+  }
+
+  async attach(id: string): Promise<SandboxHandle | undefined> {
+    let pod: k8s.V1Pod;
+    try {
+      pod = await this.core.readNamespacedPod({ name: id, namespace: this.opts.namespace });
+    } catch {
+      return undefined;
+    }
+    if (!this.ours(pod) || pod.status?.phase !== 'Running' || pod.metadata?.deletionTimestamp) return undefined;
+    let handle: KubernetesSandbox;
+    try {
+      handle = await this.connect(id, createdOf(pod));
+    } catch {
+      return undefined;
+    }
+    if (await this.pingSeparated(handle, 5000).catch(() => false)) return handle;
+    handle.connection.exit('not answering');
+    return undefined;
+  }
+
+  async stop(id: string): Promise<void> {
+    try {
+      await this.core.deleteNamespacedPod({ name: id, namespace: this.opts.namespace, gracePeriodSeconds: 0 });
+    } catch (e) {
+      if (!isCode(e, 404)) throw new SandboxError(`removing the sandbox's pod ${id} failed: ${apiStatus(e)?.message ?? (e as Error).message}`, 'start_failed');
+    }
+  }
+
+  async list(): Promise<SandboxInfo[]> {
+    const selector = Object.entries(baseLabels(this.opts.gatewayId))
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+    const pods = await this.core.listNamespacedPod({ namespace: this.opts.namespace, labelSelector: `${selector},${K8S_LABELS.component} in (user,pool)` });
+    return pods.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => infoOf(p));
+  }
+
+  /**
+   * Tells `down` when the API server stops answering (two looks in a row, 2 s each), `up`
+   * when it answers again. A sandbox's stream survives a short API outage only if its
+   * WebSocket does: one that broke ends its handle, and the pod is adopted again.
+   */
+  watch(on: { down(): void; up(): void }): () => void {
+    const version = this.opts.kubeConfig.makeApiClient(k8s.VersionApi);
+    let away: boolean | undefined;
+    let misses = 0;
+    let looking = false;
+    const look = async () => {
+      if (looking) return;
+      looking = true;
+      try {
+        const ok = await Promise.race([version.getCode().then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
+        if (ok) {
+          misses = 0;
+          if (away === true) on.up();
+          away = false;
+        } else if (++misses >= 2 || away === undefined) {
+          if (away !== true) on.down();
+          away = true;
+        }
+      } finally {
+        looking = false;
+      }
+    };
+    void look();
+    const timer = setInterval(() => void look(), 1000);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+
+  /** The NetworkPolicy isolating sandbox pods: made when missing; a start is refused while it cannot be. */
+  private async ensureNetworkPolicy(): Promise<void> {
+    if (this.policyChecked) return;
+    const namespace = this.opts.namespace;
+    try {
+      await this.networking.readNamespacedNetworkPolicy({ name: NETWORK_POLICY_NAME, namespace });
+      this.policyChecked = true;
+      return;
+    } catch (e) {
+      if (!isCode(e, 404)) throw new SandboxError(`the sandboxes' NetworkPolicy ${NETWORK_POLICY_NAME} could not be read: ${apiStatus(e)?.message ?? (e as Error).message}`, 'start_failed');
+    }
+    try {
+      await this.networking.createNamespacedNetworkPolicy({ namespace, body: networkPolicyManifest(this.opts.gatewayId) });
+    } catch (e) {
+      if (!isCode(e, 409)) {
+        throw new SandboxError(
+          `no sandbox starts without the NetworkPolicy that cuts sandboxes off the network, and it could not be made: ${apiStatus(e)?.message ?? (e as Error).message} (install it with the Helm chart, or let the gateway's service account create networkpolicies in ${namespace})`,
+          'start_failed',
+        );
+      }
+    }
+    this.policyChecked = true;
+    this.log.info({ namespace }, 'made the NetworkPolicy isolating sandbox pods');
+  }
+
+  /** The user's workspace claim, made on their first start. */
+  private async ensureClaim(userId: number): Promise<void> {
+    const o = this.opts;
+    try {
+      await this.core.createNamespacedPersistentVolumeClaim({ namespace: o.namespace, body: claimManifest(userId, o.gatewayId, o.workspaceMb, o.storageClass) });
+    } catch (e) {
+      if (!isCode(e, 409)) throw new SandboxError(`the cluster refused the workspace claim: ${apiStatus(e)?.message ?? (e as Error).message}`, 'start_failed');
+    }
+  }
+
+  /** Waits for the pod to run (watching it); its creation time. Throws saying why it will not. */
+  private async waitRunning(name: string, timeoutMs: number): Promise<number> {
+    const watch = new k8s.Watch(this.opts.kubeConfig);
+    let abort: AbortController | undefined;
+    let last = 'no news of it';
+    try {
+      return await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`the pod did not run within ${Math.round(timeoutMs / 1000)} s (${last})`)), timeoutMs);
+        const settle = (f: () => void) => {
+          clearTimeout(timer);
+          f();
+        };
+        const seen = (type: string, pod: k8s.V1Pod) => {
+          if (type === 'DELETED') return settle(() => reject(new Error('the pod was deleted before it ran')));
+          const phase = pod.status?.phase;
+          const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
+          const unscheduled = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
+          last = waiting ? `${waiting.reason}: ${waiting.message ?? ''}` : unscheduled ? `not scheduled: ${unscheduled.message ?? unscheduled.reason ?? ''}` : `phase ${phase}`;
+          if (phase === 'Running') return settle(() => resolve(createdOf(pod)));
+          if (phase === 'Failed' || phase === 'Succeeded') return settle(() => reject(new Error(`the pod ended before it ran (${terminatedText(pod)})`)));
+          if (waiting && /ErrImagePull|ImagePullBackOff|InvalidImageName|CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
+            return settle(() => reject(new SandboxError(`the sandbox's pod cannot start: ${last}`, /Image/.test(waiting.reason ?? '') ? 'image_missing' : 'start_failed')));
+          }
+        };
+        void watch
+          .watch(`/api/v1/namespaces/${this.opts.namespace}/pods`, { fieldSelector: `metadata.name=${name}` }, seen, (err: unknown) => {
+            if (err) settle(() => reject(new Error(`watching the pod failed: ${(err as Error).message ?? String(err)}`)));
+            else settle(() => reject(new Error(`the API server ended the watch before the pod ran (${last})`)));
+          })
+          .then((a) => (abort = a), (e: Error) => settle(() => reject(new Error(`watching the pod failed: ${e.message}`))));
+      });
+    } finally {
+      abort?.abort();
+    }
+  }
+
+  private ours(pod: k8s.V1Pod): boolean {
+    const l = pod.metadata?.labels ?? {};
+    return Object.entries(baseLabels(this.opts.gatewayId)).every(([k, v]) => l[k] === v);
+  }
+
+  private async pingSeparated(handle: KubernetesSandbox, ms: number): Promise<boolean> {
+    const id = `ping-${crypto.randomBytes(4).toString('hex')}`;
+    const pong = handle.connection.waitFor((e): e is Extract<RunnerEvent, { type: 'pong' }> => e.type === 'pong' && e.id === id, ms, 'ping');
+    handle.send({ op: 'ping', id });
+    return !!(await pong).separated;
+  }
+
+  private async connect(name: string, createdAt: number): Promise<KubernetesSandbox> {
+    const stdin = new PassThrough();
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    const log = this.log.child({ pod: name });
+    stderr.setEncoding('utf8');
+    stderr.on('data', (d: string) => log.debug({ runner: d.trimEnd() }, 'runner stderr'));
+    const ws = (await this.attacher.attach(this.opts.namespace, name, RUNNER_CONTAINER, stdout, stderr, stdin, false)) as WebSocket;
+    // The stream ends with the socket (the pod ended, the API server went, or detach).
+    const ended = () => {
+      if (!stdout.writableEnded) stdout.end();
+    };
+    ws.addEventListener('close', ended);
+    ws.addEventListener('error', ended);
+    const connection = new RunnerConnection(stdin, stdout, (line) => log.warn({ line }, 'runner protocol'));
+    return new KubernetesSandbox(name, createdAt, connection, ws, this);
+  }
+
+  /** A pod's memory use (metrics API) and limit (its spec). */
+  async statsOf(name: string): Promise<SandboxStats> {
+    const m = (await this.custom.getNamespacedCustomObject({ group: 'metrics.k8s.io', version: 'v1beta1', namespace: this.opts.namespace, plural: 'pods', name })) as k8s.PodMetric;
+    const usage = m.containers?.find((c) => c.name === RUNNER_CONTAINER)?.usage;
+    return {
+      cpuPercent: 0,
+      memoryBytes: usage ? Math.round(quantityBytes(usage.memory)) : 0,
+      memoryLimitBytes: this.opts.memoryMb * 1024 * 1024,
+      pids: 0,
+    };
+  }
+}
+
+class KubernetesSandbox extends ConnectedSandbox implements SandboxHandle {
+  constructor(
+    readonly id: string,
+    readonly createdAt: number,
+    readonly connection: RunnerConnection,
+    private readonly ws: WebSocket,
+    private readonly driver: KubernetesDriver,
+  ) {
+    super();
+  }
+
+  /** Closes the attach stream; the pod keeps running for the next gateway to adopt. */
+  detach(): void {
+    this.ws.close();
+  }
+
+  stats(): Promise<SandboxStats> {
+    return this.driver.statsOf(this.id);
+  }
+}
+
+function createdOf(pod: k8s.V1Pod): number {
+  const t = pod.metadata?.creationTimestamp;
+  return t ? new Date(t).getTime() : Date.now();
+}
+
+function terminatedText(pod: k8s.V1Pod): string {
+  const t = pod.status?.containerStatuses?.[0]?.state?.terminated;
+  return t ? `exit code ${t.exitCode}${t.reason ? `, ${t.reason}` : ''}${t.message ? `: ${t.message}` : ''}` : (pod.status?.message ?? pod.status?.phase ?? 'unknown');
+}
+
+function infoOf(p: k8s.V1Pod): SandboxInfo {
+  const labels = p.metadata?.labels ?? {};
+  const annotations = p.metadata?.annotations ?? {};
+  const phase = p.status?.phase ?? 'Pending';
+  const ownerId = labels[K8S_LABELS.ownerId];
+  return {
+    id: p.metadata!.name!,
+    labels: { ...labels, ...annotations },
+    owner: annotations[K8S_OWNER_ANNOTATION],
+    ownerId: ownerId ? Number(ownerId) : undefined,
+    createdAt: createdOf(p),
+    running: phase === 'Running',
+    // In Docker's words, which the lifecycle reads: a pod that ended is `exited`.
+    state: phase === 'Running' ? 'running' : phase === 'Pending' ? 'created' : phase === 'Unknown' ? 'dead' : 'exited',
+  };
+}
+
+/** "123456Ki", "12Mi", "1000000" as bytes. */
+function quantityBytes(q: string): number {
+  const m = /^([0-9.]+)(Ki|Mi|Gi|k|M|G)?$/.exec(q);
+  if (!m) return 0;
+  const mult: Record<string, number> = { '': 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, k: 1e3, M: 1e6, G: 1e9 };
+  return Number(m[1]) * mult[m[2] ?? '']!;
+}

@@ -1,0 +1,176 @@
+/**
+ * The Kubernetes objects of a sandbox, as plain data: its Pod, its user's workspace
+ * claim, and the NetworkPolicy that cuts sandbox pods off the network. Pure functions,
+ * so that the hardening can be read (and tested) in one place.
+ *
+ * The pod is what DockerDriver.containerSpec makes, in Kubernetes terms:
+ * - `runtimeClassName` (gVisor, default `gvisor`);
+ * - the runner alone as root inside gVisor, with SETUID, SETGID and KILL only (to start
+ *   code as uid 1000 and end it), every other capability dropped; no privilege
+ *   escalation, seccomp RuntimeDefault, a read-only root filesystem;
+ * - no service account token, no service links, no host namespaces, `restartPolicy:
+ *   Never` (a sandbox that dies is replaced by the gateway, never restarted under it);
+ * - requests equal to limits (Guaranteed QoS): memory, CPU, and ephemeral storage;
+ * - /tmp an in-memory emptyDir capped at the sandbox's /tmp size; /workspace the user's
+ *   claim, group-owned by uid 1000's group (fsGroup) so the code's user may write it;
+ * - stdin open, no tty: the runner is reached through `attach`.
+ *
+ * The pids limit is the kubelet's (`podPidsLimit`), not the pod's: the preflight says so.
+ */
+import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import type { SandboxSpec } from '../types.js';
+import { threadEnv } from '../run.js';
+
+/** Label keys and values a sandbox's objects carry: any replica finds a user's pod by them. */
+export const K8S_LABELS = {
+  name: 'app.kubernetes.io/name',
+  managedBy: 'app.kubernetes.io/managed-by',
+  component: 'app.kubernetes.io/component',
+  gateway: 'sandgate.dev/gateway',
+  ownerId: 'sandgate.dev/owner-id',
+} as const;
+/** The owner's login (any text) and the gateway's own labels (LABEL_WORKSPACE …) travel as annotations, whatever their value. */
+export const K8S_OWNER_ANNOTATION = 'sandgate.dev/owner';
+export const SANDBOX_APP = 'sandgate-sandbox';
+/** The name of the NetworkPolicy that isolates every sandbox pod of the namespace. */
+export const NETWORK_POLICY_NAME = 'sandgate-sandboxes-deny-all';
+/** The uid (and gid) code runs as: the image's user. */
+export const SANDBOX_UID = 1000;
+export const RUNNER_CONTAINER = 'runner';
+
+export interface PodSettings {
+  image: string;
+  /** Default `gvisor`. */
+  runtimeClassName: string;
+  /** Distinguishes installations sharing a namespace (the gateway id). */
+  gatewayId: string;
+  memoryMb: number;
+  cpus: number;
+  tmpMb: number;
+  imagePullPolicy?: 'IfNotPresent' | 'Always' | 'Never';
+  /** Read-only volumes by mount path (for /skills, /tools): a ConfigMap or an existing claim each. */
+  readOnlyVolumes?: Record<string, { configMap: string } | { claim: string }>;
+}
+
+/** The claim holding `userId`'s workspace. */
+export function claimName(userId: number): string {
+  return `sandgate-workspace-${userId}`;
+}
+
+/** Labels every object of the installation's sandboxes carries. */
+export function baseLabels(gatewayId: string): Record<string, string> {
+  return { [K8S_LABELS.name]: SANDBOX_APP, [K8S_LABELS.managedBy]: 'sandgate', [K8S_LABELS.gateway]: labelValue(gatewayId) };
+}
+
+/** `v` as a label value: at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric. */
+export function labelValue(v: string): string {
+  const cleaned = v.replace(/[^A-Za-z0-9._-]/g, '-').slice(0, 63).replace(/^[^A-Za-z0-9]+|[^A-Za-z0-9]+$/g, '');
+  return cleaned || 'x';
+}
+
+export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1Pod {
+  const labels: Record<string, string> = { ...baseLabels(s.gatewayId), [K8S_LABELS.component]: spec.owner ? 'user' : 'pool' };
+  const annotations: Record<string, string> = {};
+  for (const [k, v] of Object.entries(spec.labels ?? {})) annotations[k] = v;
+  if (spec.owner) {
+    labels[K8S_LABELS.ownerId] = String(spec.owner.userId);
+    annotations[K8S_OWNER_ANNOTATION] = spec.owner.name;
+  }
+  const memory = `${s.memoryMb}Mi`;
+  const cpu = `${Math.round(s.cpus * 1000)}m`;
+  const volumes: V1Volume[] = [{ name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${s.tmpMb}Mi` } }];
+  const mounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: '/tmp' }];
+  if (spec.owner && spec.workspaceDir !== undefined) {
+    volumes.push({ name: 'workspace', persistentVolumeClaim: { claimName: claimName(spec.owner.userId), readOnly: !spec.workspaceWritable } });
+    mounts.push({ name: 'workspace', mountPath: '/workspace', readOnly: !spec.workspaceWritable });
+  }
+  for (const [mountPath, source] of Object.entries(s.readOnlyVolumes ?? {})) {
+    if (!(mountPath in spec.readOnlyMounts)) continue;
+    const vname = `ro-${mountPath.replace(/[^a-z0-9]/g, '')}`;
+    volumes.push('configMap' in source ? { name: vname, configMap: { name: source.configMap } } : { name: vname, persistentVolumeClaim: { claimName: source.claim, readOnly: true } });
+    mounts.push({ name: vname, mountPath, readOnly: true });
+  }
+  const env = [
+    ...Object.entries(threadEnv(s.cpus)).map(([n, value]) => ({ name: n, value })),
+    ...(spec.denoCeiling ? [{ name: 'SANDGATE_DENO_CEILING', value: JSON.stringify(spec.denoCeiling) }] : []),
+    ...(spec.denoHostOnFirstUse ? [{ name: 'SANDGATE_DENO_HOST', value: 'first-use' }] : []),
+  ];
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { name, labels, annotations },
+    spec: {
+      runtimeClassName: s.runtimeClassName,
+      restartPolicy: 'Never',
+      automountServiceAccountToken: false,
+      enableServiceLinks: false,
+      hostNetwork: false,
+      hostPID: false,
+      hostIPC: false,
+      terminationGracePeriodSeconds: 0,
+      securityContext: {
+        fsGroup: SANDBOX_UID,
+        fsGroupChangePolicy: 'OnRootMismatch',
+        seccompProfile: { type: 'RuntimeDefault' },
+      },
+      containers: [
+        {
+          name: RUNNER_CONTAINER,
+          image: s.image,
+          imagePullPolicy: s.imagePullPolicy ?? 'IfNotPresent',
+          // The runner; it starts every user process as uid 1000 (sandgate_runner/parent/settings.py).
+          securityContext: {
+            runAsUser: 0,
+            runAsGroup: 0,
+            runAsNonRoot: false,
+            privileged: false,
+            allowPrivilegeEscalation: false,
+            readOnlyRootFilesystem: true,
+            capabilities: { drop: ['ALL'], add: ['SETUID', 'SETGID', 'KILL'] },
+            seccompProfile: { type: 'RuntimeDefault' },
+          },
+          workingDir: '/workspace',
+          env,
+          stdin: true,
+          stdinOnce: false,
+          tty: false,
+          resources: {
+            requests: { memory, cpu, 'ephemeral-storage': '64Mi' },
+            limits: { memory, cpu, 'ephemeral-storage': '64Mi' },
+          },
+          volumeMounts: mounts,
+        },
+      ],
+      volumes,
+    },
+  };
+}
+
+/** The claim for `userId`'s workspace, sized to the workspace quota. */
+export function claimManifest(userId: number, gatewayId: string, sizeMb: number, storageClass?: string): V1PersistentVolumeClaim {
+  return {
+    apiVersion: 'v1',
+    kind: 'PersistentVolumeClaim',
+    metadata: { name: claimName(userId), labels: { ...baseLabels(gatewayId), [K8S_LABELS.component]: 'workspace', [K8S_LABELS.ownerId]: String(userId) } },
+    spec: {
+      accessModes: ['ReadWriteOnce'],
+      resources: { requests: { storage: `${sizeMb}Mi` } },
+      ...(storageClass && { storageClassName: storageClass }),
+    },
+  };
+}
+
+/** Every sandbox pod of the namespace: no traffic in, none out. */
+export function networkPolicyManifest(gatewayId: string): V1NetworkPolicy {
+  return {
+    apiVersion: 'networking.k8s.io/v1',
+    kind: 'NetworkPolicy',
+    metadata: { name: NETWORK_POLICY_NAME, labels: baseLabels(gatewayId) },
+    spec: {
+      podSelector: { matchLabels: { [K8S_LABELS.name]: SANDBOX_APP } },
+      policyTypes: ['Ingress', 'Egress'],
+      ingress: [],
+      egress: [],
+    },
+  };
+}
