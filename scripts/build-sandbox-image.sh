@@ -31,6 +31,7 @@ image_hash=$( {
   cat "$root/sandbox/Dockerfile"
   "$DENO_BIN" --version | head -n1
   (cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -path 'sandbox/runner/tests/*' -print0 | sort -z | xargs -0 sha256sum)
+  sha256sum "$root/host/workspace_helper.py" | cut -d' ' -f1
 } | hash_of)
 BASE_TAG="sandgate/sandbox-base:$base_hash"
 IMAGE_TAG="$REPO:$image_hash"
@@ -86,7 +87,8 @@ log "[4/4] adding Deno and the runner: $IMAGE_TAG [$(elapsed)]"
 # A small context with the repository's layout: the classic builder (no registry, no
 # BuildKit) reads only .dockerignore, and the repository root holds node_modules.
 ctx=$(mktemp -d /var/tmp/sandgate-ctx.XXXXXX)
-mkdir -p "$ctx/sandbox" "$ctx/node_modules/@deno/linux-x64-glibc"
+mkdir -p "$ctx/sandbox" "$ctx/host" "$ctx/node_modules/@deno/linux-x64-glibc"
+cp "$root/host/workspace_helper.py" "$ctx/host/"
 cp "$root/sandbox/packages.txt" "$root/sandbox/provision.sh" "$root/sandbox/Dockerfile" "$ctx/sandbox/"
 (cd "$root" && find sandbox/runner -type f ! -path '*__pycache__*' ! -path 'sandbox/runner/tests/*' -print0 | xargs -0 cp --parents -t "$ctx")
 cp "$DENO_BIN" "$ctx/node_modules/@deno/linux-x64-glibc/deno"

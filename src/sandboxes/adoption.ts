@@ -14,7 +14,7 @@ import { sandboxOwnerId } from './records.js';
 import type { Db } from '../store/store.js';
 import { getUser, workspaceInUse, type User } from '../accounts/accounts.js';
 import type { SandboxDriver, SandboxHandle, SandboxInfo } from './types.js';
-import type { WorkspaceVolumes } from './volumes.js';
+import type { WorkspaceStore } from './types.js';
 import type { Replica } from '../replicas/leases.js';
 
 export const LABEL_WORKSPACE = 'org.sandgate.workspace';
@@ -33,7 +33,7 @@ export interface Sweep {
 export interface Leftovers {
   driver: SandboxDriver;
   db: Db;
-  volumes: WorkspaceVolumes;
+  volumes: WorkspaceStore;
   log: Logger;
   replica?: Replica;
 }

@@ -10,7 +10,7 @@ import type { Logger } from '../logger.js';
 import type { Db } from '../store/store.js';
 import type { UserSandbox } from './live.js';
 import type { BridgeHandler, SandboxDriver, SandboxOwner } from './types.js';
-import type { WorkspaceVolumes } from './volumes.js';
+import type { WorkspaceStore } from './types.js';
 import type { Replica } from '../replicas/leases.js';
 import type { HopSigner } from '../replicas/hop-auth.js';
 
@@ -19,7 +19,7 @@ export interface SandboxManagerDeps {
   db: Db;
   logger: Logger;
   driver: SandboxDriver;
-  volumes: WorkspaceVolumes;
+  volumes: WorkspaceStore;
   /** Host directory mounted read-only at /skills. */
   skillsDir: string;
   /** Host directory where per-sandbox /tools mounts are prepared. */

@@ -12,6 +12,7 @@
  */
 import type { ExecDone, Language, RunnerEvent } from './protocol.js';
 import type { Permissions } from './permissions.js';
+import type { WorkspaceHelper } from './workspace-helper.js';
 
 /** Identity of a sandbox owner. `name` is a stable login (GitHub login or local name). */
 export interface SandboxOwner {
@@ -19,11 +20,30 @@ export interface SandboxOwner {
   name: string;
 }
 
+/**
+ * Where users' workspaces live: host directories (volumes.ts, beside Docker) or claims on
+ * a cluster (kubernetes/workspaces.ts). A workspace is known by an id the database keeps.
+ */
+export interface WorkspaceStore {
+  /** A fresh, unused workspace id. */
+  newId(): string;
+  /** Makes the workspace ready; what the driver mounts at /workspace (a host path, a claim name). */
+  ensure(id: string): Promise<string>;
+  /** The confined helper every file operation of the gateway on the workspace goes through. */
+  helper(id: string): Promise<WorkspaceHelper>;
+  /** Bytes used and the limit (null: none), for stats; rejects when not known now. */
+  usage(id: string): Promise<{ usedBytes: number; limitBytes: number | null }>;
+  /** Lets go of every workspace but those in `keep` (helpers ended, mounts undone); their data stays. */
+  releaseAll(keep?: ReadonlySet<string>): Promise<void>;
+  /** Deletes a workspace and its data for good. */
+  destroy(id: string): Promise<void>;
+}
+
 /** What a driver needs to create a sandbox. */
 export interface SandboxSpec {
   /** Undefined for a pooled sandbox not yet handed to a user. */
   owner?: SandboxOwner;
-  /** Host directory mounted read-write (or read-only, per policy) at /workspace. */
+  /** The workspace mounted read-write (or read-only, per policy) at /workspace, as the WorkspaceStore gave it: a host directory (Docker), a claim name (Kubernetes). */
   workspaceDir?: string;
   workspaceWritable: boolean;
   /** Extra read-only bind mounts (container path -> host path), e.g. /skills, /tools. */

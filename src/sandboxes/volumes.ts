@@ -20,6 +20,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { SANDBOX_GID, SANDBOX_UID } from './workspace.js';
 import { WorkspaceHelper } from './workspace-helper.js';
+import type { WorkspaceStore } from './types.js';
 
 const run = promisify(execFile);
 
@@ -32,7 +33,7 @@ export interface WorkspaceVolumesOptions {
   onDiagnostic?: (message: string) => void;
 }
 
-export class WorkspaceVolumes {
+export class WorkspaceVolumes implements WorkspaceStore {
   private readonly pending = new Map<string, Promise<string>>();
   private readonly ready = new Map<string, string>();
   /** The confined helper of each ready workspace (workspace-helper.ts), made on first use. */

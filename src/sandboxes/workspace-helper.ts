@@ -11,7 +11,8 @@
  * ends the helper (pending requests fail with a clear error; the next one starts a fresh
  * helper).
  */
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import type { Readable, Writable } from 'node:stream';
 import { GatewayError } from '../errors.js';
 import { HOST_PYTHON } from '../host/python.js';
 import { WORKSPACE_HELPER } from '../paths.js';
@@ -32,9 +33,24 @@ export interface HelperReply {
   [key: string]: unknown;
 }
 
+/** The helper's process as the client sees it: a local child, or one in a pod reached through the API server. */
+export interface HelperProcess {
+  readonly stdin: Writable;
+  readonly stdout: Readable;
+  readonly stderr: Readable;
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+  kill(signal?: NodeJS.Signals): boolean;
+  on(event: 'exit', listener: (code: number | null, signal: NodeJS.Signals | null) => void): this;
+  on(event: 'error', listener: (e: Error) => void): this;
+  once(event: 'exit', listener: () => void): this;
+}
+
 export interface HelperOptions {
-  /** The workspace's host path (a mount point or directory the gateway made). */
+  /** The workspace's host path (a mount point or directory the gateway made), or what `launch` knows it by. */
   root: string;
+  /** Starts the helper elsewhere (a pod on a cluster); by default a confined local process. */
+  launch?: () => HelperProcess;
   /** The sandbox user's ids; the helper acts as this user (when the gateway is root). */
   uid: number;
   gid: number;
@@ -56,7 +72,7 @@ export class HelperError extends GatewayError {
 }
 
 export class WorkspaceHelper {
-  private child?: ChildProcessWithoutNullStreams;
+  private child?: HelperProcess;
   private readonly queue: Pending[] = [];
   /** Bytes received and not yet taken, as the chunks they came in (joined once, when whole). */
   private chunks: Buffer[] = [];
@@ -98,25 +114,8 @@ export class WorkspaceHelper {
     });
   }
 
-  private start(): ChildProcessWithoutNullStreams {
-    const root = process.getuid?.() === 0;
-    const args = [
-      ...(root ? [] : ['--user', '--map-root-user']),
-      '--pid',
-      '--fork',
-      '--kill-child',
-      '--net',
-      '--ipc',
-      '--',
-      HOST_PYTHON,
-      '-I',
-      '-S',
-      WORKSPACE_HELPER,
-      this.opts.root,
-      String(root ? this.opts.uid : -1),
-      String(root ? this.opts.gid : -1),
-    ];
-    const child = spawn('unshare', args, { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' } });
+  private start(): HelperProcess {
+    const child = this.opts.launch ? this.opts.launch() : this.spawnLocal();
     this.child = child;
     this.ready = false;
     this.chunks = [];
@@ -136,12 +135,34 @@ export class WorkspaceHelper {
     return child;
   }
 
+  /** The helper as a local process, in namespaces of its own (host/workspace_helper.py confines itself further). */
+  private spawnLocal(): HelperProcess {
+    const root = process.getuid?.() === 0;
+    const args = [
+      ...(root ? [] : ['--user', '--map-root-user']),
+      '--pid',
+      '--fork',
+      '--kill-child',
+      '--net',
+      '--ipc',
+      '--',
+      HOST_PYTHON,
+      '-I',
+      '-S',
+      WORKSPACE_HELPER,
+      this.opts.root,
+      String(root ? this.opts.uid : -1),
+      String(root ? this.opts.gid : -1),
+    ];
+    return spawn('unshare', args, { stdio: ['pipe', 'pipe', 'pipe'], env: { PATH: process.env.PATH ?? '/usr/bin:/bin', LANG: 'C.UTF-8' } });
+  }
+
   /**
    * Takes what the helper wrote. A header is searched for its newline only in the chunk
    * that just came (never the whole buffer again), and chunks are joined once a header or
    * payload is whole: reading costs time linear in what arrives.
    */
-  private receive(child: ChildProcessWithoutNullStreams, chunk: Buffer): void {
+  private receive(child: HelperProcess, chunk: Buffer): void {
     if (child !== this.child) return;
     this.chunks.push(chunk);
     this.buffered += chunk.length;

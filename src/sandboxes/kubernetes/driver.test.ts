@@ -10,17 +10,29 @@ import { startKubeStandin, type KubeStandin } from '../../../test/support/kube-s
 import { eventually } from '../../../test/support/until.js';
 import { configFor } from '../../config.js';
 import { createLogger } from '../../logger.js';
+import { Workspace } from '../workspace.js';
 import { KubernetesDriver, type KubernetesDriverOptions } from './driver.js';
 import { NETWORK_POLICY_NAME, claimName } from './objects.js';
+import { KubernetesWorkspaces } from './workspaces.js';
 
 const config = configFor({});
 let standin: KubeStandin;
 
+function kubeConfig(): k8s.KubeConfig {
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(standin.kubeconfigPath);
+  return kc;
+}
+
+let store: KubernetesWorkspaces;
+/** A spec for `owner` with a workspace claim of its own (or the one of `workspaceId`). */
+async function specFor(owner: { userId: number; name: string }, workspaceId = store.newId()) {
+  return { owner, workspaceDir: await store.ensure(workspaceId), workspaceWritable: true, readOnlyMounts: {} };
+}
+
 function newDriver(o: Partial<KubernetesDriverOptions> = {}): KubernetesDriver {
-  const kubeConfig = new k8s.KubeConfig();
-  kubeConfig.loadFromFile(standin.kubeconfigPath);
   return new KubernetesDriver({
-    kubeConfig,
+    kubeConfig: kubeConfig(),
     namespace: 'sandgate',
     image: config.sandboxImage,
     imagePullPolicy: 'Never',
@@ -29,7 +41,6 @@ function newDriver(o: Partial<KubernetesDriverOptions> = {}): KubernetesDriver {
     memoryMb: 512,
     cpus: 1,
     tmpMb: 64,
-    workspaceMb: 256,
     logger: createLogger('silent'),
     ...o,
   });
@@ -37,6 +48,7 @@ function newDriver(o: Partial<KubernetesDriverOptions> = {}): KubernetesDriver {
 
 beforeAll(async () => {
   standin = await startKubeStandin();
+  store = new KubernetesWorkspaces({ kubeConfig: kubeConfig(), namespace: 'sandgate', image: config.sandboxImage, imagePullPolicy: 'Never', runtimeClassName: 'gvisor', gatewayId: 'conformance', sizeMb: 256, logger: createLogger('silent') });
 });
 afterAll(async () => {
   await standin?.close();
@@ -45,14 +57,15 @@ afterAll(async () => {
 runDriverConformance({
   name: 'KubernetesDriver (stand-in API server, runsc)',
   newDriver: () => newDriver(),
-  // The workspace is the user's claim: the spec's directory only says that one is mounted.
-  spec: (owner) => ({ owner, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} }),
+  // The workspace is a claim the workspace store made; the spec names it.
+  spec: (owner) => specFor(owner),
 });
 
 describe('KubernetesDriver specifics', () => {
   it('a pod is hardened as a container is, in Kubernetes terms, and the namespace gets the deny-all NetworkPolicy', async () => {
     const driver = newDriver();
-    const h = await driver.start({ owner: { userId: 77, name: 'Ana María' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} });
+    const workspaceId = store.newId();
+    const h = await driver.start(await specFor({ userId: 77, name: 'Ana María' }, workspaceId));
     try {
       const pod = standin.objects('pods', 'sandgate').find((p) => p.metadata.name === h.id)!;
       const c = pod.spec.containers[0];
@@ -67,7 +80,8 @@ describe('KubernetesDriver specifics', () => {
       expect(pod.metadata.annotations['sandgate.dev/owner']).toBe('Ana María');
       expect(pod.metadata.labels['sandgate.dev/owner-id']).toBe('77');
       expect(standin.objects('networkpolicies', 'sandgate').map((n) => n.metadata.name)).toEqual([NETWORK_POLICY_NAME]);
-      expect(standin.objects('persistentvolumeclaims', 'sandgate').find((p) => p.metadata.name === claimName(77))?.spec.resources.requests.storage).toBe('256Mi');
+      expect(standin.objects('persistentvolumeclaims', 'sandgate').find((p) => p.metadata.name === claimName(workspaceId))?.spec.resources.requests.storage).toBe('256Mi');
+      expect(pod.spec.volumes.find((v: { name: string }) => v.name === 'workspace').persistentVolumeClaim.claimName).toBe(claimName(workspaceId));
 
       // Inside: no service account token, no service links, no network.
       const r = await execOn(h, 'bash', 'ls /var/run/secrets/kubernetes.io/serviceaccount 2>&1; cat /proc/net/dev');
@@ -107,12 +121,13 @@ describe('KubernetesDriver specifics', () => {
   it('the workspace is the user’s claim: files outlive the pod and reach the next one', async () => {
     const driver = newDriver();
     const owner = { userId: 78, name: 'keeper' };
-    const a = await driver.start({ owner, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} });
+    const workspaceId = store.newId();
+    const a = await driver.start(await specFor(owner, workspaceId));
     expect((await execOn(a, 'bash', 'echo kept > /workspace/note.txt && id -u && stat -c %U:%G /workspace/note.txt')).stdout).toMatch(/1000\n.*:/);
     const gone = new Promise<string>((r) => a.onExit(r));
     await driver.stop(a.id);
     await gone;
-    const b = await driver.start({ owner, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} });
+    const b = await driver.start(await specFor(owner, workspaceId));
     try {
       expect((await execOn(b, 'bash', 'cat /workspace/note.txt')).stdout).toBe('kept\n');
     } finally {
@@ -122,7 +137,7 @@ describe('KubernetesDriver specifics', () => {
 
   it('a pod that dies mid-run ends its handle, and list no longer calls it running', async () => {
     const driver = newDriver();
-    const h = await driver.start({ owner: { userId: 79, name: 'dies' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} });
+    const h = await driver.start(await specFor({ userId: 79, name: 'dies' }));
     const exited = new Promise<string>((r) => h.onExit(r));
     const run = execOn(h, 'python', 'import time; time.sleep(30)');
     run.catch(() => {});
@@ -139,7 +154,7 @@ describe('KubernetesDriver specifics', () => {
 
   it('a new driver (another gateway, after a restart) finds and adopts a running pod by its labels', async () => {
     const first = newDriver();
-    const h = await first.start({ owner: { userId: 80, name: 'adopted' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} });
+    const h = await first.start(await specFor({ userId: 80, name: 'adopted' }));
     await execOn(h, 'python', 'x = 41');
     h.detach();
     const second = newDriver();
@@ -157,10 +172,10 @@ describe('KubernetesDriver specifics', () => {
 
   it('a start is refused when the RuntimeClass is missing or the image cannot be had, and leaves no pod', async () => {
     const before = standin.objects('pods', 'sandgate').length;
-    await expect(newDriver({ runtimeClassName: 'kata' }).start({ owner: { userId: 81, name: 'x' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} })).rejects.toThrow(
+    await expect(newDriver({ runtimeClassName: 'kata' }).start(await specFor({ userId: 81, name: 'x' }))).rejects.toThrow(
       /RuntimeClass "kata" not found/,
     );
-    await expect(newDriver({ image: 'sandgate/sandbox:absent' }).start({ owner: { userId: 81, name: 'x' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} })).rejects.toThrow(/ErrImagePull/);
+    await expect(newDriver({ image: 'sandgate/sandbox:absent' }).start(await specFor({ userId: 81, name: 'x' }))).rejects.toThrow(/ErrImagePull/);
     await eventually(async () => standin.objects('pods', 'sandgate').length === before, 10_000);
   });
 
@@ -170,10 +185,46 @@ describe('KubernetesDriver specifics', () => {
     await kc.makeApiClient(k8s.NetworkingV1Api).deleteNamespacedNetworkPolicy({ name: NETWORK_POLICY_NAME, namespace: 'sandgate' });
     standin.deny.add('create networkpolicies');
     try {
-      await expect(newDriver().start({ owner: { userId: 82, name: 'y' }, workspaceDir: '', workspaceWritable: true, readOnlyMounts: {} })).rejects.toThrow(/NetworkPolicy/);
+      await expect(newDriver().start(await specFor({ userId: 82, name: 'y' }))).rejects.toThrow(/NetworkPolicy/);
     } finally {
       standin.deny.delete('create networkpolicies');
     }
+  });
+});
+
+describe('workspace files on a cluster', () => {
+  it('the gateway reads and writes a workspace through a helper pod on its claim, as the sandbox’s user, and the sandbox sees it', async () => {
+    const workspaceId = store.newId();
+    const driver = newDriver();
+    const h = await driver.start(await specFor({ userId: 90, name: 'files' }, workspaceId));
+    try {
+      const ws = new Workspace(await store.helper(workspaceId), () => {});
+      await ws.write('notes/from-gateway.txt', 'hello from the gateway\n');
+      expect((await execOn(h, 'bash', 'cat /workspace/notes/from-gateway.txt; stat -c %u /workspace/notes/from-gateway.txt')).stdout).toBe('hello from the gateway\n1000\n');
+      await execOn(h, 'python', "open('/workspace/made-inside.csv', 'w').write('a,b\\n1,2\\n')");
+      expect((await ws.read('made-inside.csv')).data.toString()).toBe('a,b\n1,2\n');
+      expect((await ws.list('', { recursive: true })).map((e) => e.path).sort()).toEqual(['made-inside.csv', 'notes', 'notes/from-gateway.txt']);
+      // A symlink planted by code is refused, as on a Docker host: the helper is the same.
+      await execOn(h, 'bash', 'ln -s /etc/passwd /workspace/trap');
+      await expect(ws.read('trap')).rejects.toThrow();
+      const helpers = standin.objects('pods', 'sandgate').filter((p) => p.metadata.labels['app.kubernetes.io/component'] === 'helper');
+      expect(helpers).toHaveLength(1);
+      expect(helpers[0]!.spec.containers[0].securityContext.capabilities).toEqual({ drop: ['ALL'], add: ['SETUID', 'SETGID', 'SYS_CHROOT'] });
+      expect(helpers[0]!.spec.activeDeadlineSeconds).toBeGreaterThan(0);
+    } finally {
+      await store.releaseAll();
+      await driver.stop(h.id);
+    }
+    // The helper pod goes with it; the sandbox driver never lists it as a sandbox.
+    await eventually(async () => !standin.objects('pods', 'sandgate').some((p) => p.metadata.labels['app.kubernetes.io/component'] === 'helper'), 10_000);
+  });
+
+  it('a deleted workspace takes its claim and data with it', async () => {
+    const workspaceId = store.newId();
+    await store.ensure(workspaceId);
+    expect(standin.objects('persistentvolumeclaims', 'sandgate').some((p) => p.metadata.name === claimName(workspaceId))).toBe(true);
+    await store.destroy(workspaceId);
+    expect(standin.objects('persistentvolumeclaims', 'sandgate').some((p) => p.metadata.name === claimName(workspaceId))).toBe(false);
   });
 });
 

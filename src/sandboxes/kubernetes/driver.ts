@@ -7,7 +7,7 @@
  * stops, a warm pool); a controller of its own would make two owners of one pod.
  *
  * - A sandbox is a Pod in the configured namespace (objects.ts has its hardening), its
- *   workspace a PersistentVolumeClaim per user, made on the first start and kept.
+ *   workspace the PersistentVolumeClaim the workspace store made (workspaces.ts).
  *   A NetworkPolicy denying all traffic to and from sandbox pods is made if missing;
  *   a start is refused when it cannot be (no sandbox runs without it).
  * - Labels find a pod again (installation, owner id), so any replica lists and adopts
@@ -22,7 +22,6 @@
  * pod's workspace (a pod's volumes are fixed at its creation). `health` says so.
  */
 import crypto from 'node:crypto';
-import { PassThrough } from 'node:stream';
 import * as k8s from '@kubernetes/client-node';
 import type WebSocket from 'isomorphic-ws';
 import type { Logger } from '../../logger.js';
@@ -32,15 +31,12 @@ import { ConnectedSandbox, RunnerConnection } from '../runner-connection.js';
 import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from '../types.js';
 import { apiStatus } from './api-status.js';
 import { clusterHealth } from './health.js';
-import { baseLabels, claimManifest, K8S_LABELS, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+import { attachStreams, createdOf, waitRunning } from './pods.js';
+import { baseLabels, K8S_LABELS, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
 
 export interface KubernetesDriverOptions extends PodSettings {
   kubeConfig: k8s.KubeConfig;
   namespace: string;
-  /** Size of a user's workspace claim (the workspace quota). */
-  workspaceMb: number;
-  /** Storage class of workspace claims; none: the cluster's default. */
-  storageClass?: string;
   logger: Logger;
   /** How long a new pod may take to run and its runner to answer. Default 120 s (an image pull may be in it). */
   readyTimeoutMs?: number;
@@ -74,7 +70,6 @@ export class KubernetesDriver implements SandboxDriver {
     const o = this.opts;
     const who = spec.owner?.name ?? 'pool';
     await this.ensureNetworkPolicy();
-    if (spec.owner && spec.workspaceDir !== undefined) await this.ensureClaim(spec.owner.userId);
     const name = `sandgate-${spec.owner ? `u${spec.owner.userId}-` : 'pool-'}${crypto.randomBytes(4).toString('hex')}`;
     try {
       await this.core.createNamespacedPod({ namespace: o.namespace, body: podManifest(spec, name, o) });
@@ -83,7 +78,7 @@ export class KubernetesDriver implements SandboxDriver {
       throw new SandboxError(`the cluster refused the sandbox's pod for ${who}: ${s?.message ?? (e as Error).message}`, 'start_failed');
     }
     try {
-      const createdAt = await this.waitRunning(name, o.readyTimeoutMs ?? 120_000);
+      const createdAt = await waitRunning(o.kubeConfig, o.namespace, name, o.readyTimeoutMs ?? 120_000);
       const handle = await this.connect(name, createdAt);
       if (!(await this.pingSeparated(handle, 30_000))) {
         handle.connection.exit('runner without separation');
@@ -194,52 +189,6 @@ export class KubernetesDriver implements SandboxDriver {
     this.log.info({ namespace }, 'made the NetworkPolicy isolating sandbox pods');
   }
 
-  /** The user's workspace claim, made on their first start. */
-  private async ensureClaim(userId: number): Promise<void> {
-    const o = this.opts;
-    try {
-      await this.core.createNamespacedPersistentVolumeClaim({ namespace: o.namespace, body: claimManifest(userId, o.gatewayId, o.workspaceMb, o.storageClass) });
-    } catch (e) {
-      if (!isCode(e, 409)) throw new SandboxError(`the cluster refused the workspace claim: ${apiStatus(e)?.message ?? (e as Error).message}`, 'start_failed');
-    }
-  }
-
-  /** Waits for the pod to run (watching it); its creation time. Throws saying why it will not. */
-  private async waitRunning(name: string, timeoutMs: number): Promise<number> {
-    const watch = new k8s.Watch(this.opts.kubeConfig);
-    let abort: AbortController | undefined;
-    let last = 'no news of it';
-    try {
-      return await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`the pod did not run within ${Math.round(timeoutMs / 1000)} s (${last})`)), timeoutMs);
-        const settle = (f: () => void) => {
-          clearTimeout(timer);
-          f();
-        };
-        const seen = (type: string, pod: k8s.V1Pod) => {
-          if (type === 'DELETED') return settle(() => reject(new Error('the pod was deleted before it ran')));
-          const phase = pod.status?.phase;
-          const waiting = pod.status?.containerStatuses?.[0]?.state?.waiting;
-          const unscheduled = pod.status?.conditions?.find((c) => c.type === 'PodScheduled' && c.status === 'False');
-          last = waiting ? `${waiting.reason}: ${waiting.message ?? ''}` : unscheduled ? `not scheduled: ${unscheduled.message ?? unscheduled.reason ?? ''}` : `phase ${phase}`;
-          if (phase === 'Running') return settle(() => resolve(createdOf(pod)));
-          if (phase === 'Failed' || phase === 'Succeeded') return settle(() => reject(new Error(`the pod ended before it ran (${terminatedText(pod)})`)));
-          if (waiting && /ErrImagePull|ImagePullBackOff|InvalidImageName|CreateContainerConfigError|CreateContainerError/.test(waiting.reason ?? '')) {
-            return settle(() => reject(new SandboxError(`the sandbox's pod cannot start: ${last}`, /Image/.test(waiting.reason ?? '') ? 'image_missing' : 'start_failed')));
-          }
-        };
-        void watch
-          .watch(`/api/v1/namespaces/${this.opts.namespace}/pods`, { fieldSelector: `metadata.name=${name}` }, seen, (err: unknown) => {
-            if (err) settle(() => reject(new Error(`watching the pod failed: ${(err as Error).message ?? String(err)}`)));
-            else settle(() => reject(new Error(`the API server ended the watch before the pod ran (${last})`)));
-          })
-          .then((a) => (abort = a), (e: Error) => settle(() => reject(new Error(`watching the pod failed: ${e.message}`))));
-      });
-    } finally {
-      abort?.abort();
-    }
-  }
-
   private ours(pod: k8s.V1Pod): boolean {
     const l = pod.metadata?.labels ?? {};
     return Object.entries(baseLabels(this.opts.gatewayId)).every(([k, v]) => l[k] === v);
@@ -253,19 +202,10 @@ export class KubernetesDriver implements SandboxDriver {
   }
 
   private async connect(name: string, createdAt: number): Promise<KubernetesSandbox> {
-    const stdin = new PassThrough();
-    const stdout = new PassThrough();
-    const stderr = new PassThrough();
     const log = this.log.child({ pod: name });
+    const { stdin, stdout, stderr, ws } = await attachStreams(this.attacher, this.opts.namespace, name);
     stderr.setEncoding('utf8');
     stderr.on('data', (d: string) => log.debug({ runner: d.trimEnd() }, 'runner stderr'));
-    const ws = (await this.attacher.attach(this.opts.namespace, name, RUNNER_CONTAINER, stdout, stderr, stdin, false)) as WebSocket;
-    // The stream ends with the socket (the pod ended, the API server went, or detach).
-    const ended = () => {
-      if (!stdout.writableEnded) stdout.end();
-    };
-    ws.addEventListener('close', ended);
-    ws.addEventListener('error', ended);
     const connection = new RunnerConnection(stdin, stdout, (line) => log.warn({ line }, 'runner protocol'));
     return new KubernetesSandbox(name, createdAt, connection, ws, this);
   }
@@ -302,16 +242,6 @@ class KubernetesSandbox extends ConnectedSandbox implements SandboxHandle {
   stats(): Promise<SandboxStats> {
     return this.driver.statsOf(this.id);
   }
-}
-
-function createdOf(pod: k8s.V1Pod): number {
-  const t = pod.metadata?.creationTimestamp;
-  return t ? new Date(t).getTime() : Date.now();
-}
-
-function terminatedText(pod: k8s.V1Pod): string {
-  const t = pod.status?.containerStatuses?.[0]?.state?.terminated;
-  return t ? `exit code ${t.exitCode}${t.reason ? `, ${t.reason}` : ''}${t.message ? `: ${t.message}` : ''}` : (pod.status?.message ?? pod.status?.phase ?? 'unknown');
 }
 
 function infoOf(p: k8s.V1Pod): SandboxInfo {

@@ -52,9 +52,10 @@ export interface PodSettings {
   readOnlyVolumes?: Record<string, { configMap: string } | { claim: string }>;
 }
 
-/** The claim holding `userId`'s workspace. */
-export function claimName(userId: number): string {
-  return `sandgate-workspace-${userId}`;
+/** The claim holding the workspace with this id (the database's; base64url, so mapped to lowercase hex). */
+export function claimName(workspaceId: string): string {
+  if (!/^[A-Za-z0-9_-]{6,64}$/.test(workspaceId)) throw new Error(`invalid workspace id "${workspaceId}"`);
+  return `sandgate-ws-${Buffer.from(workspaceId, 'base64url').toString('hex')}`;
 }
 
 /** Labels every object of the installation's sandboxes carries. */
@@ -80,8 +81,8 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1
   const cpu = `${Math.round(s.cpus * 1000)}m`;
   const volumes: V1Volume[] = [{ name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${s.tmpMb}Mi` } }];
   const mounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: '/tmp' }];
-  if (spec.owner && spec.workspaceDir !== undefined) {
-    volumes.push({ name: 'workspace', persistentVolumeClaim: { claimName: claimName(spec.owner.userId), readOnly: !spec.workspaceWritable } });
+  if (spec.workspaceDir) {
+    volumes.push({ name: 'workspace', persistentVolumeClaim: { claimName: spec.workspaceDir, readOnly: !spec.workspaceWritable } });
     mounts.push({ name: 'workspace', mountPath: '/workspace', readOnly: !spec.workspaceWritable });
   }
   for (const [mountPath, source] of Object.entries(s.readOnlyVolumes ?? {})) {
@@ -146,12 +147,12 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1
   };
 }
 
-/** The claim for `userId`'s workspace, sized to the workspace quota. */
-export function claimManifest(userId: number, gatewayId: string, sizeMb: number, storageClass?: string): V1PersistentVolumeClaim {
+/** The claim for a workspace, sized to the workspace quota. */
+export function claimManifest(workspaceId: string, gatewayId: string, sizeMb: number, storageClass?: string): V1PersistentVolumeClaim {
   return {
     apiVersion: 'v1',
     kind: 'PersistentVolumeClaim',
-    metadata: { name: claimName(userId), labels: { ...baseLabels(gatewayId), [K8S_LABELS.component]: 'workspace', [K8S_LABELS.ownerId]: String(userId) } },
+    metadata: { name: claimName(workspaceId), labels: { ...baseLabels(gatewayId), [K8S_LABELS.component]: 'workspace' }, annotations: { 'sandgate.dev/workspace': workspaceId } },
     spec: {
       accessModes: ['ReadWriteOnce'],
       resources: { requests: { storage: `${sizeMb}Mi` } },
@@ -173,4 +174,27 @@ export function networkPolicyManifest(gatewayId: string): V1NetworkPolicy {
       egress: [],
     },
   };
+}
+
+/** How long a workspace helper pod may live at most, whatever becomes of the gateway that made it. */
+export const HELPER_POD_MAX_SEC = 3600;
+
+/**
+ * A short-lived pod through which the gateway reaches files in a workspace claim
+ * (kubernetes/workspaces.ts): the same helper as on a Docker host (host/workspace_helper.py,
+ * in the image), which chroots into the workspace and acts as the sandbox's user with no
+ * capability. It starts once the gateway writes a first line (so its ready line is not
+ * said before anyone listens), and it is gone after HELPER_POD_MAX_SEC whatever happens.
+ */
+export function helperPodManifest(claim: string, name: string, s: Pick<PodSettings, 'image' | 'runtimeClassName' | 'gatewayId' | 'imagePullPolicy'>): V1Pod {
+  const pod = podManifest({ workspaceDir: claim, workspaceWritable: true, readOnlyMounts: {} }, name, { ...s, memoryMb: 256, cpus: 0.5, tmpMb: 16 });
+  pod.metadata!.labels = { ...baseLabels(s.gatewayId), [K8S_LABELS.component]: 'helper' };
+  pod.metadata!.annotations = { 'sandgate.dev/claim': claim };
+  pod.spec!.activeDeadlineSeconds = HELPER_POD_MAX_SEC;
+  const c = pod.spec!.containers[0]!;
+  c.command = ['/bin/sh', '-c', `read -r go && exec /usr/bin/python3 -I -S /opt/sandgate/workspace_helper.py /workspace ${SANDBOX_UID} ${SANDBOX_UID}`];
+  c.env = [];
+  // Only what the helper needs to chroot into the workspace and become the sandbox's user.
+  c.securityContext!.capabilities = { drop: ['ALL'], add: ['SETUID', 'SETGID', 'SYS_CHROOT'] };
+  return pod;
 }
