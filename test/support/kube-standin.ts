@@ -5,7 +5,7 @@
  *
  * Served, as the API server serves them (JSON, `Status` objects for errors):
  * - `GET /version`;
- * - pods, persistentvolumeclaims (core/v1), networkpolicies (networking.k8s.io/v1) in a
+ * - pods, persistentvolumeclaims, configmaps (core/v1), networkpolicies (networking.k8s.io/v1) in a
  *   namespace: create, get, list with label and field selectors, delete, and watch
  *   (`?watch=true`: one JSON event per line, the existing objects first as ADDED);
  * - runtimeclasses (node.k8s.io/v1, cluster-wide): get, list, create, delete;
@@ -44,6 +44,7 @@ import Docker from 'dockerode';
 import { WebSocketServer, type WebSocket } from 'ws';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { RuntimeClass } from 'kubernetes-models/node.k8s.io/v1/RuntimeClass';
+import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { PersistentVolumeClaim } from 'kubernetes-models/v1/PersistentVolumeClaim';
 import { Pod } from 'kubernetes-models/v1/Pod';
 
@@ -88,6 +89,7 @@ const TOKEN_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
 const RESOURCES: Record<string, { group: string; version: string; kind: string; namespaced: boolean; validate: (o: Obj) => void }> = {
   pods: { group: '', version: 'v1', kind: 'Pod', namespaced: true, validate: (o) => new Pod(o as never).validate() },
   persistentvolumeclaims: { group: '', version: 'v1', kind: 'PersistentVolumeClaim', namespaced: true, validate: (o) => new PersistentVolumeClaim(o as never).validate() },
+  configmaps: { group: '', version: 'v1', kind: 'ConfigMap', namespaced: true, validate: (o) => new ConfigMap(o as never).validate() },
   networkpolicies: { group: 'networking.k8s.io', version: 'v1', kind: 'NetworkPolicy', namespaced: true, validate: (o) => new NetworkPolicy(o as never).validate() },
   runtimeclasses: { group: 'node.k8s.io', version: 'v1', kind: 'RuntimeClass', namespaced: false, validate: (o) => new RuntimeClass(o as never).validate() },
 };
@@ -274,9 +276,15 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
         .filter((v: Obj) => v.persistentVolumeClaim)
         .map((v: Obj) => v.persistentVolumeClaim.claimName as string)
         .find((claim: string) => store.get('persistentvolumeclaims')!.get(key(ns, claim))?.status?.phase !== 'Bound');
-      if (!missing) break;
-      const message = store.get('persistentvolumeclaims')!.has(key(ns, missing)) ? `pod has unbound immediate PersistentVolumeClaims` : `persistentvolumeclaim "${missing}" not found`;
-      if (tries === 0) setPodStatus(pod, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message }] });
+      const missingMap = (spec.volumes ?? []).map((v: Obj) => v.configMap?.name as string | undefined).find((n: string | undefined) => n && !store.get('configmaps')!.has(key(ns, n)));
+      if (!missing && !missingMap) break;
+      if (missing) {
+        const message = store.get('persistentvolumeclaims')!.has(key(ns, missing)) ? `pod has unbound immediate PersistentVolumeClaims` : `persistentvolumeclaim "${missing}" not found`;
+        if (tries === 0) setPodStatus(pod, { phase: 'Pending', conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message }] });
+      } else if (tries === 0) {
+        // As the kubelet: the pod is scheduled, its container waits for the volume.
+        setPodStatus(pod, { phase: 'Pending', containerStatuses: [{ name: spec.containers[0].name, ready: false, restartCount: 0, image: spec.containers[0].image, imageID: '', state: { waiting: { reason: 'ContainerCreating', message: `configmap "${missingMap}" not found` } } }] });
+      }
       await new Promise((r) => setTimeout(r, 300));
     }
     const sc = { ...(spec.securityContext ?? {}), ...(c.securityContext ?? {}) } as Obj;
@@ -294,6 +302,20 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
           fs.chmodSync(dir, 0o2775);
         }
         mounts.push({ Type: 'bind', Source: dir, Target: vm.mountPath, ReadOnly: !!(vm.readOnly || vol.persistentVolumeClaim.readOnly) });
+      } else if (vol.configMap) {
+        // The kubelet's projection: each item (or every key) a file, read-only.
+        const cm = store.get('configmaps')!.get(key(ns, vol.configMap.name))!;
+        const dir = fs.mkdtempSync(path.join(root, 'configmap-'));
+        const all = { ...(cm.data ?? {}), ...Object.fromEntries(Object.entries((cm.binaryData ?? {}) as Record<string, string>).map(([k, v]) => [k, Buffer.from(v, 'base64')])) } as Record<string, string | Buffer>;
+        const items = ((vol.configMap.items as Obj[] | undefined) ?? Object.keys(all).map((k) => ({ key: k, path: k }))) as Obj[];
+        for (const item of items) {
+          if (String(item.path).split('/').includes('..') || String(item.path).startsWith('/')) throw new Error(`invalid item path ${item.path}`);
+          const file = path.join(dir, item.path);
+          fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o755 });
+          fs.writeFileSync(file, all[item.key] ?? '', { mode: item.mode ?? vol.configMap.defaultMode ?? 0o644 });
+        }
+        fs.chmodSync(dir, 0o755);
+        mounts.push({ Type: 'bind', Source: dir, Target: vm.mountPath, ReadOnly: true });
       } else if (vol.emptyDir) {
         if (vol.emptyDir.medium === 'Memory') {
           const size = quantity(vol.emptyDir.sizeLimit);
@@ -304,7 +326,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
           mounts.push({ Type: 'bind', Source: dir, Target: vm.mountPath, ReadOnly: !!vm.readOnly });
         }
       } else {
-        throw new Error(`the stand-in mounts claims and emptyDir volumes only (${vm.name})`);
+        throw new Error(`the stand-in mounts claims, ConfigMaps and emptyDir volumes only (${vm.name})`);
       }
     }
     if (spec.automountServiceAccountToken !== false) {
@@ -414,6 +436,8 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
     containers.delete(key(ns, pod.metadata.name));
     fs.rmSync(path.join(root, 'sa', `${ns}-${pod.metadata.name}`), { recursive: true, force: true });
     remove('pods', ns, pod.metadata.name);
+    // The garbage collector: what the pod owned goes with it.
+    for (const cm of self.objects('configmaps', ns)) if ((cm.metadata.ownerReferences ?? []).some((r: Obj) => r.uid === pod.metadata.uid)) remove('configmaps', ns, cm.metadata.name);
     // A claim being deleted goes once no pod uses it (its protection finalizer).
     for (const pvc of self.objects('persistentvolumeclaims', ns)) if (pvc.metadata.deletionTimestamp) finishClaimDeletion(ns, pvc.metadata.name);
   }

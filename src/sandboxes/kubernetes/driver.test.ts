@@ -3,12 +3,14 @@
  * the official client, pointed at it by a kubeconfig, over HTTP and the attach
  * WebSocket; each pod a real container under runsc on the local Docker.
  */
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as k8s from '@kubernetes/client-node';
 import { runDriverConformance, execOn } from '../../../test/support/driver-conformance.js';
 import { startKubeStandin, type KubeStandin } from '../../../test/support/kube-standin.js';
 import { eventually } from '../../../test/support/until.js';
 import { configFor } from '../../config.js';
+import { REPO_ROOT } from '../../paths.js';
 import { createLogger } from '../../logger.js';
 import { Workspace } from '../workspace.js';
 import { KubernetesDriver, type KubernetesDriverOptions } from './driver.js';
@@ -26,8 +28,8 @@ function kubeConfig(): k8s.KubeConfig {
 
 let store: KubernetesWorkspaces;
 /** A spec for `owner` with a workspace claim of its own (or the one of `workspaceId`). */
-async function specFor(owner: { userId: number; name: string }, workspaceId = store.newId()) {
-  return { owner, workspaceDir: await store.ensure(workspaceId), workspaceWritable: true, readOnlyMounts: {} };
+async function specFor(owner: { userId: number; name: string }, workspaceId = store.newId(), readOnlyMounts: Record<string, string> = {}) {
+  return { owner, workspaceDir: await store.ensure(workspaceId), workspaceWritable: true, readOnlyMounts };
 }
 
 function newDriver(o: Partial<KubernetesDriverOptions> = {}): KubernetesDriver {
@@ -58,7 +60,7 @@ runDriverConformance({
   name: 'KubernetesDriver (stand-in API server, runsc)',
   newDriver: () => newDriver(),
   // The workspace is a claim the workspace store made; the spec names it.
-  spec: (owner) => specFor(owner),
+  spec: (owner) => specFor(owner, undefined, { '/skills': path.join(REPO_ROOT, 'skills'), '/tools': path.join(REPO_ROOT, 'tools') }),
 });
 
 describe('KubernetesDriver specifics', () => {
@@ -189,6 +191,27 @@ describe('KubernetesDriver specifics', () => {
     } finally {
       standin.deny.delete('create networkpolicies');
     }
+  });
+});
+
+describe('read-only mounts on a cluster', () => {
+  it('/skills and /tools travel in ConfigMaps the pod owns: readable, not writable, gone with the pod', async () => {
+    const driver = newDriver();
+    const h = await driver.start(await specFor({ userId: 91, name: 'reader' }, undefined, { '/skills': path.join(REPO_ROOT, 'skills'), '/tools': path.join(REPO_ROOT, 'tools') }));
+    const maps = () => standin.objects('configmaps', 'sandgate').filter((c) => c.metadata.ownerReferences?.[0]?.name === h.id);
+    try {
+      expect(maps().map((c) => c.metadata.name).sort()).toEqual([`${h.id}-skills`, `${h.id}-tools`]);
+      const r = await execOn(h, 'bash', 'ls /skills; ls /tools; touch /tools/x 2>&1 || echo refused; stat -c %U /tools/sandgate.ts');
+      expect(r.stdout).toContain('data-analysis');
+      expect(r.stdout).toContain('sandgate.ts');
+      expect(r.stdout).toMatch(/refused/);
+      expect(r.stdout).toMatch(/root\n$/);
+      const py = await execOn(h, 'python', "import sys; sys.path.insert(0, '/tools/python'); import sandgate_tools; print('ok')");
+      expect(py.stdout).toBe('ok\n');
+    } finally {
+      await driver.stop(h.id);
+    }
+    await eventually(async () => maps().length === 0, 10_000);
   });
 });
 

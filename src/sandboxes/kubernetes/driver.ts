@@ -22,6 +22,8 @@
  * pod's workspace (a pod's volumes are fixed at its creation). `health` says so.
  */
 import crypto from 'node:crypto';
+import fsp from 'node:fs/promises';
+import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import type WebSocket from 'isomorphic-ws';
 import type { Logger } from '../../logger.js';
@@ -32,7 +34,7 @@ import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpe
 import { apiStatus } from './api-status.js';
 import { clusterHealth } from './health.js';
 import { attachStreams, createdOf, waitRunning } from './pods.js';
-import { baseLabels, K8S_LABELS, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+import { baseLabels, K8S_LABELS, mountConfigMap, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
 
 export interface KubernetesDriverOptions extends PodSettings {
   kubeConfig: k8s.KubeConfig;
@@ -71,13 +73,20 @@ export class KubernetesDriver implements SandboxDriver {
     const who = spec.owner?.name ?? 'pool';
     await this.ensureNetworkPolicy();
     const name = `sandgate-${spec.owner ? `u${spec.owner.userId}-` : 'pool-'}${crypto.randomBytes(4).toString('hex')}`;
+    const mounts = new Map<string, MountFiles>();
+    for (const [mountPath, dir] of Object.entries(spec.readOnlyMounts)) mounts.set(mountPath, await readMountFiles(dir));
+    let uid: string;
     try {
-      await this.core.createNamespacedPod({ namespace: o.namespace, body: podManifest(spec, name, o) });
+      uid = (await this.core.createNamespacedPod({ namespace: o.namespace, body: podManifest(spec, name, o, mounts) })).metadata!.uid!;
     } catch (e) {
       const s = apiStatus(e);
       throw new SandboxError(`the cluster refused the sandbox's pod for ${who}: ${s?.message ?? (e as Error).message}`, 'start_failed');
     }
     try {
+      // The pod waits for its read-only mounts' ConfigMaps, which go with it when it goes.
+      for (const [mountPath, files] of mounts) {
+        await this.core.createNamespacedConfigMap({ namespace: o.namespace, body: mountConfigMap(name, uid, mountPath, files, o.gatewayId) });
+      }
       const createdAt = await waitRunning(o.kubeConfig, o.namespace, name, o.readyTimeoutMs ?? 120_000);
       const handle = await this.connect(name, createdAt);
       if (!(await this.pingSeparated(handle, 30_000))) {
@@ -267,4 +276,28 @@ function quantityBytes(q: string): number {
   if (!m) return 0;
   const mult: Record<string, number> = { '': 1, Ki: 1024, Mi: 1024 ** 2, Gi: 1024 ** 3, k: 1e3, M: 1e6, G: 1e9 };
   return Number(m[1]) * mult[m[2] ?? '']!;
+}
+
+/** Largest read-only mount carried (a ConfigMap holds at most 1 MiB, base64 takes a third more). */
+const MAX_MOUNT_BYTES = 700 * 1024;
+
+/** The regular files under `dir` (symlinks and caches left out), by relative path; a SandboxError when they are too large to carry. */
+export async function readMountFiles(dir: string): Promise<MountFiles> {
+  const files: MountFiles = new Map();
+  let total = 0;
+  const walk = async (rel: string): Promise<void> => {
+    for (const e of await fsp.readdir(path.join(dir, rel), { withFileTypes: true })) {
+      if (e.name === '__pycache__') continue;
+      const p = rel ? `${rel}/${e.name}` : e.name;
+      if (e.isDirectory()) await walk(p);
+      else if (e.isFile()) {
+        const data = await fsp.readFile(path.join(dir, p));
+        total += data.length;
+        if (total > MAX_MOUNT_BYTES) throw new SandboxError(`${dir} holds more than ${MAX_MOUNT_BYTES / 1024} KiB, more than a pod's read-only mount carries on Kubernetes`, 'start_failed');
+        files.set(p, data);
+      }
+    }
+  };
+  await walk('');
+  return files;
 }

@@ -28,6 +28,8 @@ export const NEEDED_PERMISSIONS: [verb: string, resource: string, subresource: s
   ['create', 'pods', 'attach', ''],
   ['get', 'pods', 'log', ''],
   ['create', 'persistentvolumeclaims', '', ''],
+  ['delete', 'persistentvolumeclaims', '', ''],
+  ['create', 'configmaps', '', ''],
   ['get', 'networkpolicies', '', 'networking.k8s.io'],
   ['create', 'networkpolicies', '', 'networking.k8s.io'],
 ];

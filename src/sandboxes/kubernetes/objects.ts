@@ -17,7 +17,7 @@
  *
  * The pids limit is the kubelet's (`podPidsLimit`), not the pod's: the preflight says so.
  */
-import type { V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
+import type { V1ConfigMap, V1NetworkPolicy, V1PersistentVolumeClaim, V1Pod, V1Volume, V1VolumeMount } from '@kubernetes/client-node';
 import type { SandboxSpec } from '../types.js';
 import { threadEnv } from '../run.js';
 
@@ -48,8 +48,35 @@ export interface PodSettings {
   cpus: number;
   tmpMb: number;
   imagePullPolicy?: 'IfNotPresent' | 'Always' | 'Never';
-  /** Read-only volumes by mount path (for /skills, /tools): a ConfigMap or an existing claim each. */
-  readOnlyVolumes?: Record<string, { configMap: string } | { claim: string }>;
+}
+
+/** The files of a read-only mount (/skills, /tools), by path relative to it: they travel in a ConfigMap of the pod's own. */
+export type MountFiles = Map<string, Buffer>;
+
+/** The ConfigMap that carries a pod's read-only mount at `mountPath`. */
+export function mountConfigMapName(podName: string, mountPath: string): string {
+  return `${podName}-${mountPath.replace(/[^a-z0-9]/g, '') || 'root'}`;
+}
+
+/**
+ * The ConfigMap holding `files` for the pod's mount, owned by the pod (the cluster deletes
+ * it with the pod). Keys are f0, f1… in the order of `files`; the pod's volume maps each to its path.
+ */
+export function mountConfigMap(podName: string, podUid: string, mountPath: string, files: MountFiles, gatewayId: string): V1ConfigMap {
+  const binaryData: Record<string, string> = {};
+  let i = 0;
+  for (const data of files.values()) binaryData[`f${i++}`] = data.toString('base64');
+  return {
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: mountConfigMapName(podName, mountPath),
+      labels: { ...baseLabels(gatewayId), [K8S_LABELS.component]: 'mount' },
+      ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: podName, uid: podUid, blockOwnerDeletion: false }],
+    },
+    immutable: true,
+    binaryData,
+  };
 }
 
 /** The claim holding the workspace with this id (the database's; base64url, so mapped to lowercase hex). */
@@ -69,7 +96,7 @@ export function labelValue(v: string): string {
   return cleaned || 'x';
 }
 
-export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1Pod {
+export function podManifest(spec: SandboxSpec, name: string, s: PodSettings, mounts: ReadonlyMap<string, MountFiles> = new Map()): V1Pod {
   const labels: Record<string, string> = { ...baseLabels(s.gatewayId), [K8S_LABELS.component]: spec.owner ? 'user' : 'pool' };
   const annotations: Record<string, string> = {};
   for (const [k, v] of Object.entries(spec.labels ?? {})) annotations[k] = v;
@@ -80,16 +107,16 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1
   const memory = `${s.memoryMb}Mi`;
   const cpu = `${Math.round(s.cpus * 1000)}m`;
   const volumes: V1Volume[] = [{ name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${s.tmpMb}Mi` } }];
-  const mounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: '/tmp' }];
+  const volumeMounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: '/tmp' }];
   if (spec.workspaceDir) {
     volumes.push({ name: 'workspace', persistentVolumeClaim: { claimName: spec.workspaceDir, readOnly: !spec.workspaceWritable } });
-    mounts.push({ name: 'workspace', mountPath: '/workspace', readOnly: !spec.workspaceWritable });
+    volumeMounts.push({ name: 'workspace', mountPath: '/workspace', readOnly: !spec.workspaceWritable });
   }
-  for (const [mountPath, source] of Object.entries(s.readOnlyVolumes ?? {})) {
-    if (!(mountPath in spec.readOnlyMounts)) continue;
+  for (const [mountPath, files] of mounts) {
     const vname = `ro-${mountPath.replace(/[^a-z0-9]/g, '')}`;
-    volumes.push('configMap' in source ? { name: vname, configMap: { name: source.configMap } } : { name: vname, persistentVolumeClaim: { claimName: source.claim, readOnly: true } });
-    mounts.push({ name: vname, mountPath, readOnly: true });
+    const items = [...files.keys()].map((p, i) => ({ key: `f${i}`, path: p, mode: 0o444 }));
+    volumes.push({ name: vname, configMap: { name: mountConfigMapName(name, mountPath), items, defaultMode: 0o444 } });
+    volumeMounts.push({ name: vname, mountPath, readOnly: true });
   }
   const env = [
     ...Object.entries(threadEnv(s.cpus)).map(([n, value]) => ({ name: n, value })),
@@ -139,7 +166,7 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings): V1
             requests: { memory, cpu, 'ephemeral-storage': '64Mi' },
             limits: { memory, cpu, 'ephemeral-storage': '64Mi' },
           },
-          volumeMounts: mounts,
+          volumeMounts,
         },
       ],
       volumes,
