@@ -41,6 +41,13 @@ export const POSTGRES_SUITES = [
  */
 export const REPLICA_SUITES = ['test/mcp-http.test.ts', 'test/agent.test.ts', 'test/web.test.ts', 'test/openai-api.test.ts'];
 
+/**
+ * The suites that run with sandboxes on a cluster (the `kubernetes` project): the Kubernetes
+ * driver through a stand-in API server (test/support/kube.ts) that backs each pod with a
+ * runsc container, one gateway on SQLite.
+ */
+export const KUBERNETES_SUITES = ['test/mcp-http.test.ts', 'test/kubernetes.test.ts'];
+
 // Not in the root config: a project that extends it would run the setup a second time.
 // Every temporary file of the run goes under one directory, removed at the end; for the
 // postgres project the setup also starts the cluster.
@@ -62,7 +69,7 @@ export default defineConfig({
           include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'scripts/**/*.test.ts'],
           globalSetup,
           // Set, not left out: a SANDGATE_TEST_DATABASE in the shell must not turn these to Postgres.
-          env: { SANDGATE_TEST_DATABASE: 'sqlite', SANDGATE_TEST_REPLICAS: '0' },
+          env: { SANDGATE_TEST_DATABASE: 'sqlite', SANDGATE_TEST_REPLICAS: '0', SANDGATE_TEST_DRIVER: 'docker' },
         },
       },
       {
@@ -71,7 +78,7 @@ export default defineConfig({
           name: 'postgres',
           include: POSTGRES_SUITES,
           globalSetup,
-          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '0' },
+          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '0', SANDGATE_TEST_DRIVER: 'docker' },
         },
       },
       {
@@ -80,7 +87,16 @@ export default defineConfig({
           name: 'replicas',
           include: REPLICA_SUITES,
           globalSetup,
-          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '2' },
+          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '2', SANDGATE_TEST_DRIVER: 'docker' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'kubernetes',
+          include: KUBERNETES_SUITES,
+          globalSetup,
+          env: { SANDGATE_TEST_DATABASE: 'sqlite', SANDGATE_TEST_REPLICAS: '0', SANDGATE_TEST_DRIVER: 'kubernetes' },
         },
       },
     ],

@@ -138,6 +138,22 @@ def segments(path):
     return parts
 
 
+def open_subdir(name, dir_fd):
+    """os.open(name, DIR_FLAGS, dir_fd=dir_fd) that never goes through a symlink, even
+    where the kernel does for O_DIRECTORY|O_NOFOLLOW (gVisor's follows a symlink to a
+    folder then): the entry is looked at first, and the folder opened must be that very
+    entry, or the entry was swapped meanwhile and is refused as a link."""
+    before = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(before.st_mode):
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
+    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    after = os.fstat(fd)
+    if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+        os.close(fd)
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), name)
+    return fd
+
+
 def open_dir(parts, create=False):
     """A descriptor of the folder `parts` names, walked from the root one component at
     a time with O_NOFOLLOW; with `create`, missing folders are made on the way."""
@@ -145,7 +161,7 @@ def open_dir(parts, create=False):
     try:
         for i, name in enumerate(parts):
             try:
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+                nxt = open_subdir(name, fd)
             except FileNotFoundError:
                 if not create:
                     raise
@@ -153,7 +169,7 @@ def open_dir(parts, create=False):
                     os.mkdir(name, 0o755, dir_fd=fd)
                 except FileExistsError:
                     pass
-                nxt = os.open(name, DIR_FLAGS, dir_fd=fd)
+                nxt = open_subdir(name, fd)
             except OSError as exc:
                 raise refusal(exc, '/'.join(parts[:i + 1]), fd, name)
             os.close(fd)
@@ -289,7 +305,7 @@ def remove_tree(dir_fd, name, budget, depth):
         return
     if depth >= MAX_DEPTH * 4:
         raise Refused('E2BIG', 'the folder is nested too deep to delete at once; delete its deepest parts first')
-    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    fd = open_subdir(name, dir_fd)
     try:
         with os.scandir(fd) as it:
             names = [e.name for e in it]

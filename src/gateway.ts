@@ -224,8 +224,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     store,
     logger,
     readiness: {
-      docker: quickCheck('docker'),
-      image: quickCheck('image'),
+      ...Object.fromEntries((driver.quickChecks ?? ['docker', 'image']).map((name) => [name, quickCheck(name)])),
       runtime: runtimeReadiness,
       ...(replica && { replica: async () => (draining ? { ok: false, detail: 'stopping: this gateway hands its sandboxes over to the others' } : { ok: true }) }),
     },

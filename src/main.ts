@@ -34,7 +34,7 @@ async function main(): Promise<void> {
     process.stderr.write(`\n  !!! ${w}\n\n`);
   }
 
-  if (config.workspaceBackend === 'loop') {
+  if (config.workspaceBackend === 'loop' && config.sandboxDriver === 'docker') {
     const problem = await loopBackendProblem();
     if (problem) {
       process.stderr.write(

@@ -1,6 +1,6 @@
 /**
- * Builds the sandbox stack from configuration: Docker client, driver, workspace
- * volumes and the manager. The one place that knows which driver is in use.
+ * Builds the sandbox stack from configuration: the driver (Docker, or Kubernetes), the
+ * workspace store (host volumes, or claims) and the manager. The one place that knows which driver is in use.
  */
 import fsp from 'node:fs/promises';
 import path from 'node:path';
@@ -11,7 +11,10 @@ import type { Logger } from '../logger.js';
 import type { Db } from '../store/store.js';
 import { DockerDriver } from './docker-driver.js';
 import { SandboxManager } from './manager.js';
-import type { SandboxDriver, SandboxOwner } from './types.js';
+import * as k8s from '@kubernetes/client-node';
+import type { SandboxDriver, SandboxOwner, WorkspaceStore } from './types.js';
+import { KubernetesDriver } from './kubernetes/driver.js';
+import { KubernetesWorkspaces } from './kubernetes/workspaces.js';
 import { WorkspaceVolumes } from './volumes.js';
 import { gatewayIdFor } from './gateway-id.js';
 import type { HopSigner } from '../replicas/hop-auth.js';
@@ -45,7 +48,29 @@ export function runtimeFor(config: Config): string {
   return config.sandboxRuntime === 'runsc' && config.runscPlatform === 'ptrace' ? 'runsc-ptrace' : config.sandboxRuntime;
 }
 
-export function createDriver(config: Config, logger: Logger): DockerDriver {
+/** The cluster's client settings: a kubeconfig file, or the pod's service account, or the usual places. */
+export function kubeConfigFor(config: Config): k8s.KubeConfig {
+  const kc = new k8s.KubeConfig();
+  if (config.k8sKubeconfig) kc.loadFromFile(config.k8sKubeconfig);
+  else kc.loadFromDefault();
+  return kc;
+}
+
+export function createDriver(config: Config, logger: Logger): SandboxDriver {
+  if (config.sandboxDriver === 'kubernetes') {
+    return new KubernetesDriver({
+      kubeConfig: kubeConfigFor(config),
+      namespace: config.k8sNamespace,
+      image: config.sandboxImage,
+      imagePullPolicy: config.k8sImagePullPolicy,
+      runtimeClassName: config.k8sRuntimeClass,
+      gatewayId: gatewayIdFor(config.dataDir),
+      memoryMb: config.sandboxMemoryMb,
+      cpus: config.sandboxCpus,
+      tmpMb: config.sandboxTmpMb,
+      logger,
+    });
+  }
   return new DockerDriver({
     docker: dockerClient(config),
     image: config.sandboxImage,
@@ -63,13 +88,27 @@ export function createDriver(config: Config, logger: Logger): DockerDriver {
 
 export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
   const driver = opts.driver ?? createDriver(config, logger);
-  const volumes = new WorkspaceVolumes({
-    dir: path.join(config.dataDir, 'workspaces'),
-    backend: config.workspaceBackend,
-    sizeMb: config.workspaceMb,
-  });
+  const onCluster = config.sandboxDriver === 'kubernetes';
+  const volumes: WorkspaceStore = onCluster
+    ? new KubernetesWorkspaces({
+        kubeConfig: kubeConfigFor(config),
+        namespace: config.k8sNamespace,
+        image: config.sandboxImage,
+        imagePullPolicy: config.k8sImagePullPolicy,
+        runtimeClassName: config.k8sRuntimeClass,
+        gatewayId: gatewayIdFor(config.dataDir),
+        sizeMb: config.workspaceMb,
+        storageClass: config.k8sStorageClass || undefined,
+        logger,
+      })
+    : new WorkspaceVolumes({
+        dir: path.join(config.dataDir, 'workspaces'),
+        backend: config.workspaceBackend,
+        sizeMb: config.workspaceMb,
+      });
   return new SandboxManager({
-    config,
+    // No cgroup of a pod is the gateway's to freeze: idle sandboxes on a cluster are stopped, never frozen.
+    config: onCluster ? { ...config, freezeAfterMs: 0, freezeRewarmSec: 0 } : config,
     db,
     logger,
     driver,

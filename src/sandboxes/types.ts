@@ -109,6 +109,8 @@ export interface HealthCheck {
  */
 export interface SandboxDriver {
   readonly name: string;
+  /** The names of `health`'s quick checks, for /readyz. Default: docker, image. */
+  readonly quickChecks?: readonly string[];
   /**
    * Named checks that sandboxes can run here (for /readyz and the start), each saying
    * what to fix. Quick ones always; with `full`, also the slow proof that the runtime

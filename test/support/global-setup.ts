@@ -15,7 +15,9 @@ import os from 'node:os';
 import path from 'node:path';
 import type { TestProject } from 'vitest/node';
 import { mountPoints } from '../../src/sandboxes/volumes.js';
+import Docker from 'dockerode';
 import { startPostgresCluster, type PgCluster } from './postgres.js';
+import { STANDIN_LABEL } from './kube-standin.js';
 
 interface RunDir {
   dir: string;
@@ -85,8 +87,17 @@ export default async function setup(project: TestProject): Promise<() => Promise
         // Before the directory goes: the cluster's files are in it.
         await cluster.stop();
       }
+      // Pods of stand-in API servers (the kubernetes project's) that a test process left.
+      if (project.config.env?.SANDGATE_TEST_DRIVER === 'kubernetes') await removeStandinContainers();
     } finally {
       await leaveRunDir(run);
     }
   };
+}
+
+async function removeStandinContainers(): Promise<void> {
+  const docker = new Docker();
+  for (const c of await docker.listContainers({ all: true, filters: { label: [STANDIN_LABEL] } }).catch(() => [])) {
+    await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+  }
 }

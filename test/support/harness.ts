@@ -16,6 +16,7 @@ import { openStore, type Store } from '../../src/store/store.js';
 import { MIGRATIONS } from '../../src/migrations.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
 import { testDatabaseEnv } from './store.js';
+import { driverEnv } from './kube.js';
 
 export interface Harness {
   config: Config;
@@ -61,6 +62,7 @@ export async function createHarness(opts: HarnessOptions = {}): Promise<Harness>
     SANDGATE_WARM_POOL_SIZE: '0',
     SANDGATE_LOG_LEVEL: process.env.SANDGATE_TEST_LOG_LEVEL ?? 'silent',
     ...(await databaseEnvFor(dataDir)),
+    ...(await driverEnv()),
     ...opts.env,
   });
   const logger = createLogger(config.logLevel);

@@ -82,7 +82,8 @@ export interface KubeStandin {
   close(): Promise<void>;
 }
 
-const STANDIN_LABEL = 'org.sandgate.kube-standin';
+/** The label of every container a stand-in started (the test run's teardown removes any left). */
+export const STANDIN_LABEL = 'org.sandgate.kube-standin';
 const TOKEN_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** Kinds served, by resource name: their group/version, kind, namespaced, and the schema check. */

@@ -25,6 +25,7 @@ import type { McpDeps } from '../../src/mcp/context.js';
 import { ensureUser } from '../../src/accounts/accounts.js';
 import { createToken } from '../../src/tokens/tokens.js';
 import type { Upstream } from '../../src/upstream/index.js';
+import { driverEnv } from './kube.js';
 import { databaseEnvFor, type Harness } from './harness.js';
 import { killAndClean, startGatewayProcess, type GatewayProcess } from './gateway-process.js';
 import { startHaproxy, type Haproxy } from './haproxy.js';
@@ -92,6 +93,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<Gateway> 
     SANDGATE_UPSTREAM_HOME_DIR: `${dataDir}-homes`,
     // SQLite in the data directory, or in the `postgres` project its own Postgres database.
     ...(await databaseEnvFor(dataDir)),
+    // Docker, or in the kubernetes project a cluster (the stand-in API server).
+    ...(await driverEnv()),
     ...opts.env,
   };
   const config = configFor(settings);

@@ -48,6 +48,7 @@ const isCode = (e: unknown, code: number) => apiStatus(e)?.code === code;
 
 export class KubernetesDriver implements SandboxDriver {
   readonly name = 'kubernetes';
+  readonly quickChecks = ['api', 'namespace', 'runtimeClass', 'permissions'] as const;
   private readonly log: Logger;
   readonly core: k8s.CoreV1Api;
   readonly networking: k8s.NetworkingV1Api;
