@@ -53,6 +53,13 @@ case "$cmd" in
     # Debian's HAProxy: the replicas' tests send every request through a real load balancer.
     command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
     command -v chromium >/dev/null 2>&1 || need+=(chromium fonts-dejavu-core)
+    # The Helm chart is rendered with Helm's engine, Go's text/template and sprig, from
+    # Debian (helm itself is not packaged): test/support/helm.ts builds the renderer.
+    command -v go >/dev/null 2>&1 || need+=(golang-go)
+    [ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || need+=(golang-github-masterminds-sprig-dev)
+    [ -d /usr/share/gocode/src/gopkg.in/yaml.v3 ] || need+=(golang-gopkg-yaml.v3-dev)
+    # The stand-in Kubernetes API server's certificates.
+    command -v openssl >/dev/null 2>&1 || need+=(openssl)
     [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
     t0=$(date +%s)
     log "type check"
