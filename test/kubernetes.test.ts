@@ -16,6 +16,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { kubernetesWanted, testStandin, TEST_NAMESPACE } from './support/kube.js';
 import { callTool, startGateway, toolText, type Gateway } from './support/mcp.js';
 import { eventually } from './support/until.js';
+import { webSession } from './support/web-session.js';
+import { ensureUser } from '../src/accounts/accounts.js';
 
 const call = callTool<CallToolResult>;
 const sandboxPods = async () => (await testStandin()).objects('pods', TEST_NAMESPACE).filter((p) => ['user', 'pool'].includes(p.metadata.labels?.['app.kubernetes.io/component']));
@@ -95,7 +97,13 @@ describe.runIf(kubernetesWanted())('a gateway whose sandboxes are pods', () => {
     }, 15_000);
   });
 
-  it('the admin view lists the pod, and stopping it deletes the pod', async () => {
+  it('the admin page lists the pod, names what a cluster does not give as not available, and stopping it deletes the pod', async () => {
+    const admin = await ensureUser(gw.harness.store.db, 'root-admin', { isAdmin: true });
+    const page = await (await (await webSession(gw, admin)).get('/admin', { htmx: false })).text();
+    expect(page).toMatch(/<strong>freezing<\/strong>: not available/);
+    expect(page).toMatch(/<strong>runtimeProcesses<\/strong>: not available/);
+    expect(page).toMatch(/<strong>runtime<\/strong>: ok — a test pod under RuntimeClass gvisor runs on gVisor/);
+    expect(page).toContain('kate');
     const list = await gw.harness.manager.list();
     expect(list).toHaveLength(1);
     const owner = list[0]!;

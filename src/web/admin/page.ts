@@ -44,7 +44,7 @@ export interface AdminDeps {
   auth: WebSessions;
   live: LiveHub;
   /** The preflight's last verdict (checks by name). */
-  preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string }> };
+  preflight: () => { ok: boolean; checks: Record<string, { ok: boolean; detail: string; notAvailable?: boolean }> };
 }
 
 export interface AdminPage {
@@ -108,7 +108,7 @@ function adminGate(deps: AdminDeps): RequestHandler {
 export function adminPage(deps: AdminDeps): AdminPage {
   const { db, sandboxes, auth, live, config } = deps;
   const log = deps.logger.child({ module: 'admin' });
-  const runtime = () => `${config.sandboxRuntime}: ${deps.preflight().checks.runtime?.detail ?? 'not checked yet'}`;
+  const runtime = () => `${config.sandboxDriver === 'kubernetes' ? `pods under RuntimeClass ${config.k8sRuntimeClass}` : config.sandboxRuntime}: ${deps.preflight().checks.runtime?.detail ?? 'not checked yet'}`;
   const monitor = new SandboxMonitor({ config, db, sandboxes, logger: deps.logger, runtime });
   const admin = (req: Request) => req.user as User;
   const page = (req: Request) => ({ user: admin(req), csrf: auth.csrfToken(req) });
