@@ -6,7 +6,7 @@
  * Served, as the API server serves them (JSON, `Status` objects for errors):
  * - `GET /version`;
  * - pods, persistentvolumeclaims, configmaps (core/v1), networkpolicies (networking.k8s.io/v1) in a
- *   namespace: create, get, list with label and field selectors, delete, and watch
+ *   namespace: create, get, list with label and field selectors, JSON patch, delete, and watch
  *   (`?watch=true`: one JSON event per line, the existing objects first as ADDED);
  * - runtimeclasses (node.k8s.io/v1, cluster-wide): get, list, create, delete;
  * - `pods/{name}/attach` over the WebSocket channel protocol (v5.channel.k8s.io, v4…):
@@ -454,6 +454,12 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
 
   // --- the REST API
   async function readJson(req: http.IncomingMessage): Promise<Obj> {
+    const v = await readJsonAny(req);
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new ApiError(400, 'BadRequest', 'the body of the request was in an unknown format: not an object');
+    return v as Obj;
+  }
+
+  async function readJsonAny(req: http.IncomingMessage): Promise<unknown> {
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const c of req) {
@@ -462,9 +468,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       chunks.push(c as Buffer);
     }
     try {
-      const v = JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
-      if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new Error('not an object');
-      return v as Obj;
+      return JSON.parse(Buffer.concat(chunks).toString('utf8')) as unknown;
     } catch (e) {
       throw new ApiError(400, 'BadRequest', `the body of the request was in an unknown format: ${(e as Error).message}`);
     }
@@ -595,6 +599,27 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
         }
         remove(resource, namespace, name);
         return send(200, { kind: 'Status', apiVersion: 'v1', metadata: {}, status: 'Success', details: { name, kind: resource } });
+      }
+      if (req.method === 'PATCH') {
+        forbid('patch', resource, r.group, namespace, undefined, name);
+        const o = store.get(resource)!.get(key(namespace, name));
+        if (!o) throw new ApiError(404, 'NotFound', `${resource}${r.group ? `.${r.group}` : ''} "${name}" not found`);
+        if (!String(req.headers['content-type']).startsWith('application/json-patch+json')) throw new ApiError(415, 'UnsupportedMediaType', `the stand-in takes JSON patches only (${req.headers['content-type']})`);
+        const ops = (await readJsonAny(req)) as Obj[];
+        if (!Array.isArray(ops)) throw new ApiError(400, 'BadRequest', 'a JSON patch is an array of operations');
+        const patched = structuredClone(o);
+        for (const op of ops) applyJsonPatchOp(patched, op);
+        for (const f of ['name', 'namespace', 'uid', 'creationTimestamp']) if (patched.metadata?.[f] !== o.metadata[f]) throw new ApiError(422, 'Invalid', `metadata.${f}: field is immutable`);
+        if (o.immutable && (JSON.stringify(patched.data) !== JSON.stringify(o.data) || JSON.stringify(patched.binaryData) !== JSON.stringify(o.binaryData))) {
+          throw new ApiError(422, 'Invalid', `${r.kind} "${name}" is invalid: data: Forbidden: field is immutable when \`immutable\` is set`);
+        }
+        checkMetadata(r.kind, patched.metadata);
+        try {
+          r.validate(patched);
+        } catch (e) {
+          throw new ApiError(422, 'Invalid', `${r.kind} "${name}" is invalid: ${(e as Error).message.slice(0, 2000)}`);
+        }
+        return send(200, put(resource, patched, namespace, 'MODIFIED'));
       }
       throw new ApiError(405, 'MethodNotAllowed', `the server does not allow this method on the requested resource`);
     }
@@ -746,6 +771,26 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
     fs.rmSync(root, { recursive: true, force: true });
   }
   return self;
+}
+
+/** One operation of a JSON patch (RFC 6902): add, replace and remove, on a JSON pointer. */
+function applyJsonPatchOp(target: Obj, op: Obj): void {
+  if (typeof op?.path !== 'string' || !op.path.startsWith('/')) throw new ApiError(422, 'Invalid', 'a patch operation needs a path');
+  const parts = op.path.slice(1).split('/').map((p: string) => p.replaceAll('~1', '/').replaceAll('~0', '~'));
+  const last = parts.pop()!;
+  let at: Obj = target;
+  for (const p of parts) {
+    if (at[p] === undefined || typeof at[p] !== 'object') throw new ApiError(422, 'Invalid', `the patch's path ${op.path} does not exist`);
+    at = at[p] as Obj;
+  }
+  if (op.op === 'add' || op.op === 'replace') {
+    if (Array.isArray(at) && last === '-') (at as unknown[]).push(op.value);
+    else (at as Obj)[last] = op.value;
+  } else if (op.op === 'remove') {
+    delete (at as Obj)[last];
+  } else {
+    throw new ApiError(422, 'Invalid', `the stand-in applies add, replace and remove (not ${String(op.op)})`);
+  }
 }
 
 /** A CA and a server certificate for 127.0.0.1 it signed, made with openssl. */

@@ -34,7 +34,7 @@ import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpe
 import { apiStatus } from './api-status.js';
 import { clusterHealth } from './health.js';
 import { attachStreams, createdOf, waitRunning } from './pods.js';
-import { baseLabels, K8S_LABELS, mountConfigMap, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+import { baseLabels, K8S_LABELS, mountConfigMap, ownerReference, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
 
 export interface KubernetesDriverOptions extends PodSettings {
   kubeConfig: k8s.KubeConfig;
@@ -76,17 +76,26 @@ export class KubernetesDriver implements SandboxDriver {
     const name = `sandgate-${spec.owner ? `u${spec.owner.userId}-` : 'pool-'}${crypto.randomBytes(4).toString('hex')}`;
     const mounts = new Map<string, MountFiles>();
     for (const [mountPath, dir] of Object.entries(spec.readOnlyMounts)) mounts.set(mountPath, await readMountFiles(dir));
+    // The read-only mounts' ConfigMaps first, so that the kubelet finds them at once; then
+    // the pod; then each made the pod's (the cluster deletes them with it).
+    const made: string[] = [];
+    const dropMaps = () => Promise.all(made.map((n) => this.core.deleteNamespacedConfigMap({ name: n, namespace: o.namespace }).catch(() => {})));
     let uid: string;
     try {
+      for (const [mountPath, files] of mounts) {
+        const cm = mountConfigMap(name, mountPath, files, o.gatewayId);
+        await this.core.createNamespacedConfigMap({ namespace: o.namespace, body: cm });
+        made.push(cm.metadata!.name!);
+      }
       uid = (await this.core.createNamespacedPod({ namespace: o.namespace, body: podManifest(spec, name, o, mounts) })).metadata!.uid!;
     } catch (e) {
+      await dropMaps();
       const s = apiStatus(e);
       throw new SandboxError(`the cluster refused the sandbox's pod for ${who}: ${s?.message ?? (e as Error).message}`, 'start_failed');
     }
     try {
-      // The pod waits for its read-only mounts' ConfigMaps, which go with it when it goes.
-      for (const [mountPath, files] of mounts) {
-        await this.core.createNamespacedConfigMap({ namespace: o.namespace, body: mountConfigMap(name, uid, mountPath, files, o.gatewayId) });
+      for (const n of made) {
+        await this.core.patchNamespacedConfigMap({ name: n, namespace: o.namespace, body: [{ op: 'add', path: '/metadata/ownerReferences', value: [ownerReference(name, uid)] }] });
       }
       const createdAt = await waitRunning(o.kubeConfig, o.namespace, name, o.readyTimeoutMs ?? 120_000);
       const handle = await this.connect(name, createdAt);
@@ -101,6 +110,7 @@ export class KubernetesDriver implements SandboxDriver {
       return handle;
     } catch (e) {
       await this.stop(name).catch(() => {});
+      await dropMaps();
       if (e instanceof SandboxError) throw e;
       throw new SandboxError(`the sandbox did not start: ${(e as Error).message}`, 'start_failed');
     }

@@ -30,6 +30,8 @@ export const NEEDED_PERMISSIONS: [verb: string, resource: string, subresource: s
   ['create', 'persistentvolumeclaims', '', ''],
   ['delete', 'persistentvolumeclaims', '', ''],
   ['create', 'configmaps', '', ''],
+  ['patch', 'configmaps', '', ''],
+  ['delete', 'configmaps', '', ''],
   ['get', 'networkpolicies', '', 'networking.k8s.io'],
   ['create', 'networkpolicies', '', 'networking.k8s.io'],
 ];

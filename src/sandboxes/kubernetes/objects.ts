@@ -58,11 +58,17 @@ export function mountConfigMapName(podName: string, mountPath: string): string {
   return `${podName}-${mountPath.replace(/[^a-z0-9]/g, '') || 'root'}`;
 }
 
+/** What makes an object the pod's: the cluster's garbage collector deletes it with the pod. */
+export function ownerReference(podName: string, podUid: string) {
+  return { apiVersion: 'v1', kind: 'Pod', name: podName, uid: podUid, blockOwnerDeletion: false };
+}
+
 /**
- * The ConfigMap holding `files` for the pod's mount, owned by the pod (the cluster deletes
- * it with the pod). Keys are f0, f1… in the order of `files`; the pod's volume maps each to its path.
+ * The ConfigMap holding `files` for the pod's mount, made before the pod and then given
+ * to it (ownerReference). Keys are f0, f1… in the order of `files`; the pod's volume
+ * maps each to its path.
  */
-export function mountConfigMap(podName: string, podUid: string, mountPath: string, files: MountFiles, gatewayId: string): V1ConfigMap {
+export function mountConfigMap(podName: string, mountPath: string, files: MountFiles, gatewayId: string): V1ConfigMap {
   const binaryData: Record<string, string> = {};
   let i = 0;
   for (const data of files.values()) binaryData[`f${i++}`] = data.toString('base64');
@@ -72,7 +78,7 @@ export function mountConfigMap(podName: string, podUid: string, mountPath: strin
     metadata: {
       name: mountConfigMapName(podName, mountPath),
       labels: { ...baseLabels(gatewayId), [K8S_LABELS.component]: 'mount' },
-      ownerReferences: [{ apiVersion: 'v1', kind: 'Pod', name: podName, uid: podUid, blockOwnerDeletion: false }],
+      annotations: { 'sandgate.dev/pod': podName },
     },
     immutable: true,
     binaryData,
