@@ -58,6 +58,8 @@ describe('DockerDriver specifics', () => {
     expect(h.ReadonlyRootfs).toBe(true);
     expect(h.CapDrop).toEqual(['ALL']);
     expect(h.CapAdd).toEqual(['SETUID', 'SETGID', 'KILL']);
+    // What code prints travels on the runner's stdout: dockerd keeps no log of it.
+    expect(h.LogConfig).toEqual({ Type: 'none', Config: {} });
     expect(h.SecurityOpt).toContain('no-new-privileges');
     expect(h.Memory).toBe(h.MemorySwap);
     expect(h.PidsLimit).toBeGreaterThanOrEqual(64);

@@ -122,7 +122,10 @@ export class DockerDriver implements SandboxDriver {
         Mounts: mounts,
         IpcMode: 'private',
         RestartPolicy: { Name: 'no' },
-        LogConfig: { Type: 'json-file', Config: { 'max-size': '1m', 'max-file': '1' } },
+        // No log: the runner's stdout is the protocol, which carries what code prints (users'
+        // data, before the PII boundary); attach works without one, and the gateway logs the
+        // runner's stderr itself.
+        LogConfig: { Type: 'none', Config: {} },
       },
     };
   }

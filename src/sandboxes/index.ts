@@ -68,6 +68,7 @@ export function createDriver(config: Config, logger: Logger): SandboxDriver {
       memoryMb: config.sandboxMemoryMb,
       cpus: config.sandboxCpus,
       tmpMb: config.sandboxTmpMb,
+      nproc: config.sandboxNproc,
       logger,
     });
   }

@@ -9,8 +9,9 @@
  *   namespace: create, get, list with label and field selectors, JSON patch, delete, and watch
  *   (`?watch=true`: one JSON event per line, the existing objects first as ADDED);
  * - runtimeclasses (node.k8s.io/v1, cluster-wide): get, list, create, delete;
- * - `pods/{name}/attach` over the WebSocket channel protocol (v5.channel.k8s.io, v4…):
- *   stdin on channel 0, stdout 1, stderr 2, the status on 3 when the container ends;
+ * - `pods/{name}/attach` and `pods/{name}/exec` over the WebSocket channel protocol
+ *   (v5.channel.k8s.io, v4…): stdin on channel 0, stdout 1, stderr 2, the status on 3
+ *   when the container or command ends (an exec's exit code in it, as the kubelet says it);
  * - `pods/{name}/log`; pod metrics (metrics.k8s.io/v1beta1, as metrics-server gives them);
  * - selfsubjectaccessreviews (authorization.k8s.io/v1).
  *
@@ -664,26 +665,36 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
     calls.push(`${req.method} ${url.pathname}`);
     if (self.down) return void socket.destroy();
     if (req.headers.authorization !== `Bearer ${token}`) return refuseUpgrade(socket, new ApiError(401, 'Unauthorized', 'Unauthorized'));
-    const m = url.pathname.match(/^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/attach$/);
+    const m = url.pathname.match(/^\/api\/v1\/namespaces\/([^/]+)\/pods\/([^/]+)\/(attach|exec)$/);
     if (!m) return refuseUpgrade(socket, new ApiError(404, 'NotFound', 'the server could not find the requested resource'));
-    const [, ns, name] = m;
+    const [, ns, name, sub] = m as unknown as [string, string, string, 'attach' | 'exec'];
     try {
-      forbid('create', 'pods', '', ns!, 'attach', name);
+      forbid('create', 'pods', '', ns, sub, name);
     } catch (e) {
       return refuseUpgrade(socket, e as ApiError);
     }
-    const pod = store.get('pods')!.get(key(ns!, name!));
+    const pod = store.get('pods')!.get(key(ns, name));
     if (!pod) return refuseUpgrade(socket, new ApiError(404, 'NotFound', `pods "${name}" not found`));
     const c = pod.spec.containers[0] as Obj;
     const wanted = url.searchParams.get('container');
     if (wanted && wanted !== c.name) return refuseUpgrade(socket, new ApiError(400, 'BadRequest', `container ${wanted} is not valid for pod ${name}`));
-    const cid = containers.get(key(ns!, name!));
+    const cid = containers.get(key(ns, name));
     if (pod.status?.phase !== 'Running' || !cid) return refuseUpgrade(socket, new ApiError(400, 'BadRequest', `container ${c.name} in pod ${name} is not running`));
     const wantStdin = url.searchParams.get('stdin') === 'true';
-    if (wantStdin && !c.stdin) return refuseUpgrade(socket, new ApiError(400, 'BadRequest', `container ${c.name} in pod ${name} does not take stdin`));
+    if (sub === 'attach' && wantStdin && !c.stdin) return refuseUpgrade(socket, new ApiError(400, 'BadRequest', `container ${c.name} in pod ${name} does not take stdin`));
+    const command = url.searchParams.getAll('command');
+    if (sub === 'exec' && !command.length) return refuseUpgrade(socket, new ApiError(400, 'BadRequest', 'you must specify at least 1 command'));
     let stream: Duplex;
+    /** The exec's exit code, once it ended (exec only). */
+    let exitCode: () => Promise<number | null> = async () => null;
     try {
-      stream = (await docker.getContainer(cid).attach({ stream: true, stdin: wantStdin, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+      if (sub === 'attach') {
+        stream = (await docker.getContainer(cid).attach({ stream: true, stdin: wantStdin, stdout: true, stderr: true, hijack: true })) as unknown as Duplex;
+      } else {
+        const ex = await docker.getContainer(cid).exec({ Cmd: command, AttachStdin: wantStdin, AttachStdout: true, AttachStderr: true, Tty: false });
+        stream = (await ex.start({ hijack: true, stdin: wantStdin })) as unknown as Duplex;
+        exitCode = async () => (await ex.inspect().catch(() => undefined))?.ExitCode ?? null;
+      }
     } catch (e) {
       return refuseUpgrade(socket, new ApiError(500, 'InternalError', (e as Error).message));
     }
@@ -695,22 +706,27 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       if (url.searchParams.get('stdout') !== 'false') out.on('data', frame(1));
       if (url.searchParams.get('stderr') !== 'false') err.on('data', frame(2));
       let ended = false;
-      const end = () => {
+      const end = async () => {
         if (ended) return;
         ended = true;
-        if (ws.readyState === ws.OPEN) {
-          ws.send(Buffer.concat([Buffer.from([3]), Buffer.from(JSON.stringify({ metadata: {}, status: 'Success' }))]));
-          ws.close(1000);
-        }
+        const code = await exitCode();
+        if (ws.readyState !== ws.OPEN) return;
+        const st = !code
+          ? { metadata: {}, status: 'Success' }
+          : { metadata: {}, status: 'Failure', message: `command terminated with non-zero exit code: error executing command [${command.join(' ')}], exit code ${code}`, reason: 'NonZeroExitCode', details: { causes: [{ reason: 'ExitCode', message: String(code) }] } };
+        ws.send(Buffer.concat([Buffer.from([3]), Buffer.from(JSON.stringify(st))]));
+        ws.close(1000);
       };
-      stream.on('end', end);
-      stream.on('close', end);
-      stream.on('error', end);
+      stream.on('end', () => void end());
+      stream.on('close', () => void end());
+      stream.on('error', () => void end());
       ws.on('message', (data: Buffer, isBinary: boolean) => {
         const b = isBinary ? data : Buffer.from(data.toString(), 'utf8');
         if (b.length === 0) return;
         if (b[0] === 0 && wantStdin) stream.write(b.subarray(1));
-        // 255 0: the client closes its stdin (v5). Other channels (resize) mean nothing without a tty.
+        // 255 0: the client closes its stdin (v5): the process sees its end.
+        else if (b[0] === 255 && b[1] === 0 && wantStdin) stream.end();
+        // Other channels (resize) mean nothing without a tty.
       });
       ws.on('close', () => stream.destroy());
       ws.on('error', () => stream.destroy());

@@ -96,3 +96,50 @@ class GatewayChannelTest(RunnerCase):
 
 if __name__ == '__main__':
     unittest.main()
+
+
+class SocketChannelTest(unittest.TestCase):
+    """The channel on a cluster: a socket in a root-only folder; a new gateway's connection
+    replaces the one before, and events go to whichever is connected."""
+
+    def test_newest_connection_wins(self):
+        import json
+        import socket
+        import threading
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        from sandgate_runner.parent.gateway_channel import Emitter, SocketChannel
+        folder = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, folder, True)
+        path = os.path.join(folder, 'run', 'runner.sock')
+        emitter = Emitter(None)
+        channel = SocketChannel(path, emitter)
+        channel.bind()
+        self.assertEqual(os.stat(os.path.dirname(path)).st_mode & 0o777, 0o700)
+        self.assertEqual(os.stat(path).st_mode & 0o777, 0o600)
+        got = []
+
+        def serve():
+            for line in channel.lines():
+                req = json.loads(line)
+                got.append(req['n'])
+                emitter.emit({'type': 'pong', 'id': req['n']})
+        threading.Thread(target=serve, daemon=True).start()
+        emitter.emit({'type': 'dropped'})  # nobody connected: dropped, no error
+
+        def connect():
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            s.settimeout(5)
+            return s, s.makefile('rb')
+        a, a_in = connect()
+        a.sendall(b'{"n": 1}\n')
+        self.assertEqual(json.loads(a_in.readline())['id'], 1)
+        b, b_in = connect()
+        time.sleep(0.2)
+        # The first gateway's connection is closed for it; the second's is heard.
+        self.assertEqual(a_in.readline(), b'')
+        b.sendall(b'{"n": 2}\n')
+        self.assertEqual(json.loads(b_in.readline()), {'type': 'pong', 'id': 2})
+        self.assertEqual(got, [1, 2])
+        b.close()
+        a.close()

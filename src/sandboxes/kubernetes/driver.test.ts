@@ -120,6 +120,24 @@ describe('KubernetesDriver specifics', () => {
     expect(driver.name).toBe('kubernetes');
   });
 
+  it('what code prints reaches no log of the cluster: the runner is reached by exec, not through the container’s stdout', async () => {
+    const driver = newDriver();
+    const h = await driver.start(await specFor({ userId: 83, name: 'quiet' }));
+    try {
+      const secret = `card-4111-1111-${Date.now()}`;
+      expect((await execOn(h, 'python', `print(${JSON.stringify(secret)})`)).stdout).toBe(`${secret}\n`);
+      const log = await kubeConfig().makeApiClient(k8s.CoreV1Api).readNamespacedPodLog({ name: h.id, namespace: 'sandgate' });
+      expect(String(log)).not.toContain(secret);
+      expect(String(log)).not.toContain('"type"');
+      // Code (uid 1000) cannot reach the runner's socket to speak for the gateway.
+      const r = await execOn(h, 'bash', 'ls -ld /run/sandgate; python3 -c "import socket; s = socket.socket(socket.AF_UNIX); s.connect(\'/run/sandgate/runner.sock\')" 2>&1 | tail -n 1');
+      expect(r.stdout).toMatch(/^drwx------ \d+ root root/);
+      expect(r.stdout).toMatch(/PermissionError|Permission denied/);
+    } finally {
+      await driver.stop(h.id);
+    }
+  });
+
   it('the workspace is the user’s claim: files outlive the pod and reach the next one', async () => {
     const driver = newDriver();
     const owner = { userId: 78, name: 'keeper' };
@@ -261,16 +279,16 @@ describe('preflight on a cluster', () => {
   });
 
   it('names each missing part and its fix', async () => {
-    standin.deny.add('create pods/attach');
+    standin.deny.add('create pods/exec');
     try {
       const checks = await newDriver({ runtimeClassName: 'gvisor-missing', namespace: 'nowhere' }).health({ full: true });
       expect(checks.namespace).toMatchObject({ ok: false });
       expect(checks.namespace!.detail).toMatch(/nowhere.*create it/);
       expect(checks.runtimeClass!.detail).toMatch(/gvisor-missing.*RuntimeClass/);
-      expect(checks.permissions!.detail).toMatch(/may not: create pods\/attach/);
+      expect(checks.permissions!.detail).toMatch(/may not: create pods\/exec/);
       expect(checks.runtime).toMatchObject({ ok: false });
     } finally {
-      standin.deny.delete('create pods/attach');
+      standin.deny.delete('create pods/exec');
     }
   });
 

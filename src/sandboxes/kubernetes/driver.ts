@@ -12,9 +12,11 @@
  *   a start is refused when it cannot be (no sandbox runs without it).
  * - Labels find a pod again (installation, owner id), so any replica lists and adopts
  *   what another started; the owner's login and the gateway's own labels are annotations.
- * - The runner is reached through the pod's `attach` on the API server (WebSocket channel
- *   protocol): stdin carries requests, stdout the runner's lines. A pod that ends closes
- *   the stream, which ends the handle, as a container's does under Docker.
+ * - The runner is reached through `exec` on the API server (WebSocket channel protocol):
+ *   a relay in the pod joins the exec's stdio to the runner's socket. Not `attach`: the
+ *   kubelet writes a container's own stdout to the node's logs, and what code prints is
+ *   the users' data. A pod that ends closes the stream, which ends the handle, as a
+ *   container's does under Docker.
  * - Stats come from the metrics API (metrics-server), the limit from the pod's spec.
  *
  * What Kubernetes does not offer is not offered: no cgroup freezing of idle sandboxes and
@@ -33,8 +35,8 @@ import { ConnectedSandbox, RunnerConnection } from '../runner-connection.js';
 import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpec, SandboxStats } from '../types.js';
 import { apiStatus } from './api-status.js';
 import { clusterHealth } from './health.js';
-import { attachStreams, createdOf, waitRunning } from './pods.js';
-import { baseLabels, K8S_LABELS, mountConfigMap, ownerReference, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+import { createdOf, execStreams, waitRunning } from './pods.js';
+import { baseLabels, K8S_LABELS, mountConfigMap, ownerReference, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RELAY_COMMAND, RUNNER_CONTAINER, type PodSettings } from './objects.js';
 
 export interface KubernetesDriverOptions extends PodSettings {
   kubeConfig: k8s.KubeConfig;
@@ -53,7 +55,7 @@ export class KubernetesDriver implements SandboxDriver {
   readonly core: k8s.CoreV1Api;
   readonly networking: k8s.NetworkingV1Api;
   private readonly custom: k8s.CustomObjectsApi;
-  private readonly attacher: k8s.Attach;
+  private readonly exec: k8s.Exec;
   /** The NetworkPolicy is known to exist (checked once, then at every failed start). */
   private policyChecked = false;
 
@@ -62,7 +64,7 @@ export class KubernetesDriver implements SandboxDriver {
     this.core = opts.kubeConfig.makeApiClient(k8s.CoreV1Api);
     this.networking = opts.kubeConfig.makeApiClient(k8s.NetworkingV1Api);
     this.custom = opts.kubeConfig.makeApiClient(k8s.CustomObjectsApi);
-    this.attacher = new k8s.Attach(opts.kubeConfig);
+    this.exec = new k8s.Exec(opts.kubeConfig);
   }
 
   health(opts: { full?: boolean } = {}): Promise<Record<string, HealthCheck>> {
@@ -223,7 +225,7 @@ export class KubernetesDriver implements SandboxDriver {
 
   private async connect(name: string, createdAt: number): Promise<KubernetesSandbox> {
     const log = this.log.child({ pod: name });
-    const { stdin, stdout, stderr, ws } = await attachStreams(this.attacher, this.opts.namespace, name);
+    const { stdin, stdout, stderr, ws } = await execStreams(this.exec, this.opts.namespace, name, RELAY_COMMAND);
     stderr.setEncoding('utf8');
     stderr.on('data', (d: string) => log.debug({ runner: d.trimEnd() }, 'runner stderr'));
     const connection = new RunnerConnection(stdin, stdout, (line) => log.warn({ line }, 'runner protocol'));
@@ -254,7 +256,7 @@ class KubernetesSandbox extends ConnectedSandbox implements SandboxHandle {
     super();
   }
 
-  /** Closes the attach stream; the pod keeps running for the next gateway to adopt. */
+  /** Closes the exec stream (its relay ends); the pod keeps running for the next gateway to adopt. */
   detach(): void {
     this.ws.close();
   }

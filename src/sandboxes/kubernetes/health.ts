@@ -25,7 +25,7 @@ export const NEEDED_PERMISSIONS: [verb: string, resource: string, subresource: s
   ['list', 'pods', '', ''],
   ['watch', 'pods', '', ''],
   ['delete', 'pods', '', ''],
-  ['create', 'pods', 'attach', ''],
+  ['create', 'pods', 'exec', ''],
   ['get', 'pods', 'log', ''],
   ['create', 'persistentvolumeclaims', '', ''],
   ['delete', 'persistentvolumeclaims', '', ''],
@@ -101,7 +101,7 @@ async function permissionsCheck(o: Options): Promise<HealthCheck> {
   if (missing.length) {
     return { ok: false, detail: `the gateway's service account may not: ${missing.sort().join(', ')} (in namespace ${o.namespace}); grant them with a Role there (the Helm chart's does)` };
   }
-  return { ok: true, detail: `the gateway may create, watch, attach to and delete pods, and create claims and the NetworkPolicy, in ${o.namespace}` };
+  return { ok: true, detail: `the gateway may create, watch, exec in and delete pods, and create claims and the NetworkPolicy, in ${o.namespace}` };
 }
 
 /**

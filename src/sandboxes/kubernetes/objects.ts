@@ -13,7 +13,8 @@
  * - requests equal to limits (Guaranteed QoS): memory, CPU, and ephemeral storage;
  * - /tmp an in-memory emptyDir capped at the sandbox's /tmp size; /workspace the user's
  *   claim, group-owned by uid 1000's group (fsGroup) so the code's user may write it;
- * - stdin open, no tty: the runner is reached through `attach`.
+ * - the runner listens on a socket in a root-only folder, reached by exec'ing relay.py
+ *   (RELAY_COMMAND): not through `attach`, whose output the kubelet keeps in the node's logs.
  *
  * The pids limit is the kubelet's (`podPidsLimit`), not the pod's: the preflight says so.
  */
@@ -37,6 +38,16 @@ export const NETWORK_POLICY_NAME = 'sandgate-sandboxes-deny-all';
 /** The uid (and gid) code runs as: the image's user. */
 export const SANDBOX_UID = 1000;
 export const RUNNER_CONTAINER = 'runner';
+/** The runner's socket in a pod (a root-only folder of its own): the gateway reaches it by exec'ing RELAY_COMMAND. */
+export const RUNNER_SOCKET = '/run/sandgate/runner.sock';
+/**
+ * What the gateway execs in a pod to reach its runner. Not `attach`: a container's own
+ * stdout is written to the node's logs by the kubelet (and shipped by log agents), and
+ * what runs print is the users' data; an exec's streams are not kept.
+ */
+export const RELAY_COMMAND = ['/usr/bin/python3', '-I', '-S', '/opt/sandgate/runner/relay.py', RUNNER_SOCKET, '30'];
+/** What the gateway execs in a helper pod: the confined workspace helper. */
+export const HELPER_COMMAND = ['/usr/bin/python3', '-I', '-S', '/opt/sandgate/workspace_helper.py', '/workspace', String(SANDBOX_UID), String(SANDBOX_UID)];
 
 export interface PodSettings {
   image: string;
@@ -47,6 +58,8 @@ export interface PodSettings {
   memoryMb: number;
   cpus: number;
   tmpMb: number;
+  /** Processes per uid in a sandbox (SANDGATE_SANDBOX_NPROC): the runner sets it, as no pod field does. Default 64. */
+  nproc?: number;
   imagePullPolicy?: 'IfNotPresent' | 'Always' | 'Never';
 }
 
@@ -112,8 +125,15 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings, mou
   }
   const memory = `${s.memoryMb}Mi`;
   const cpu = `${Math.round(s.cpus * 1000)}m`;
-  const volumes: V1Volume[] = [{ name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${s.tmpMb}Mi` } }];
-  const volumeMounts: V1VolumeMount[] = [{ name: 'tmp', mountPath: '/tmp' }];
+  const volumes: V1Volume[] = [
+    { name: 'tmp', emptyDir: { medium: 'Memory', sizeLimit: `${s.tmpMb}Mi` } },
+    // The runner's socket: the runner makes the folder root's alone before it listens.
+    { name: 'run', emptyDir: { medium: 'Memory', sizeLimit: '1Mi' } },
+  ];
+  const volumeMounts: V1VolumeMount[] = [
+    { name: 'tmp', mountPath: '/tmp' },
+    { name: 'run', mountPath: '/run/sandgate' },
+  ];
   if (spec.workspaceDir) {
     volumes.push({ name: 'workspace', persistentVolumeClaim: { claimName: spec.workspaceDir, readOnly: !spec.workspaceWritable } });
     volumeMounts.push({ name: 'workspace', mountPath: '/workspace', readOnly: !spec.workspaceWritable });
@@ -125,6 +145,8 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings, mou
     volumeMounts.push({ name: vname, mountPath, readOnly: true });
   }
   const env = [
+    { name: 'SANDGATE_RUNNER_SOCKET', value: RUNNER_SOCKET },
+    { name: 'SANDGATE_NPROC', value: String(s.nproc ?? 64) },
     ...Object.entries(threadEnv(s.cpus)).map(([n, value]) => ({ name: n, value })),
     ...(spec.denoCeiling ? [{ name: 'SANDGATE_DENO_CEILING', value: JSON.stringify(spec.denoCeiling) }] : []),
     ...(spec.denoHostOnFirstUse ? [{ name: 'SANDGATE_DENO_HOST', value: 'first-use' }] : []),
@@ -165,8 +187,7 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings, mou
           },
           workingDir: '/workspace',
           env,
-          stdin: true,
-          stdinOnce: false,
+          stdin: false,
           tty: false,
           resources: {
             requests: { memory, cpu, 'ephemeral-storage': '64Mi' },
@@ -216,16 +237,19 @@ export const HELPER_POD_MAX_SEC = 3600;
  * A short-lived pod through which the gateway reaches files in a workspace claim
  * (kubernetes/workspaces.ts): the same helper as on a Docker host (host/workspace_helper.py,
  * in the image), which chroots into the workspace and acts as the sandbox's user with no
- * capability. It starts once the gateway writes a first line (so its ready line is not
- * said before anyone listens), and it is gone after HELPER_POD_MAX_SEC whatever happens.
+ * capability. The pod only waits; the gateway execs the helper in it (HELPER_COMMAND), so
+ * no file's content passes through the container's logged stdout; and it is gone after
+ * HELPER_POD_MAX_SEC whatever happens.
  */
 export function helperPodManifest(claim: string, name: string, s: Pick<PodSettings, 'image' | 'runtimeClassName' | 'gatewayId' | 'imagePullPolicy'>): V1Pod {
   const pod = podManifest({ workspaceDir: claim, workspaceWritable: true, readOnlyMounts: {} }, name, { ...s, memoryMb: 256, cpus: 0.5, tmpMb: 16 });
   pod.metadata!.labels = { ...baseLabels(s.gatewayId), [K8S_LABELS.component]: 'helper' };
   pod.metadata!.annotations = { 'sandgate.dev/claim': claim };
   pod.spec!.activeDeadlineSeconds = HELPER_POD_MAX_SEC;
+  pod.spec!.volumes = pod.spec!.volumes!.filter((v) => v.name !== 'run');
+  pod.spec!.containers[0]!.volumeMounts = pod.spec!.containers[0]!.volumeMounts!.filter((m) => m.name !== 'run');
   const c = pod.spec!.containers[0]!;
-  c.command = ['/bin/sh', '-c', `read -r go && exec /usr/bin/python3 -I -S /opt/sandgate/workspace_helper.py /workspace ${SANDBOX_UID} ${SANDBOX_UID}`];
+  c.command = ['/bin/sleep', String(HELPER_POD_MAX_SEC)];
   c.env = [];
   // Only what the helper needs to chroot into the workspace and become the sandbox's user.
   c.securityContext!.capabilities = { drop: ['ALL'], add: ['SETUID', 'SETGID', 'SYS_CHROOT'] };

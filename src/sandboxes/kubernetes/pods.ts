@@ -1,6 +1,6 @@
 /**
  * What the driver and the workspace helpers do with a pod alike: wait for it to run, and
- * reach its container's stdin and stdout through `attach` on the API server.
+ * reach a process in it through `exec` on the API server.
  */
 import { PassThrough } from 'node:stream';
 import * as k8s from '@kubernetes/client-node';
@@ -45,14 +45,15 @@ export async function waitRunning(kubeConfig: k8s.KubeConfig, namespace: string,
 }
 
 /**
- * The container's stdio through `attach` (WebSocket channel protocol). `stdout` ends when
- * the socket closes: the pod ended, the API server went, or the caller closed it.
+ * The stdio of `command` exec'd in the pod's container (WebSocket channel protocol).
+ * `stdout` ends when the socket closes: the command ended, the pod did, the API server
+ * went, or the caller closed it.
  */
-export async function attachStreams(attacher: k8s.Attach, namespace: string, name: string): Promise<{ stdin: PassThrough; stdout: PassThrough; stderr: PassThrough; ws: WebSocket }> {
+export async function execStreams(exec: k8s.Exec, namespace: string, name: string, command: string[]): Promise<{ stdin: PassThrough; stdout: PassThrough; stderr: PassThrough; ws: WebSocket }> {
   const stdin = new PassThrough();
   const stdout = new PassThrough();
   const stderr = new PassThrough();
-  const ws = (await attacher.attach(namespace, name, RUNNER_CONTAINER, stdout, stderr, stdin, false)) as WebSocket;
+  const ws = (await exec.exec(namespace, name, RUNNER_CONTAINER, command, stdout, stderr, stdin, false)) as WebSocket;
   const ended = () => {
     if (!stdout.writableEnded) stdout.end();
     if (!stderr.writableEnded) stderr.end();

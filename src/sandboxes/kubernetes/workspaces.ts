@@ -7,7 +7,7 @@
  *
  * The gateway reaches a workspace's files with no host path: through a short-lived helper
  * pod that mounts the claim and runs the same confined helper as on a Docker host
- * (objects.ts, helperPodManifest), reached through `attach`. It starts at the first file
+ * (objects.ts, helperPodManifest), exec'd in it. It starts at the first file
  * operation, goes after the helper's idle time, and is limited to an hour by the cluster
  * whatever becomes of the gateway. While the user's sandbox runs, the helper pod is placed
  * on its node (a ReadWriteOnce claim is mounted by pods of one node only).
@@ -21,8 +21,8 @@ import type { WorkspaceStore } from '../types.js';
 import { SANDBOX_GID, SANDBOX_UID } from '../workspace.js';
 import { WorkspaceHelper, type HelperProcess } from '../workspace-helper.js';
 import { apiStatus } from './api-status.js';
-import { claimManifest, claimName, helperPodManifest, type PodSettings } from './objects.js';
-import { attachStreams, waitRunning } from './pods.js';
+import { claimManifest, claimName, HELPER_COMMAND, helperPodManifest, type PodSettings } from './objects.js';
+import { execStreams, waitRunning } from './pods.js';
 
 export interface KubernetesWorkspacesOptions extends Pick<PodSettings, 'image' | 'runtimeClassName' | 'gatewayId' | 'imagePullPolicy'> {
   kubeConfig: k8s.KubeConfig;
@@ -38,14 +38,14 @@ export interface KubernetesWorkspacesOptions extends Pick<PodSettings, 'image' |
 
 export class KubernetesWorkspaces implements WorkspaceStore {
   private readonly core: k8s.CoreV1Api;
-  private readonly attacher: k8s.Attach;
+  private readonly exec: k8s.Exec;
   private readonly helpers = new Map<string, WorkspaceHelper>();
   private readonly made = new Set<string>();
   private readonly log: Logger;
 
   constructor(private readonly opts: KubernetesWorkspacesOptions) {
     this.core = opts.kubeConfig.makeApiClient(k8s.CoreV1Api);
-    this.attacher = new k8s.Attach(opts.kubeConfig);
+    this.exec = new k8s.Exec(opts.kubeConfig);
     this.log = opts.logger.child({ module: 'kubernetes-workspaces' });
   }
 
@@ -125,8 +125,8 @@ export class KubernetesWorkspaces implements WorkspaceStore {
     return name;
   }
 
-  async attachHelper(name: string): ReturnType<typeof attachStreams> {
-    return attachStreams(this.attacher, this.opts.namespace, name);
+  async execHelper(name: string): ReturnType<typeof execStreams> {
+    return execStreams(this.exec, this.opts.namespace, name, HELPER_COMMAND);
   }
 
   async deletePod(name: string): Promise<void> {
@@ -142,7 +142,7 @@ export class KubernetesWorkspaces implements WorkspaceStore {
 
 /**
  * A helper in a pod, as WorkspaceHelper sees a local process: stdin and stdout are the
- * pod's (through attach), `kill` deletes the pod, `exit` comes when its stream ends.
+ * exec'd helper's, `kill` deletes the pod, `exit` comes when its stream ends.
  * Requests written before the pod runs wait in stdin.
  */
 class HelperPod extends EventEmitter implements HelperProcess {
@@ -166,9 +166,7 @@ class HelperPod extends EventEmitter implements HelperProcess {
     try {
       this.name = await this.store.startHelperPod(claim);
       if (this.killed) return void (await this.store.deletePod(this.name));
-      const { stdin, stdout, stderr } = await this.store.attachHelper(this.name);
-      // The pod's shell waits for this line before it starts the helper.
-      stdin.write('go\n');
+      const { stdin, stdout, stderr } = await this.store.execHelper(this.name);
       this.stdin.pipe(stdin);
       stdout.pipe(this.stdout, { end: false });
       stderr.pipe(this.stderr, { end: false });

@@ -50,12 +50,13 @@ os.posix_spawn instead of subprocess, and hands freed heap back to the system
 """
 import _signal
 import os
+import resource
 import sys
 import threading
 import time
 
 from .bridge_server import Bridge
-from .gateway_channel import Emitter, dispatch
+from .gateway_channel import Emitter, SocketChannel, dispatch
 from .procs import Proc, end_group, read_line
 from .settings import BRIDGE_PATH, DENO, DENO_VERSION_FILE, SEPARATED, STATE_DIR, STATE_DIR_MODE, WORKSPACE, diag
 from .worker import Worker
@@ -105,13 +106,35 @@ def probe_deno(versions):
         diag('deno version unknown: %r' % (exc,))
 
 
+def limit_processes():
+    """Where the container runtime sets no ulimits (a pod), the runner does: SANDGATE_NPROC
+    processes per uid (gVisor enforces it: a fork bomb gets EAGAIN) and 4096 open files,
+    inherited by every process it starts."""
+    nproc = os.environ.get('SANDGATE_NPROC')
+    if not nproc:
+        return
+    try:
+        n = int(nproc)
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+    except (ValueError, OSError) as exc:
+        diag('could not set the process limits: %r' % (exc,))
+
+
 def main():
     # Keep the protocol on a private copy of fd 1 and point fd 1 at stderr, so a stray
     # write to stdout (ours or a library's) can never corrupt the protocol stream.
     proto = os.fdopen(os.dup(1), 'wb')
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    emitter = Emitter(proto)
+    limit_processes()
+    # On a cluster the channel is a socket (SocketChannel); elsewhere the attached stdio.
+    channel_path = os.environ.get('SANDGATE_RUNNER_SOCKET')
+    emitter = Emitter(None if channel_path else proto)
+    channel = None
+    if channel_path:
+        channel = SocketChannel(channel_path, emitter)
+        channel.bind()
 
     prepare()
     bridge = Bridge(BRIDGE_PATH, emitter)
@@ -142,11 +165,7 @@ def main():
         os._exit(0)
 
     _signal.signal(_signal.SIGTERM, stop)
-    stdin = sys.stdin.buffer
-    while True:
-        line = stdin.readline()
-        if not line:
-            break
+    for line in (channel.lines() if channel else iter(sys.stdin.buffer.readline, b'')):
         if not line.strip():
             continue
         try:
