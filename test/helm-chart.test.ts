@@ -81,6 +81,11 @@ describe('the Helm chart', () => {
     }
   });
 
+  it('an upgrade that cannot find the keys Secret fails instead of making new keys', () => {
+    expect(renderChart({ set: REQUIRED, upgrade: true }).stderr).toMatch(/keys Secret sandgate-keys was not found while upgrading/);
+    expect(renderChart({ set: { ...REQUIRED, 'keys.existingSecret': 'mine' }, upgrade: true }).ok).toBe(true);
+  });
+
   it('refuses to render without a public URL or a database, saying which', () => {
     expect(renderChart({ set: { 'database.url': 'postgres://u:p@db/x' } }).stderr).toMatch(/publicUrl is required/);
     expect(renderChart({ set: { publicUrl: 'https://x.example' } }).stderr).toMatch(/database\.url .* is required/);
@@ -94,9 +99,15 @@ describe('the Helm chart', () => {
       const granted = role.rules.some((r: Obj) => r.apiGroups.includes(group) && r.resources.includes(sub ? `${resource}/${sub}` : resource) && r.verbs.includes(verb));
       expect(granted, `${verb} ${resource}${sub ? `/${sub}` : ''}`).toBe(true);
     }
-    // Nothing of the cluster beyond reading the one RuntimeClass.
+    // Nothing of the cluster beyond reading the one RuntimeClass and the sandboxes' namespace.
     const cluster = find(objects, 'ClusterRole');
-    expect(cluster.rules).toEqual([{ apiGroups: ['node.k8s.io'], resources: ['runtimeclasses'], resourceNames: ['gvisor'], verbs: ['get'] }]);
+    expect(cluster.rules).toEqual([
+      { apiGroups: ['node.k8s.io'], resources: ['runtimeclasses'], resourceNames: ['gvisor'], verbs: ['get'] },
+      { apiGroups: [''], resources: ['namespaces'], resourceNames: ['sandgate-sandboxes'], verbs: ['get'] },
+    ]);
+    // The chart makes the deny-all policy: the gateway may not make (or change) any.
+    expect(role.rules.find((r: Obj) => r.resources.includes('networkpolicies')).verbs).toEqual(['get']);
+    expect(renderChart({ set: { ...REQUIRED, 'networkPolicy.sandboxes': 'false' } }).objects.find((o) => o.kind === 'Role')!.rules.find((r: Obj) => r.resources.includes('networkpolicies')).verbs).toEqual(['get', 'create']);
   });
 
   it('isolates sandbox pods as the driver does, and runs the gateway unprivileged with the same settings on every replica', () => {
@@ -113,6 +124,10 @@ describe('the Helm chart', () => {
     const known = new Set(SETTINGS.map((s) => s.env));
     for (const e of pod.containers[0].env) if (e.name !== 'POD_IP') expect(known.has(e.name), e.name).toBe(true);
     const env = Object.fromEntries(pod.containers[0].env.map((e: Obj) => [e.name, e.value ?? e.valueFrom]));
+    // Each release its own data directory, hence its own gateway id: releases sharing a namespace never take each other's pods.
+    expect(env.SANDGATE_DATA_DIR).toBe('/var/lib/sandgate/sandgate-sandgate');
+    expect(renderChart({ set: REQUIRED, namespace: 'team-b' }).objects.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0].env.find((e: Obj) => e.name === 'SANDGATE_DATA_DIR').value).toBe('/var/lib/sandgate/team-b-sandgate');
+    expect(pod.volumes.find((v: Obj) => v.name === 'data').emptyDir.medium).toBe('Memory');
     expect(env).toMatchObject({ SANDGATE_SANDBOX_DRIVER: 'kubernetes', SANDGATE_K8S_NAMESPACE: 'sandgate-sandboxes', SANDGATE_K8S_RUNTIME_CLASS: 'gvisor', SANDGATE_INTERNAL_URL: 'http://$(POD_IP):8787' });
     expect(pod.containers[0].readinessProbe.httpGet.path).toBe('/readyz');
     // The keys every replica shares: one Secret, kept when the release goes.

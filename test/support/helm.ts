@@ -47,8 +47,8 @@ export interface Rendered {
 }
 
 /** `helm template` of the chart with these values files and --set pairs. */
-export function renderChart(opts: { values?: string[]; set?: Record<string, string>; namespace?: string } = {}): Rendered {
-  const args = [...(opts.values ?? []).flatMap((f) => ['-f', f]), ...Object.entries(opts.set ?? {}).flatMap(([k, v]) => ['--set', `${k}=${v}`]), '--namespace', opts.namespace ?? 'sandgate', CHART_DIR];
+export function renderChart(opts: { values?: string[]; set?: Record<string, string>; namespace?: string; upgrade?: boolean } = {}): Rendered {
+  const args = [...(opts.upgrade ? ['--is-upgrade'] : []),...(opts.values ?? []).flatMap((f) => ['-f', f]), ...Object.entries(opts.set ?? {}).flatMap(([k, v]) => ['--set', `${k}=${v}`]), '--namespace', opts.namespace ?? 'sandgate', CHART_DIR];
   const r = spawnSync(helmRenderer(), args, { encoding: 'utf8' });
   if (r.status !== 0) return { ok: false, objects: [], stderr: r.stderr };
   return { ok: true, objects: (yaml.loadAll(r.stdout) as (Record<string, unknown> | null)[]).filter((o): o is Record<string, any> => !!o), stderr: r.stderr }; // eslint-disable-line @typescript-eslint/no-explicit-any

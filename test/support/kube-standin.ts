@@ -60,6 +60,8 @@ export interface KubeStandinOptions {
   storageClasses?: string[];
   /** The kubelet's pod pids limit. Default 1024. */
   podPidsLimit?: number;
+  /** Whether NetworkPolicies isolate pods (false: a network plugin that ignores them, as flannel). Default true. */
+  enforceNetworkPolicy?: boolean;
   docker?: Docker;
 }
 
@@ -339,7 +341,8 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       mounts.push({ Type: 'bind', Source: dir, Target: TOKEN_PATH, ReadOnly: true });
     }
     const env = ((c.env ?? []) as Obj[]).map((e) => `${e.name}=${e.value ?? ''}`);
-    env.push('KUBERNETES_SERVICE_HOST=10.96.0.1', 'KUBERNETES_SERVICE_PORT=443');
+    // As the kubelet: the API server's address, always (here where pods on Docker's bridge reach this server).
+    env.push(`KUBERNETES_SERVICE_HOST=${serviceAddress.host}`, `KUBERNETES_SERVICE_PORT=${serviceAddress.port}`);
     if (spec.enableServiceLinks !== false) env.push('SANDGATE_SERVICE_HOST=10.96.0.20', 'SANDGATE_SERVICE_PORT=8080', 'SANDGATE_PORT=tcp://10.96.0.20:8080');
     const runtimeClass = spec.runtimeClassName ? store.get('runtimeclasses')!.get(key('', spec.runtimeClassName)) : undefined;
     const memory = quantity(limits.memory);
@@ -365,7 +368,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
         Tty: !!c.tty,
         HostConfig: {
           ...(runtimeClass && { Runtime: runtimeClass.handler }),
-          ...(isolated(pod) ? { NetworkMode: 'none' } : {}),
+          ...(opts.enforceNetworkPolicy !== false && isolated(pod) ? { NetworkMode: 'none' } : {}),
           ReadonlyRootfs: !!sc.readOnlyRootFilesystem,
           Privileged: !!sc.privileged,
           CapDrop: sc.capabilities?.drop ?? [],
@@ -535,6 +538,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
 
     let m = url.pathname.match(/^\/api\/v1\/namespaces\/([^/]+)$/);
     if (m && req.method === 'GET') {
+      forbid('get', 'namespaces', '', '', undefined, m[1]);
       if (!namespaces.has(m[1]!)) throw new ApiError(404, 'NotFound', `namespaces "${m[1]}" not found`);
       return send(200, { apiVersion: 'v1', kind: 'Namespace', metadata: { name: m[1] }, status: { phase: 'Active' } });
     }
@@ -751,6 +755,15 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   self.url = `https://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  // The same API where pods reach it (the kubernetes Service): on Docker's bridge gateway.
+  const bridgeGateway = ((await docker.getNetwork('bridge').inspect().catch(() => undefined)) as Obj | undefined)?.IPAM?.Config?.[0]?.Gateway as string | undefined;
+  const podSide = https.createServer({ key: tls.key, cert: tls.cert }, server.listeners('request')[0] as http.RequestListener);
+  podSide.on('connection', (s) => {
+    sockets.add(s);
+    s.on('close', () => sockets.delete(s));
+  });
+  if (bridgeGateway) await new Promise<void>((r) => podSide.listen(0, bridgeGateway, r));
+  const serviceAddress = bridgeGateway ? { host: bridgeGateway, port: (podSide.address() as AddressInfo).port } : { host: '10.96.0.1', port: 443 };
   const namespace = [...namespaces][0] ?? 'default';
   fs.writeFileSync(
     self.kubeconfigPath,
@@ -781,6 +794,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
   async function close(): Promise<void> {
     for (const s of sockets) s.destroy();
     await new Promise<void>((r) => server.close(() => r()));
+    if (podSide.listening) await new Promise<void>((r) => podSide.close(() => r()));
     for (const c of await docker.listContainers({ all: true, filters: { label: [`${STANDIN_LABEL}=${id}`] } })) {
       await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
     }

@@ -172,6 +172,27 @@ describe('KubernetesDriver specifics', () => {
     await driver.stop(h.id);
   });
 
+  it('what a gateway that died mid-way left is swept: mount ConfigMaps no pod owns, helper pods that ended', async () => {
+    const core = kubeConfig().makeApiClient(k8s.CoreV1Api);
+    const labels = { 'app.kubernetes.io/name': 'sandgate-sandbox', 'app.kubernetes.io/managed-by': 'sandgate', 'sandgate.dev/gateway': 'conformance' };
+    await core.createNamespacedConfigMap({ namespace: 'sandgate', body: { metadata: { name: 'left-mount', labels: { ...labels, 'app.kubernetes.io/component': 'mount' } }, data: { a: 'b' } } });
+    await core.createNamespacedPod({
+      namespace: 'sandgate',
+      body: { metadata: { name: 'left-helper', labels: { ...labels, 'app.kubernetes.io/component': 'helper' } }, spec: { restartPolicy: 'Never', runtimeClassName: 'gvisor', containers: [{ name: 'runner', image: config.sandboxImage, imagePullPolicy: 'Never', command: ['/bin/true'] }] } },
+    });
+    await eventually(async () => (await core.readNamespacedPod({ name: 'left-helper', namespace: 'sandgate' })).status?.phase === 'Succeeded', 30_000);
+    const driver = newDriver({ sweepEveryMs: 0, leftoverMs: 0 });
+    // A live sandbox's own ConfigMaps (owned by its pod) are not leftovers.
+    const live = await driver.start(await specFor({ userId: 84, name: 'keeps' }, undefined, { '/skills': path.join(REPO_ROOT, 'skills') }));
+    try {
+      expect((await driver.list()).some((s) => s.id === 'left-helper')).toBe(false);
+      await eventually(async () => !standin.objects('configmaps', 'sandgate').some((c) => c.metadata.name === 'left-mount') && !standin.objects('pods', 'sandgate').some((p) => p.metadata.name === 'left-helper'), 10_000);
+      expect(standin.objects('configmaps', 'sandgate').map((c) => c.metadata.name)).toContain(`${live.id}-skills`);
+    } finally {
+      await driver.stop(live.id);
+    }
+  });
+
   it('a new driver (another gateway, after a restart) finds and adopts a running pod by its labels', async () => {
     const first = newDriver();
     const h = await first.start(await specFor({ userId: 80, name: 'adopted' }));
@@ -272,8 +293,9 @@ describe('workspace files on a cluster', () => {
 describe('preflight on a cluster', () => {
   it('passes on a cluster that has it all, and proves gVisor with a test pod', async () => {
     const checks = await newDriver().health({ full: true });
-    for (const name of ['api', 'namespace', 'runtimeClass', 'permissions', 'runtime']) expect(checks[name], name).toMatchObject({ ok: true });
+    for (const name of ['api', 'namespace', 'runtimeClass', 'permissions', 'runtime', 'network']) expect(checks[name], name).toMatchObject({ ok: true });
     expect(checks.runtime!.detail).toMatch(/gVisor/);
+    expect(checks.network!.detail).toMatch(/reaches nothing/);
     expect(checks.freezing).toMatchObject({ ok: true, notAvailable: true });
     expect(checks.runtimeProcesses).toMatchObject({ ok: true, notAvailable: true });
   });
@@ -300,6 +322,34 @@ describe('preflight on a cluster', () => {
     expect(checks.runtimeClass).toMatchObject({ ok: true });
     expect(checks.runtime).toMatchObject({ ok: false });
     expect(checks.runtime!.detail).toMatch(/does not run on gVisor/);
+  });
+
+  it('a cluster that does not enforce NetworkPolicy fails the network check, naming the fix', async () => {
+    // Its pods all get a network (as under flannel); under runc the test pod reaches the API server.
+    const lax = await startKubeStandin({ enforceNetworkPolicy: false, runtimeClasses: { gvisor: 'runsc', plain: 'runc' } });
+    try {
+      const kc = new k8s.KubeConfig();
+      kc.loadFromFile(lax.kubeconfigPath);
+      const checks = await newDriver({ kubeConfig: kc, runtimeClassName: 'plain' }).health({ full: true });
+      expect(checks.network).toMatchObject({ ok: false });
+      expect(checks.network!.detail).toMatch(/does not enforce the sandboxes' NetworkPolicy.*Calico, Cilium/);
+      // gVisor with its network off reaches nothing even there.
+      const gvisor = await newDriver({ kubeConfig: kc }).health({ full: true });
+      expect(gvisor.network).toMatchObject({ ok: true });
+    } finally {
+      await lax.close();
+    }
+  });
+
+  it('a namespace the gateway may not read is named as a missing permission', async () => {
+    standin.deny.add('get namespaces');
+    try {
+      const checks = await newDriver().health();
+      expect(checks.namespace).toMatchObject({ ok: false });
+      expect(checks.namespace!.detail).toMatch(/may not read namespace sandgate.*ClusterRole/);
+    } finally {
+      standin.deny.delete('get namespaces');
+    }
   });
 
   it('an API server that does not answer is named, with what to check', async () => {

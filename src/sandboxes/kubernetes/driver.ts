@@ -36,7 +36,11 @@ import type { HealthCheck, SandboxDriver, SandboxHandle, SandboxInfo, SandboxSpe
 import { apiStatus } from './api-status.js';
 import { clusterHealth } from './health.js';
 import { createdOf, execStreams, waitRunning } from './pods.js';
-import { baseLabels, K8S_LABELS, mountConfigMap, ownerReference, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RELAY_COMMAND, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+import { baseLabels, HELPER_POD_MAX_SEC, K8S_LABELS, mountConfigMap, ownerReference, type MountFiles, K8S_OWNER_ANNOTATION, networkPolicyManifest, NETWORK_POLICY_NAME, podManifest, RELAY_COMMAND, RUNNER_CONTAINER, type PodSettings } from './objects.js';
+
+/** How often `list` (which the lifecycle calls) sweeps what dead gateways left; how old a leftover must be. */
+const SWEEP_EVERY_MS = 5 * 60_000;
+const LEFTOVER_MS = 10 * 60_000;
 
 export interface KubernetesDriverOptions extends PodSettings {
   kubeConfig: k8s.KubeConfig;
@@ -44,6 +48,9 @@ export interface KubernetesDriverOptions extends PodSettings {
   logger: Logger;
   /** How long a new pod may take to run and its runner to answer. Default 120 s (an image pull may be in it). */
   readyTimeoutMs?: number;
+  /** How often `list` sweeps leftovers, and how old one must be. Defaults 5 and 10 minutes. */
+  sweepEveryMs?: number;
+  leftoverMs?: number;
 }
 
 const isCode = (e: unknown, code: number) => apiStatus(e)?.code === code;
@@ -58,6 +65,8 @@ export class KubernetesDriver implements SandboxDriver {
   private readonly exec: k8s.Exec;
   /** The NetworkPolicy is known to exist (checked once, then at every failed start). */
   private policyChecked = false;
+  /** When `list` last swept leftovers. */
+  private sweptAt = 0;
 
   constructor(private readonly opts: KubernetesDriverOptions) {
     this.log = opts.logger.child({ module: 'kubernetes-driver' });
@@ -67,7 +76,9 @@ export class KubernetesDriver implements SandboxDriver {
     this.exec = new k8s.Exec(opts.kubeConfig);
   }
 
-  health(opts: { full?: boolean } = {}): Promise<Record<string, HealthCheck>> {
+  async health(opts: { full?: boolean } = {}): Promise<Record<string, HealthCheck>> {
+    // The full check's test pod must meet the policy sandboxes meet: made first where missing.
+    if (opts.full) await this.ensureNetworkPolicy().catch((e: Error) => this.log.warn({ err: e.message }, 'the sandboxes\' NetworkPolicy is missing'));
     return clusterHealth(this.opts, opts);
   }
 
@@ -149,8 +160,38 @@ export class KubernetesDriver implements SandboxDriver {
     const selector = Object.entries(baseLabels(this.opts.gatewayId))
       .map(([k, v]) => `${k}=${v}`)
       .join(',');
-    const pods = await this.core.listNamespacedPod({ namespace: this.opts.namespace, labelSelector: `${selector},${K8S_LABELS.component} in (user,pool)` });
-    return pods.items.filter((p) => !p.metadata?.deletionTimestamp).map((p) => infoOf(p));
+    const pods = await this.core.listNamespacedPod({ namespace: this.opts.namespace, labelSelector: selector });
+    if (Date.now() - this.sweptAt >= (this.opts.sweepEveryMs ?? SWEEP_EVERY_MS)) {
+      this.sweptAt = Date.now();
+      void this.sweep(pods.items).catch((e: Error) => this.log.warn({ err: e.message }, 'could not sweep what earlier gateways left in the namespace'));
+    }
+    return pods.items.filter((p) => !p.metadata?.deletionTimestamp && ['user', 'pool'].includes(p.metadata?.labels?.[K8S_LABELS.component] ?? '')).map((p) => infoOf(p));
+  }
+
+  /**
+   * What a gateway that died mid-way left, removed: helper and preflight pods that ended
+   * or outlived their time, and the mount ConfigMaps no pod came to own (the gateway died
+   * between making them and its pod).
+   */
+  private async sweep(pods: k8s.V1Pod[]): Promise<void> {
+    const { namespace } = this.opts;
+    const age = (t?: Date | string) => (t ? Date.now() - new Date(t).getTime() : 0);
+    for (const p of pods) {
+      const role = p.metadata?.labels?.[K8S_LABELS.component];
+      const ended = p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed';
+      if ((role === 'helper' && (ended || age(p.metadata?.creationTimestamp) > HELPER_POD_MAX_SEC * 1000)) || (role === 'preflight' && age(p.metadata?.creationTimestamp) >= (this.opts.leftoverMs ?? LEFTOVER_MS))) {
+        await this.stop(p.metadata!.name!).catch(() => {});
+      }
+    }
+    const selector = Object.entries({ ...baseLabels(this.opts.gatewayId), [K8S_LABELS.component]: 'mount' })
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+    const maps = await this.core.listNamespacedConfigMap({ namespace, labelSelector: selector });
+    for (const cm of maps.items) {
+      if (!cm.metadata?.ownerReferences?.length && age(cm.metadata?.creationTimestamp) >= (this.opts.leftoverMs ?? LEFTOVER_MS)) {
+        await this.core.deleteNamespacedConfigMap({ name: cm.metadata!.name!, namespace }).catch(() => {});
+      }
+    }
   }
 
   /**

@@ -98,10 +98,10 @@ export function mountConfigMap(podName: string, mountPath: string, files: MountF
   };
 }
 
-/** The claim holding the workspace with this id (the database's; base64url, so mapped to lowercase hex). */
+/** The claim holding the workspace with this id (the database's, in upper and lower case: its characters as hex, one name for one id). */
 export function claimName(workspaceId: string): string {
   if (!/^[A-Za-z0-9_-]{6,64}$/.test(workspaceId)) throw new Error(`invalid workspace id "${workspaceId}"`);
-  return `sandgate-ws-${Buffer.from(workspaceId, 'base64url').toString('hex')}`;
+  return `sandgate-ws-${Buffer.from(workspaceId, 'utf8').toString('hex')}`;
 }
 
 /** Labels every object of the installation's sandboxes carries. */

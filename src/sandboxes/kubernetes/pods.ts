@@ -12,6 +12,7 @@ import { RUNNER_CONTAINER } from './objects.js';
 export async function waitRunning(kubeConfig: k8s.KubeConfig, namespace: string, name: string, timeoutMs: number): Promise<number> {
   const watch = new k8s.Watch(kubeConfig);
   let abort: AbortController | undefined;
+  let done = false;
   let last = 'no news of it';
   try {
     return await new Promise<number>((resolve, reject) => {
@@ -37,9 +38,17 @@ export async function waitRunning(kubeConfig: k8s.KubeConfig, namespace: string,
           if (err) settle(() => reject(new Error(`watching the pod failed: ${(err as Error).message ?? String(err)}`)));
           else settle(() => reject(new Error(`the API server ended the watch before the pod ran (${last})`)));
         })
-        .then((a) => (abort = a), (e: Error) => settle(() => reject(new Error(`watching the pod failed: ${e.message}`))));
+        .then(
+          (a) => {
+            abort = a;
+            // Settled before the watch was set up (the timer): it is stopped now, not left open.
+            if (done) a.abort();
+          },
+          (e: Error) => settle(() => reject(new Error(`watching the pod failed: ${e.message}`))),
+        );
     });
   } finally {
+    done = true;
     abort?.abort();
   }
 }

@@ -5,7 +5,7 @@
 // finds nothing as under `helm template`). Values: the chart's values.yaml, then each -f
 // file, then each --set path=value, merged as Helm merges them.
 //
-//	helm-render [-f values.yaml]... [--set a.b=c]... [--namespace ns] [--name release] CHART_DIR
+//	helm-render [-f values.yaml]... [--set a.b=c]... [--namespace ns] [--name release] [--is-upgrade] CHART_DIR
 package main
 
 import (
@@ -30,6 +30,7 @@ func (l *list) Set(v string) error { *l = append(*l, v); return nil }
 func main() {
 	var files, sets list
 	name, namespace := "sandgate", "default"
+	upgrade := false
 	args := os.Args[1:]
 	var chart string
 	for i := 0; i < len(args); i++ {
@@ -43,6 +44,8 @@ func main() {
 		case "--name":
 			i++
 			name = args[i]
+		case "--is-upgrade":
+			upgrade = true
 		case "--namespace", "-n":
 			i++
 			namespace = args[i]
@@ -53,7 +56,7 @@ func main() {
 	if chart == "" {
 		fail("usage: helm-render [-f values.yaml]... [--set a.b=c]... [--namespace ns] [--name release] CHART_DIR")
 	}
-	out, err := render(chart, files, sets, name, namespace)
+	out, err := render(chart, files, sets, name, namespace, upgrade)
 	if err != nil {
 		fail(err.Error())
 	}
@@ -136,7 +139,7 @@ func toYAML(v interface{}) string {
 	return strings.TrimSuffix(b.String(), "\n")
 }
 
-func render(chart string, files, sets []string, name, namespace string) (string, error) {
+func render(chart string, files, sets []string, name, namespace string, upgrade bool) (string, error) {
 	meta, err := readYAML(filepath.Join(chart, "Chart.yaml"))
 	if err != nil {
 		return "", err
@@ -164,7 +167,7 @@ func render(chart string, files, sets []string, name, namespace string) (string,
 	top := map[string]interface{}{
 		"Values":  values,
 		"Chart":   chartObj,
-		"Release": map[string]interface{}{"Name": name, "Namespace": namespace, "Service": "Helm", "IsInstall": true, "IsUpgrade": false, "Revision": 1},
+		"Release": map[string]interface{}{"Name": name, "Namespace": namespace, "Service": "Helm", "IsInstall": !upgrade, "IsUpgrade": upgrade, "Revision": 1},
 		"Capabilities": map[string]interface{}{
 			"KubeVersion": map[string]interface{}{"Version": "v1.33.0", "Major": "1", "Minor": "33", "GitVersion": "v1.33.0"},
 		},
