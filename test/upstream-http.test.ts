@@ -140,6 +140,19 @@ describe('createUpstream', () => {
     }
   });
 
+  it('refuses stdio servers in a gateway that runs on a cluster without root (they would share its token and keys), and takes HTTP ones', () => {
+    const dir = path.join(dataDir, 'cluster');
+    fs.mkdirSync(dir);
+    fs.writeFileSync(path.join(dir, 'mcp-servers.json'), JSON.stringify({ mcpServers: { memory: nodeServer(MEMORY_SERVER, [], { sandgate: { allowUsers: ['*'] } }) } }));
+    expect(() => createUpstream({ config: { ...upstreamSettings(dir), sandboxDriver: 'kubernetes' }, db: store.db, audit: () => undefined, uid: 10001 })).toThrow(
+      /stdio upstream servers \(memory\) cannot run in a gateway on a cluster.*HTTP MCP server/,
+    );
+    fs.writeFileSync(path.join(dir, 'mcp-servers.json'), JSON.stringify({ mcpServers: { api: { type: 'http', url: 'http://upstream.example:8080/mcp', sandgate: { allowUsers: ['*'] } } } }));
+    const up = createUpstream({ config: { ...upstreamSettings(dir), sandboxDriver: 'kubernetes' }, db: store.db, audit: () => undefined, uid: 10001 });
+    expect(up.hub.servers().map((s) => s.name)).toEqual(['api']);
+    return up.close();
+  });
+
   it('has no servers when the file is absent', async () => {
     const dir = path.join(dataDir, 'empty');
     const up = createUpstream({ config: upstreamSettings(dir), db: store.db, audit: () => undefined });

@@ -49,7 +49,7 @@ export interface Upstream {
 }
 
 export interface UpstreamDeps {
-  config: Pick<Config, 'dataDir' | 'mcpServersFile' | 'upstreamHomeDir'> & Partial<Pick<Config, 'rateLimitPerMin' | 'rateLimitBurst'>>;
+  config: Pick<Config, 'dataDir' | 'mcpServersFile' | 'upstreamHomeDir'> & Partial<Pick<Config, 'rateLimitPerMin' | 'rateLimitBurst' | 'sandboxDriver'>>;
   /** The store's database, migrated with UPSTREAM_MIGRATION. */
   db: Db;
   audit: UpstreamAudit;
@@ -58,6 +58,8 @@ export interface UpstreamDeps {
   teamsOf?: (owner: SandboxOwner) => Promise<string[]>;
   /** Environment for `${NAME}` in the config file (default: process.env). */
   env?: Record<string, string | undefined>;
+  /** The gateway's uid (default: the process's). */
+  uid?: number;
 }
 
 /** Throws UpstreamConfigError when the config file is invalid; a missing file means no servers. */
@@ -66,7 +68,18 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
   const credentials = createCredentialStore(deps.db, loadOrCreateCredentialsKey(deps.config.dataDir));
   const logger = deps.logger?.child({ module: 'upstream' });
   const homeDir = path.join(path.resolve(deps.config.upstreamHomeDir), gatewayIdFor(deps.config.dataDir));
-  if (servers.some((s) => s.transport.type === 'stdio') && process.getuid?.() === 0) {
+  const uid = deps.uid ?? process.getuid?.();
+  // On a cluster the gateway runs as a user of its own beside its service account token and
+  // the installation's keys: a stdio server would run as that same user (a user namespace
+  // gives it no other), and could read both.
+  if (servers.some((s) => s.transport.type === 'stdio') && deps.config.sandboxDriver === 'kubernetes' && uid !== 0) {
+    const names = servers.filter((s) => s.transport.type === 'stdio').map((s) => s.name);
+    throw new UpstreamConfigError(
+      `stdio upstream servers (${names.join(', ')}) cannot run in a gateway on a cluster: they would run as the gateway's own user, who holds its service account token and keys. ` +
+        'Run each as an HTTP MCP server of its own (a Deployment and a Service) and name it by URL in the MCP servers file',
+    );
+  }
+  if (servers.some((s) => s.transport.type === 'stdio') && uid === 0) {
     const blocked = unreachableAncestor(homeDir);
     if (blocked) {
       throw new UpstreamConfigError(
