@@ -169,7 +169,7 @@ func render(chart string, files, sets []string, name, namespace string, upgrade 
 		"Chart":   chartObj,
 		"Release": map[string]interface{}{"Name": name, "Namespace": namespace, "Service": "Helm", "IsInstall": !upgrade, "IsUpgrade": upgrade, "Revision": 1},
 		"Capabilities": map[string]interface{}{
-			"KubeVersion": map[string]interface{}{"Version": "v1.33.0", "Major": "1", "Minor": "33", "GitVersion": "v1.33.0"},
+			"KubeVersion": map[string]interface{}{"Version": "v1.34.0", "Major": "1", "Minor": "34", "GitVersion": "v1.34.0"},
 		},
 		"Template": map[string]interface{}{"BasePath": "sandgate/templates"},
 	}
