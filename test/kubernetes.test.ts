@@ -66,6 +66,18 @@ describe.runIf(kubernetesWanted())('a gateway whose sandboxes are pods', () => {
     expect(fs.existsSync(path.join(dataDir, 'workspaces'))).toBe(false);
   });
 
+  it('the files page uploads, previews and serves files of the claim, through the helper pod', async () => {
+    const kate = (await ensureUser(gw.harness.store.db, 'kate'))!;
+    const web = await webSession(gw, kate);
+    const boundary = 'sandgateboundary';
+    const body = Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="file"; filename="uploaded.csv"\r\nContent-Type: text/csv\r\n\r\ncity,n\nLisbon,3\r\n--${boundary}--\r\n`);
+    const up = await fetch(`${gw.url}/files/upload?dir=`, { method: 'POST', headers: { cookie: web.cookie(), 'x-csrf-token': web.csrf, 'hx-request': 'true', 'content-type': `multipart/form-data; boundary=${boundary}` }, body: new Uint8Array(body) });
+    expect(up.status).toBe(200);
+    expect(toolText(await call(client, 'execute_code', { language: 'bash', code: 'cat /workspace/uploaded.csv' }))).toContain('Lisbon,3');
+    expect(await (await web.get('/files/table?path=uploaded.csv', { htmx: false })).text()).toContain('Lisbon');
+    expect(await (await web.get('/files/raw?path=uploaded.csv', { htmx: false })).text()).toBe('city,n\nLisbon,3');
+  });
+
   it('a restarted gateway adopts the running pod: same pod, Python state and files kept', async () => {
     const before = (await sandboxPods()).map((p) => p.metadata.name);
     await client.close();
