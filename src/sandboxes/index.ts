@@ -56,15 +56,22 @@ export function kubeConfigFor(config: Config): k8s.KubeConfig {
   return kc;
 }
 
+/** Where and how pods and claims are made: the settings the driver and the workspace store share. */
+function clusterSettings(config: Config) {
+  return {
+    kubeConfig: kubeConfigFor(config),
+    namespace: config.k8sNamespace,
+    image: config.sandboxImage,
+    imagePullPolicy: config.k8sImagePullPolicy,
+    runtimeClassName: config.k8sRuntimeClass,
+    gatewayId: gatewayIdFor(config.dataDir),
+  };
+}
+
 export function createDriver(config: Config, logger: Logger): SandboxDriver {
   if (config.sandboxDriver === 'kubernetes') {
     return new KubernetesDriver({
-      kubeConfig: kubeConfigFor(config),
-      namespace: config.k8sNamespace,
-      image: config.sandboxImage,
-      imagePullPolicy: config.k8sImagePullPolicy,
-      runtimeClassName: config.k8sRuntimeClass,
-      gatewayId: gatewayIdFor(config.dataDir),
+      ...clusterSettings(config),
       memoryMb: config.sandboxMemoryMb,
       cpus: config.sandboxCpus,
       tmpMb: config.sandboxTmpMb,
@@ -92,12 +99,7 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
   const onCluster = config.sandboxDriver === 'kubernetes';
   const volumes: WorkspaceStore = onCluster
     ? new KubernetesWorkspaces({
-        kubeConfig: kubeConfigFor(config),
-        namespace: config.k8sNamespace,
-        image: config.sandboxImage,
-        imagePullPolicy: config.k8sImagePullPolicy,
-        runtimeClassName: config.k8sRuntimeClass,
-        gatewayId: gatewayIdFor(config.dataDir),
+        ...clusterSettings(config),
         sizeMb: config.workspaceMb,
         storageClass: config.k8sStorageClass || undefined,
         logger,

@@ -194,39 +194,6 @@ export class KubernetesDriver implements SandboxDriver {
     }
   }
 
-  /**
-   * Tells `down` when the API server stops answering (two looks in a row, 2 s each), `up`
-   * when it answers again. A sandbox's stream survives a short API outage only if its
-   * WebSocket does: one that broke ends its handle, and the pod is adopted again.
-   */
-  watch(on: { down(): void; up(): void }): () => void {
-    const version = this.opts.kubeConfig.makeApiClient(k8s.VersionApi);
-    let away: boolean | undefined;
-    let misses = 0;
-    let looking = false;
-    const look = async () => {
-      if (looking) return;
-      looking = true;
-      try {
-        const ok = await Promise.race([version.getCode().then(() => true, () => false), new Promise<boolean>((r) => setTimeout(() => r(false), 2000).unref())]);
-        if (ok) {
-          misses = 0;
-          if (away === true) on.up();
-          away = false;
-        } else if (++misses >= 2 || away === undefined) {
-          if (away !== true) on.down();
-          away = true;
-        }
-      } finally {
-        looking = false;
-      }
-    };
-    void look();
-    const timer = setInterval(() => void look(), 1000);
-    timer.unref();
-    return () => clearInterval(timer);
-  }
-
   /** The NetworkPolicy isolating sandbox pods: made when missing; a start is refused while it cannot be. */
   private async ensureNetworkPolicy(): Promise<void> {
     if (this.policyChecked) return;
