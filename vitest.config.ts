@@ -48,6 +48,12 @@ export const REPLICA_SUITES = ['test/mcp-http.test.ts', 'test/agent.test.ts', 't
  */
 export const KUBERNETES_SUITES = ['test/mcp-http.test.ts', 'test/kubernetes.test.ts'];
 
+/**
+ * As the Helm chart runs it (the `kubernetes-replicas` project): two gateways on Postgres
+ * behind HAProxy, their sandboxes pods through the stand-in; every request may land on either.
+ */
+export const KUBERNETES_REPLICA_SUITES = ['test/mcp-http.test.ts'];
+
 // Not in the root config: a project that extends it would run the setup a second time.
 // Every temporary file of the run goes under one directory, removed at the end; for the
 // postgres project the setup also starts the cluster.
@@ -97,6 +103,15 @@ export default defineConfig({
           include: KUBERNETES_SUITES,
           globalSetup,
           env: { SANDGATE_TEST_DATABASE: 'sqlite', SANDGATE_TEST_REPLICAS: '0', SANDGATE_TEST_DRIVER: 'kubernetes' },
+        },
+      },
+      {
+        extends: true,
+        test: {
+          name: 'kubernetes-replicas',
+          include: KUBERNETES_REPLICA_SUITES,
+          globalSetup,
+          env: { SANDGATE_TEST_DATABASE: 'postgres', SANDGATE_TEST_REPLICAS: '2', SANDGATE_TEST_DRIVER: 'kubernetes' },
         },
       },
     ],
