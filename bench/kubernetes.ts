@@ -3,10 +3,10 @@
  * under runsc, one user each, in one process.
  *
  * - Warm `execute_code` (python `1+1` on the sandbox manager, the path every door takes):
- *   Docker's attached stdio against the pod's `attach` through the API server (here the
- *   stand-in of test/support/kube-standin.ts in a process of its own: HTTPS and the
- *   WebSocket channel protocol in front of the same Docker attach, as a real API server
- *   proxies the kubelet's).
+ *   Docker's attached stdio against the pod's channel: `exec` through the API server (here
+ *   the stand-in of test/support/kube-standin.ts in a process of its own: HTTPS and the
+ *   WebSocket channel protocol in front of a Docker exec, as a real API server proxies the
+ *   kubelet's) of the relay in the pod, to the runner's socket.
  *   Calls alternate in blocks of 20 so that host noise falls on both alike.
  * - Cold start to the first answer: no sandbox, then a run; the sandbox stopped after.
  *   For a pod that is the claim, the ConfigMaps of /skills and /tools, the pod, its
@@ -49,7 +49,7 @@ async function main(): Promise<void> {
     harnesses.push(kube);
     const sides = [
       { name: 'docker', h: docker, owner: await docker.user('bench') },
-      { name: 'kubernetes (attach)', h: kube, owner: await kube.user('bench') },
+      { name: 'kubernetes (exec channel)', h: kube, owner: await kube.user('bench') },
     ];
     const run = async (h: Harness, owner: SandboxOwner) => {
       const t = performance.now();
@@ -59,7 +59,7 @@ async function main(): Promise<void> {
     };
 
     // Cold: no sandbox, then a run, alternating drivers.
-    const cold: Record<string, number[]> = { docker: [], 'kubernetes (attach)': [] };
+    const cold: Record<string, number[]> = { docker: [], 'kubernetes (exec channel)': [] };
     for (let i = 0; i < COLD; i++) {
       for (const s of i % 2 ? [...sides].reverse() : sides) {
         await s.h.manager.stopUser(s.owner.userId);
@@ -69,14 +69,14 @@ async function main(): Promise<void> {
 
     // Warm.
     for (const s of sides) for (let i = 0; i < 300; i++) await run(s.h, s.owner);
-    const warm: Record<string, number[]> = { docker: [], 'kubernetes (attach)': [] };
+    const warm: Record<string, number[]> = { docker: [], 'kubernetes (exec channel)': [] };
     while (warm.docker!.length < CALLS) {
       for (const s of warm.docker!.length % (2 * BLOCK) ? [...sides].reverse() : sides) for (let i = 0; i < BLOCK; i++) warm[s.name]!.push(await run(s.h, s.owner));
     }
 
     console.log(`\nwarm execute_code (python 1+1) on the sandbox manager, ${CALLS} calls a side`);
     for (const s of sides) line(s.name, warm[s.name]!);
-    console.log(`the attach path adds:        p50 ${f(pct(warm['kubernetes (attach)']!, 50) - pct(warm.docker!, 50))}  p95 ${f(pct(warm['kubernetes (attach)']!, 95) - pct(warm.docker!, 95))}`);
+    console.log(`the pod's channel adds:       p50 ${f(pct(warm['kubernetes (exec channel)']!, 50) - pct(warm.docker!, 50))}  p95 ${f(pct(warm['kubernetes (exec channel)']!, 95) - pct(warm.docker!, 95))}`);
     console.log(`\ncold start to the first answer, ${COLD} a side`);
     for (const s of sides) line(s.name, cold[s.name]!);
   } finally {
