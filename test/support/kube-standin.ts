@@ -194,6 +194,12 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
   const watchers = new Set<{ resource: string; namespace: string; match: (o: Obj) => boolean; send: (type: string, o: Obj) => void }>();
   /** "ns/pod" -> its container id */
   const containers = new Map<string, string>();
+  /** "ns/pod" -> the ends of its attach and exec streams: the kubelet ends them when the container ends. */
+  const streams = new Map<string, Set<() => void>>();
+  const endStreams = (podKey: string) => {
+    for (const end of streams.get(podKey) ?? []) end();
+    streams.delete(podKey);
+  };
   const deny = new Set<string>();
   const calls: string[] = [];
   let rv = 1;
@@ -412,6 +418,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       containerStatuses: [{ name: c.name, ready: true, started: true, restartCount: 0, image: c.image, imageID: `docker-pullable://${c.image}`, containerID: `docker://${container.id}`, state: { running: { startedAt } } }],
     });
     const exit = (await container.wait().catch(() => ({ StatusCode: 137 }))) as { StatusCode: number };
+    endStreams(key(ns, pod.metadata.name));
     const info = await container.inspect().catch(() => undefined);
     setPodStatus(pod, {
       phase: exit.StatusCode === 0 ? 'Succeeded' : 'Failed',
@@ -439,6 +446,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
     const cid = containers.get(key(ns, pod.metadata.name));
     if (cid) await docker.getContainer(cid).remove({ force: true }).catch(() => {});
     containers.delete(key(ns, pod.metadata.name));
+    endStreams(key(ns, pod.metadata.name));
     fs.rmSync(path.join(root, 'sa', `${ns}-${pod.metadata.name}`), { recursive: true, force: true });
     remove('pods', ns, pod.metadata.name);
     // The garbage collector: what the pod owned goes with it.
@@ -724,6 +732,15 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       stream.on('end', () => void end());
       stream.on('close', () => void end());
       stream.on('error', () => void end());
+      const podKey = key(ns, name);
+      const ends = streams.get(podKey) ?? new Set<() => void>();
+      streams.set(podKey, ends);
+      const endNow = () => {
+        stream.destroy();
+        void end();
+      };
+      ends.add(endNow);
+      ws.on('close', () => ends.delete(endNow));
       ws.on('message', (data: Buffer, isBinary: boolean) => {
         const b = isBinary ? data : Buffer.from(data.toString(), 'utf8');
         if (b.length === 0) return;

@@ -67,6 +67,8 @@ export class KubernetesDriver implements SandboxDriver {
   private policyChecked = false;
   /** When `list` last swept leftovers. */
   private sweptAt = 0;
+  /** This gateway's open channels to each pod: ended when it stops the pod, whether or not the API server ends them. */
+  private readonly channels = new Map<string, Set<WebSocket>>();
 
   constructor(private readonly opts: KubernetesDriverOptions) {
     this.log = opts.logger.child({ module: 'kubernetes-driver' });
@@ -154,6 +156,8 @@ export class KubernetesDriver implements SandboxDriver {
     } catch (e) {
       if (!isCode(e, 404)) throw new SandboxError(`removing the sandbox's pod ${id} failed: ${apiStatus(e)?.message ?? (e as Error).message}`, 'start_failed');
     }
+    for (const ws of this.channels.get(id) ?? []) ws.close();
+    this.channels.delete(id);
   }
 
   async list(): Promise<SandboxInfo[]> {
@@ -234,6 +238,10 @@ export class KubernetesDriver implements SandboxDriver {
   private async connect(name: string, createdAt: number): Promise<KubernetesSandbox> {
     const log = this.log.child({ pod: name });
     const { stdin, stdout, stderr, ws } = await execStreams(this.exec, this.opts.namespace, name, RELAY_COMMAND);
+    const open = this.channels.get(name) ?? new Set<WebSocket>();
+    this.channels.set(name, open);
+    open.add(ws);
+    ws.addEventListener('close', () => open.delete(ws));
     stderr.setEncoding('utf8');
     stderr.on('data', (d: string) => log.debug({ runner: d.trimEnd() }, 'runner stderr'));
     const connection = new RunnerConnection(stdin, stdout, (line) => log.warn({ line }, 'runner protocol'));
