@@ -557,7 +557,7 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
       const cid = containers.get(key(ns!, name!));
       const pod = store.get('pods')!.get(key(ns!, name!));
       if (!cid || !pod) throw new ApiError(404, 'NotFound', `podmetrics.metrics.k8s.io "${ns}/${name}" not found`);
-      const s = (await docker.getContainer(cid).stats({ stream: false, 'one-shot': true })) as Obj;
+      const s = (await docker.getContainer(cid).stats({ stream: false })) as Obj;
       const memory = Math.max(0, (s.memory_stats?.usage ?? 0) - (s.memory_stats?.stats?.inactive_file ?? s.memory_stats?.stats?.total_inactive_file ?? 0));
       return send(200, {
         kind: 'PodMetrics',
@@ -565,7 +565,8 @@ export async function startKubeStandin(opts: KubeStandinOptions = {}): Promise<K
         metadata: { name, namespace: ns, creationTimestamp: new Date().toISOString() },
         timestamp: new Date().toISOString(),
         window: '10s',
-        containers: [{ name: pod.spec.containers[0].name, usage: { cpu: `${s.cpu_stats?.cpu_usage?.total_usage ?? 0}n`, memory: `${Math.ceil(memory / 1024)}Ki` } }],
+        // As metrics-server: CPU as a rate (nanocores over the sample), not a total.
+        containers: [{ name: pod.spec.containers[0].name, usage: { cpu: `${nanocores(s)}n`, memory: `${Math.ceil(memory / 1024)}Ki` } }],
       });
     }
 
@@ -854,6 +855,14 @@ function makeCertificates(root: string): { ca: Buffer; key: Buffer; cert: Buffer
   fs.writeFileSync(f('ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
   run(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('ext')]);
   return { ca: fs.readFileSync(f('ca.crt')), key: fs.readFileSync(f('server.key')), cert: fs.readFileSync(f('server.crt')) };
+}
+
+/** CPU use between Docker's two samples, in nanocores (a thousand million: one core). */
+function nanocores(s: Obj): number {
+  const used = (s.cpu_stats?.cpu_usage?.total_usage ?? 0) - (s.precpu_stats?.cpu_usage?.total_usage ?? 0);
+  const system = (s.cpu_stats?.system_cpu_usage ?? 0) - (s.precpu_stats?.system_cpu_usage ?? 0);
+  if (!(used > 0) || !(system > 0)) return 0;
+  return Math.round((used / system) * (s.cpu_stats?.online_cpus ?? 1) * 1e9);
 }
 
 /** Docker's multiplexed log (8-byte frame headers), as one text: stdout and stderr as they came. */

@@ -4,7 +4,7 @@
  * this test process starts once and that backs each pod with a runsc container on the
  * local Docker. `driverEnvFor` gives the settings for either, to merge into a gateway's.
  */
-import { startKubeStandin, STANDIN_LABEL, type KubeStandin } from './kube-standin.js';
+import { startKubeStandin, type KubeStandin } from './kube-standin.js';
 
 /** The namespace the stand-in has, where the kubernetes project's sandboxes live. */
 export const TEST_NAMESPACE = 'sandgate';
@@ -28,4 +28,3 @@ export async function driverEnv(): Promise<Record<string, string>> {
   return { SANDGATE_SANDBOX_DRIVER: 'kubernetes', SANDGATE_K8S_KUBECONFIG: s.kubeconfigPath, SANDGATE_K8S_NAMESPACE: TEST_NAMESPACE, SANDGATE_K8S_IMAGE_PULL_POLICY: 'Never' };
 }
 
-export { STANDIN_LABEL };

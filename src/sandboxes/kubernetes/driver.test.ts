@@ -138,6 +138,23 @@ describe('KubernetesDriver specifics', () => {
     }
   });
 
+  it('stats come from the metrics API: a busy pod shows its CPU and memory, its limit from its spec', async () => {
+    const driver = newDriver();
+    const h = await driver.start(await specFor({ userId: 85, name: 'busy' }));
+    try {
+      // A run that spins for 4 s, asked about while it runs.
+      const spinning = execOn(h, 'python', 'import time\nend = time.time() + 4\nwhile time.time() < end: pass');
+      await new Promise((r) => setTimeout(r, 1200));
+      const s = await h.stats();
+      await spinning;
+      expect(s.cpuPercent).toBeGreaterThan(20);
+      expect(s.memoryBytes).toBeGreaterThan(0);
+      expect(s.memoryLimitBytes).toBe(512 * 1024 * 1024);
+    } finally {
+      await driver.stop(h.id);
+    }
+  });
+
   it('the workspace is the user’s claim: files outlive the pod and reach the next one', async () => {
     const driver = newDriver();
     const owner = { userId: 78, name: 'keeper' };

@@ -253,7 +253,8 @@ export class KubernetesDriver implements SandboxDriver {
     const m = (await this.custom.getNamespacedCustomObject({ group: 'metrics.k8s.io', version: 'v1beta1', namespace: this.opts.namespace, plural: 'pods', name })) as k8s.PodMetric;
     const usage = m.containers?.find((c) => c.name === RUNNER_CONTAINER)?.usage;
     return {
-      cpuPercent: 0,
+      // metrics-server's rate over its window, in cores: as a percentage of one, as Docker's.
+      cpuPercent: usage ? Math.round(cpuCores(usage.cpu) * 1000) / 10 : 0,
       memoryBytes: usage ? Math.round(quantityBytes(usage.memory)) : 0,
       memoryLimitBytes: this.opts.memoryMb * 1024 * 1024,
       pids: 0,
@@ -297,6 +298,13 @@ function infoOf(p: k8s.V1Pod): SandboxInfo {
     // In Docker's words, which the lifecycle reads: a pod that ended is `exited`.
     state: phase === 'Running' ? 'running' : phase === 'Pending' ? 'created' : phase === 'Unknown' ? 'dead' : 'exited',
   };
+}
+
+/** "250000000n", "250m", "2" as cores. */
+function cpuCores(q: string): number {
+  const m = /^([0-9.]+)(n|u|m)?$/.exec(q);
+  if (!m) return 0;
+  return Number(m[1]) * ({ '': 1, m: 1e-3, u: 1e-6, n: 1e-9 } as Record<string, number>)[m[2] ?? '']!;
 }
 
 /** "123456Ki", "12Mi", "1000000" as bytes. */
