@@ -10,6 +10,7 @@ export const POSTGRES_SUITES = [
   'src/store/**/*.test.ts',
   'src/accounts/**/*.test.ts',
   'src/tokens/**/*.test.ts',
+  'src/oauth/**/*.test.ts',
   'src/auth/sessions.test.ts',
   'src/auth/login-links.test.ts',
   'src/auth/authenticator.test.ts',

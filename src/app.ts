@@ -14,6 +14,7 @@ import { errorHandler, notFound, setOwnOrigin } from './http/errors.js';
 import { requestContext } from './http/request-context.js';
 import { routes } from './routes.js';
 import type { WebApp } from './web/index.js';
+import type { OAuthRoutes } from './http/oauth.js';
 
 export interface AppDeps {
   config: Config;
@@ -29,6 +30,8 @@ export interface AppDeps {
   web?: WebApp;
   /** The internal hop's end (src/http/internal.ts): on a replica only. */
   internal?: Record<string, express.RequestHandler[]>;
+  /** The authorization server for MCP clients (src/http/oauth.ts). */
+  oauth?: OAuthRoutes;
   /** Routes of a test's own, mounted ahead of the route table. */
   mount?: (app: express.Express) => void;
 }

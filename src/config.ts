@@ -80,6 +80,10 @@ export const SETTINGS = [
   setting('apiConversationDays', 'SANDGATE_API_CONVERSATION_DAYS', '30', int(0, 36500), 'Delete a conversation of the /v1 API this many days after its last message (checked at start and hourly), with the personal data tokenized in it; a client that continues it later starts a new one from the history it resends. Chats of the web app are kept until their user deletes them. 0: keep API conversations until their user deletes them (SANDGATE_STORE_QUOTA_MB still bounds them).'),
   setting('mcpAllowedHosts', 'SANDGATE_MCP_ALLOWED_HOSTS', '', z.string(), 'Extra host names (comma-separated) accepted in the Host header of /mcp, besides the host of SANDGATE_PUBLIC_URL and localhost. Every other Host is refused (DNS rebinding protection).'),
   setting('mcpAllowedOrigins', 'SANDGATE_MCP_ALLOWED_ORIGINS', '', z.string(), 'Extra browser origins (comma-separated, e.g. https://app.example.com) allowed to call /mcp, besides the origin of SANDGATE_PUBLIC_URL. Requests with any other Origin header are refused.'),
+  setting('oauth', 'SANDGATE_OAUTH', 'true', bool, 'Let MCP clients connect with OAuth (sign-in in a browser, then a consent page) besides personal API tokens: the gateway is its own authorization server for /mcp. false: personal tokens only.'),
+  setting('oauthMaxPendingClients', 'SANDGATE_OAUTH_MAX_PENDING_CLIENTS', '200', int(1, 100000), 'OAuth clients registered (RFC 7591) that no one has connected yet, the most kept at once; each goes after a day unused. Bounds what anonymous registration can store.'),
+  setting('oauthClientDocumentsPrivate', 'SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE', 'false', bool, 'Fetch Client ID Metadata Documents (an app whose client_id is an https URL) from loopback and private addresses too. Off: only from public addresses, so an app cannot make the gateway fetch from its own network. On is weaker (warned at start): for apps hosted on the LAN.'),
+  setting('oauthClientDocumentsCaFile', 'SANDGATE_OAUTH_CLIENT_DOCUMENTS_CA_FILE', '', z.string(), 'A PEM file of CA certificates to trust, besides the system\'s, when fetching Client ID Metadata Documents (apps hosted on the LAN under an internal CA).'),
   setting('piiTokenize', 'SANDGATE_PII_TOKENIZE', 'true', bool, 'Replace personal data and secrets with tokens ([EMAIL_1]) in everything sent to a model, and restore them in what a model sends. false is UNSAFE: models see raw values (warned at start).'),
   setting('piiEntities', 'SANDGATE_PII_ENTITIES', 'all', z.string().min(1), 'Entity types to tokenize: all, or a comma list of EMAIL, PHONE, CARD, IBAN, IP, SSN, SECRET, NAME.'),
   setting('piiAllow', 'SANDGATE_PII_ALLOW', '', z.string(), 'Comma-separated values never tokenized (case-insensitive), e.g. the team support address.'),
@@ -195,6 +199,9 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
   }
   if (config.workspaceBackend === 'directory') {
     warnings.push('SANDGATE_WORKSPACE_BACKEND=directory: workspace sizes are NOT limited; one user can fill the host disk.');
+  }
+  if (config.oauth && config.oauthClientDocumentsPrivate) {
+    warnings.push('SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE=true: an app connecting with OAuth can make the gateway fetch its client metadata document from loopback and private addresses (the gateway\'s own network).');
   }
   if (!config.piiTokenize) {
     warnings.push('SANDGATE_PII_TOKENIZE=false: personal data and secrets in tool results reach models as they are.');

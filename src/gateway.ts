@@ -43,6 +43,9 @@ import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { MIGRATIONS } from './migrations.js';
 import { purgeOldTokens } from './tokens/tokens.js';
+import { ClientStore } from './oauth/clients.js';
+import { purgeOAuth } from './oauth/grants.js';
+import { oauthServer } from './http/oauth.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
 
 /** What a gateway is built from, besides its configuration; each defaults to the real one. */
@@ -219,6 +222,15 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   // One budget per user, whichever token or page a request comes through (or gateway, on a shared Postgres).
   const rateLimiter = rateLimiterFor(store.db, { perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst }, 'requests');
   const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight, pgPool: store.pgPool, liveKey });
+  // MCP clients' OAuth: the gateway is its own authorization server, signing users in with the web app's sessions.
+  const oauthClients = config.oauth ? new ClientStore(store.db, {
+        maxPending: config.oauthMaxPendingClients,
+        documentsFromPrivate: config.oauthClientDocumentsPrivate,
+        ...(config.oauthClientDocumentsCaFile && { documentCa: fs.readFileSync(config.oauthClientDocumentsCaFile, 'utf8') }),
+      }) : undefined;
+  const oauth =
+    oauthClients &&
+    oauthServer({ config, db: store.db, logger, clients: oauthClients, limiter: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth'), auth: web.auth });
   const app = createApp({
     config,
     store,
@@ -231,6 +243,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     mcp: mcpRouter({ ...tools, rateLimiter }),
     v1: openAiApi({ config, db: store.db, logger, agent, rateLimiter }),
     web,
+    oauth,
     internal: replica && hop && internalHop({ signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }) }),
   });
 
@@ -252,6 +265,10 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
         const n = await sweepApiConversations(store.db, { days: config.apiConversationDays });
         if (n) logger.info({ conversations: n, days: config.apiConversationDays }, 'deleted API conversations past SANDGATE_API_CONVERSATION_DAYS');
       }, 'could not delete old API conversations'),
+      sweepNow(async () => {
+        const n = (await purgeOAuth(store.db)) + ((await oauthClients?.sweep()) ?? 0);
+        if (n) logger.info({ rows: n }, 'deleted ended OAuth codes and tokens, and registrations never used');
+      }, 'could not delete ended OAuth codes and tokens'),
       sweepNow(async () => {
         const n = await purgeOldTokens(store.db);
         if (n) logger.info({ tokens: n }, 'deleted the rows of tokens revoked or expired longer ago than they are kept');
@@ -329,6 +346,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       closed = true;
       await agent.close();
       await web.close();
+      await oauthClients?.close();
       if (purge) clearInterval(purge);
       if (expireApi) clearInterval(expireApi);
       await running?.catch(() => undefined);

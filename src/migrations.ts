@@ -16,6 +16,7 @@ import { adminMigration } from './accounts/admin-schema.js';
 import { rateBucketsMigration, storeUsageMigration } from './limits/schema.js';
 import { replicasMigration } from './replicas/schema.js';
 import { liveAttachmentsMigration } from './web/live/schema.js';
+import { oauthMigration } from './oauth/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -39,6 +40,7 @@ export const MIGRATIONS: readonly Migration[] = [
   rateBucketsMigration,
   liveAttachmentsMigration,
   turnsReplicaMigration,
+  oauthMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -5,6 +5,8 @@
  *
  *   /mcp          MCP over Streamable HTTP, bearer token (src/http/mcp-endpoint.ts)
  *   /v1           the OpenAI-compatible API, bearer token (src/http/openai-api.ts)
+ *   /.well-known/oauth-*, /oauth   MCP clients' OAuth: metadata, token, registration, revocation
+ *                 (no cookies); /oauth/authorize is a page (src/http/oauth.ts)
  *   pages         the web app, session cookie (src/web/, one folder per page)
  *   /healthz, /readyz, /static
  *   /internal     runs, stops and listings another replica asks for, signed with the replica key (src/http/internal.ts)
@@ -28,6 +30,7 @@ import type { OpenAiApi } from './http/openai-api.js';
 import { staticFiles } from './http/static.js';
 import type { Store } from './store/store.js';
 import type { Logger } from './logger.js';
+import type { OAuthRoutes } from './http/oauth.js';
 import { WEB_PATHS, type WebApp } from './web/index.js';
 
 export interface RouteParts {
@@ -44,6 +47,8 @@ export interface RouteParts {
   web?: WebApp;
   /** The internal hop's end, on a replica of several (src/http/internal.ts). */
   internal?: Record<string, RequestHandler[]>;
+  /** The authorization server for MCP clients (src/http/oauth.ts); none: SANDGATE_OAUTH=false. */
+  oauth?: OAuthRoutes;
 }
 
 export function routes(app: express.Express, parts: RouteParts): void {
@@ -65,6 +70,15 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.use(v1.errors);
   }
 
+  // --- OAuth for MCP clients: metadata and the machine endpoints (no cookies, any origin; budgets per client)
+  const oauth = parts.oauth;
+  if (oauth) {
+    for (const [path, handler] of Object.entries(oauth.metadata)) app.all(path, handler);
+    app.all('/oauth/token', ...oauth.token);
+    app.all('/oauth/register', ...oauth.register);
+    app.all('/oauth/revoke', ...oauth.revoke);
+  }
+
   // --- pages
   const web = parts.web;
   if (web) {
@@ -82,6 +96,12 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.post('/login/link', form, csrf, signIn.link);
     app.post('/logout', form, csrf, signIn.logout);
     app.post('/logout/all', form, csrf, signIn.logoutAll);
+
+    // an app's authorization request (sign-in first when there is no session), and the consent page's answer
+    if (oauth) {
+      app.get('/oauth/authorize', oauth.authorize);
+      app.post('/oauth/authorize', signedIn, form, csrf, limited, oauth.decide);
+    }
 
     // chat
     app.get('/chat', signedIn, chat.index);

@@ -40,7 +40,8 @@ describe('authentication', () => {
   it('answers a request without a token with 401, a Bearer challenge and what to do', async () => {
     const r = await rawRequest(gw.mcpUrl, { body: initializeBody(LATEST_PROTOCOL_VERSION) });
     expect(r.status).toBe(401);
-    expect(r.headers['www-authenticate']).toBe('Bearer realm="sandgate"');
+    // It names where an OAuth client learns how to sign in (RFC 9728).
+    expect(r.headers['www-authenticate']).toBe(`Bearer realm="sandgate", resource_metadata="${new URL(gw.mcpUrl).origin}/.well-known/oauth-protected-resource/mcp", scope="mcp"`);
     expect(r.text).toMatch(/sandgate tokens create --user <you> --name <device>/);
     expect(r.text).toMatch(/Authorization: Bearer sgp_/);
   });
@@ -51,7 +52,7 @@ describe('authentication', () => {
   ])('refuses a %s token with invalid_token', async (_kind, token, challenge, message) => {
     const r = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${token}` }, body: initializeBody(LATEST_PROTOCOL_VERSION) });
     expect(r.status).toBe(401);
-    expect(r.headers['www-authenticate']).toMatch(/^Bearer realm="sandgate", error="invalid_token", error_description=/);
+    expect(r.headers['www-authenticate']).toMatch(/^Bearer realm="sandgate", resource_metadata="[^"]+", scope="mcp", error="invalid_token", error_description=/);
     expect(r.headers['www-authenticate']).toMatch(challenge);
     expect(r.text).toMatch(message);
   });

@@ -173,7 +173,7 @@ describe('2026-07-28 requests pass the same gates', () => {
   it('refuses a missing or unknown token with 401 and a Bearer challenge', async () => {
     const r = await rawRequest(mcpUrl, modernRequest('tools/list'));
     expect(r.status).toBe(401);
-    expect(r.headers['www-authenticate']).toBe('Bearer realm="sandgate"');
+    expect(r.headers['www-authenticate']).toMatch(/^Bearer realm="sandgate", resource_metadata="http:\/\/[^"]+\/\.well-known\/oauth-protected-resource\/mcp", scope="mcp"$/);
     await expect(connect(generateToken())).rejects.toThrow(/401|not known to this gateway/);
   });
 

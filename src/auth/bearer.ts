@@ -15,7 +15,9 @@ import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { OncePer } from '../limits/rate-limit.js';
 import type { Db } from '../store/store.js';
-import { verifyToken, type Principal, type TokenFailure, type TokenRecord } from '../tokens/tokens.js';
+import { verifyToken, type Principal, type TokenFailure, type TokenRecord, type VerifyResult } from '../tokens/tokens.js';
+import { isAccessToken, verifyAccessToken } from '../oauth/grants.js';
+import { mcpResource, resourceMetadataUrl } from '../oauth/urls.js';
 
 export const REALM = 'sandgate';
 
@@ -55,8 +57,8 @@ export type TokenAuthentication =
  * with GitHub when due) and the principal's user carries the admin flag the settings
  * give now. Every door that takes a token goes through here.
  */
-export async function authenticateToken(deps: { config: Config; db: Db; logger: Logger }, presented: string | undefined): Promise<TokenAuthentication> {
-  const result = await verifyToken(deps.db, presented);
+export async function authenticateToken(deps: { config: Config; db: Db; logger: Logger }, presented: string | undefined, opts: { oauth?: boolean } = {}): Promise<TokenAuthentication> {
+  const result = await verifyPresented(deps, presented, opts.oauth ?? false);
   if (!result.ok) return { ok: false, status: 401, reason: result.reason, message: result.message, ...(result.token ? { token: result.token } : {}) };
   const p = result.principal;
   const membership = membershipFor(deps);
@@ -73,20 +75,34 @@ export async function authenticateToken(deps: { config: Config; db: Db; logger: 
   };
 }
 
+/**
+ * A personal token, or (where `oauth` says a door takes them: /mcp) an OAuth access token
+ * bound to this gateway's /mcp. An access token elsewhere is refused with why.
+ */
+async function verifyPresented(deps: { config: Config; db: Db }, presented: string | undefined, oauth: boolean): Promise<VerifyResult> {
+  if (presented && isAccessToken(presented)) {
+    if (!oauth) return { ok: false, reason: 'unknown', message: 'This is an OAuth access token of an app connected to this gateway: it works only on /mcp. Use a personal API token from the tokens page here.' };
+    return verifyAccessToken(deps.db, presented, mcpResource(deps.config));
+  }
+  return verifyToken(deps.db, presented);
+}
+
 /** How a refusal is written: JSON-RPC for /mcp by default; the /v1 API answers in OpenAI's error shape. */
 export type Refusal = (res: Response, message: string, reason: BearerFailure) => void;
 
 const jsonRpcRefusal: Refusal = (res, message) => void res.json({ jsonrpc: '2.0', error: { code: -32001, message }, id: null });
 
-export function bearerAuth(deps: { config: Config; db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string } = {}): RequestHandler {
+export function bearerAuth(deps: { config: Config; db: Db; logger: Logger }, opts: { refuse?: Refusal; auditKind?: 'mcp' | 'agent'; what?: string; oauth?: boolean } = {}): RequestHandler {
   const refuse = opts.refuse ?? jsonRpcRefusal;
+  // Where OAuth access tokens are taken (/mcp), every challenge names the resource's metadata (RFC 9728 §5.1), where a client finds how to sign in.
+  const metadata = opts.oauth ? `, resource_metadata="${resourceMetadataUrl(deps.config)}", scope="mcp"` : '';
   // A known token refused (an old one that leaked, sent in a loop) is audited at most once
   // a second, as rate-limited requests are.
   const refusalAudit = new OncePer(1000);
   return async function authenticateBearer(req, res, next) {
     const started = performance.now();
     const header = req.headers.authorization;
-    const result = await authenticateToken(deps, bearerToken(req));
+    const result = await authenticateToken(deps, bearerToken(req), { oauth: opts.oauth });
     if (result.ok) {
       (req as Request & { principal?: Principal }).principal = result.principal;
       return next();
@@ -94,10 +110,10 @@ export function bearerAuth(deps: { config: Config; db: Db; logger: Logger }, opt
     // RFC 6750 §3.1: no error code when the request carried no credentials.
     const challenge =
       result.reason !== 'missing'
-        ? `Bearer realm="${REALM}", error="invalid_token", error_description="${SHORT_REASON[result.reason]}"`
+        ? `Bearer realm="${REALM}"${metadata}, error="invalid_token", error_description="${SHORT_REASON[result.reason]}"`
         : header
-          ? `Bearer realm="${REALM}", error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
-          : `Bearer realm="${REALM}"`;
+          ? `Bearer realm="${REALM}"${metadata}, error="invalid_request", error_description="The Authorization header must be: Bearer <token>"`
+          : `Bearer realm="${REALM}"${metadata}`;
     // GitHub not answering is nobody's doing: logged, not audited against the member.
     if (result.token && result.reason !== 'unconfirmed' && refusalAudit.due(result.token.id, Date.now())) {
       // Written before the refusal is answered, so the log has it by then; a failed write is only logged.

@@ -165,7 +165,7 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     next(err);
   };
 
-  const checks = [markArrival, ...hostAndOriginValidation(deps.config), bearerAuth(deps)];
+  const checks = [markArrival, ...hostAndOriginValidation(deps.config), bearerAuth(deps, { oauth: true })];
   const post = inSequence([...checks, express.json({ limit: MAX_BODY }), rateLimit, serve], badBody);
   const withoutStream = inSequence([...checks, noStream], badBody);
   const checksOnly = inSequence(checks, badBody);

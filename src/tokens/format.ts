@@ -57,15 +57,15 @@ function randomBase62(count: number): string {
   return out;
 }
 
-export function generateToken(): string {
+export function generateToken(prefix: string = TOKEN_PREFIX): string {
   const random = randomBase62(RANDOM_CHARS);
-  return TOKEN_PREFIX + random + checksum(random);
+  return prefix + random + checksum(random);
 }
 
-/** True when the string has a token's shape and its checksum matches. */
-export function isWellFormedToken(s: string): boolean {
-  if (!TOKEN_PATTERN.test(s)) return false;
-  const random = s.slice(TOKEN_PREFIX.length, TOKEN_PREFIX.length + RANDOM_CHARS);
+/** True when the string has a token's shape (with `prefix`, default a personal token's) and its checksum matches. */
+export function isWellFormedToken(s: string, prefix: string = TOKEN_PREFIX): boolean {
+  if (s.length !== prefix.length + RANDOM_CHARS + CHECKSUM_CHARS || !s.startsWith(prefix) || !/^[0-9A-Za-z]+$/.test(s.slice(prefix.length))) return false;
+  const random = s.slice(prefix.length, prefix.length + RANDOM_CHARS);
   return s.slice(-CHECKSUM_CHARS) === checksum(random);
 }
 

@@ -22,6 +22,10 @@ export interface ApiTokensTable {
   expires_at: number | null;
   last_used_at: number | null;
   revoked_at: number | null;
+  /** `personal`: a token its user created; `app`: a user's grant to an OAuth client (src/oauth/schema.ts adds both columns). */
+  kind: Generated<'personal' | 'app'>;
+  /** The OAuth client of an `app` row. */
+  client_id: string | null;
 }
 
 export const tokensMigration: Migration = {

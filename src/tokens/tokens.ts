@@ -148,6 +148,7 @@ export async function countActiveTokens(db: Db, userId: number, now = Date.now()
     .where('user_id', '=', userId)
     .where('revoked_at', 'is', null)
     .where((eb) => eb.or([eb('expires_at', 'is', null), eb('expires_at', '>', now)]))
+    .where('kind', '=', 'personal')
     .executeTakeFirstOrThrow();
   return r.n;
 }
@@ -208,6 +209,7 @@ export async function createToken(
       .select('created_at')
       .where('user_id', '=', opts.userId)
       .where('created_at', '>', now - DAY_MS)
+      .where('kind', '=', 'personal')
       .orderBy('created_at', 'desc')
       .limit(maxPerDay)
       .execute();
@@ -238,10 +240,11 @@ export async function getToken(db: Db, id: number): Promise<TokenRecord | undefi
  */
 export async function listTokens(
   db: Db,
-  opts: { userId?: number; includeRevoked?: boolean; activeFirst?: boolean; limit?: number; offset?: number; now?: number } = {},
+  opts: { userId?: number; includeRevoked?: boolean; activeFirst?: boolean; limit?: number; offset?: number; now?: number; kind?: 'personal' | 'app' } = {},
 ): Promise<TokenRecord[]> {
   let q = tokensWithUsers(db).select(TOKEN_COLUMNS);
   if (opts.userId !== undefined) q = q.where('t.user_id', '=', opts.userId);
+  if (opts.kind !== undefined) q = q.where('t.kind', '=', opts.kind);
   if (!opts.includeRevoked) q = q.where('t.revoked_at', 'is', null);
   if (opts.activeFirst) {
     const now = opts.now ?? Date.now();
@@ -260,9 +263,10 @@ export async function listTokens(
 }
 
 /** How many tokens listTokens would list with the same `userId` and `includeRevoked`. */
-export async function countTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean } = {}): Promise<number> {
+export async function countTokens(db: Db, opts: { userId?: number; includeRevoked?: boolean; kind?: 'personal' | 'app' } = {}): Promise<number> {
   let q = db.selectFrom('api_tokens').select((eb) => eb.fn.countAll<number>().as('n'));
   if (opts.userId !== undefined) q = q.where('user_id', '=', opts.userId);
+  if (opts.kind !== undefined) q = q.where('kind', '=', opts.kind);
   if (!opts.includeRevoked) q = q.where('revoked_at', 'is', null);
   return (await q.executeTakeFirstOrThrow()).n;
 }
@@ -345,27 +349,27 @@ function fmtDate(ms: number): string {
   return new Date(ms).toISOString().replace(/\.\d+Z$/, 'Z');
 }
 
+/** A token's columns, its hash and its user's, whole: what checking a token reads (src/oauth/ reads a grant's the same way). */
+export const TOKEN_USER_COLUMNS = [
+  ...TOKEN_COLUMNS,
+  't.hash',
+  't.kind',
+  'u.is_admin as user_is_admin',
+  'u.permissions as user_permissions',
+  'u.workspace_id as user_workspace_id',
+  'u.created_at as user_created_at',
+  'u.default_model as user_default_model',
+  'u.github_teams as user_github_teams',
+  'u.disabled_at as user_disabled_at',
+  'u.last_sign_in_at as user_last_sign_in_at',
+  'u.sign_in_method as user_sign_in_method',
+  'u.github_id as user_github_id',
+  'u.suspended_at as user_suspended_at',
+  'u.suspended_reason as user_suspended_reason',
+] as const;
+
 /** The token with this hash and its user, whole: every request's first query, compiled once. */
-const tokenByHash = prepared((db, p: { hash: Buffer }) =>
-  tokensWithUsers(db)
-    .select([
-      ...TOKEN_COLUMNS,
-      't.hash',
-      'u.is_admin as user_is_admin',
-      'u.permissions as user_permissions',
-      'u.workspace_id as user_workspace_id',
-      'u.created_at as user_created_at',
-      'u.default_model as user_default_model',
-      'u.github_teams as user_github_teams',
-      'u.disabled_at as user_disabled_at',
-      'u.last_sign_in_at as user_last_sign_in_at',
-      'u.sign_in_method as user_sign_in_method',
-      'u.github_id as user_github_id',
-      'u.suspended_at as user_suspended_at',
-      'u.suspended_reason as user_suspended_reason',
-    ])
-    .where('t.hash', '=', p.hash),
-);
+const tokenByHash = prepared((db, p: { hash: Buffer }) => tokensWithUsers(db).select(TOKEN_USER_COLUMNS).where('t.hash', '=', p.hash));
 
 /** Bumps a token's last use, never back in time (a request checked earlier may write after a later one). */
 const touchToken = prepared((db, p: { id: number; now: number }) =>
@@ -384,7 +388,7 @@ const touchToken = prepared((db, p: { id: number; now: number }) =>
  * check's to say (src/auth/membership.ts, run by src/auth/bearer.ts after this).
  */
 export async function verifyToken(db: Db, presented: string | undefined, now = Date.now()): Promise<VerifyResult> {
-  if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token. ${HOW_TO_GET_ONE}` };
+  if (!presented) return { ok: false, reason: 'missing', message: `This endpoint needs a personal API token, or an app connected with OAuth. ${HOW_TO_GET_ONE}` };
   if (!isWellFormedToken(presented)) {
     return {
       ok: false,
@@ -394,15 +398,41 @@ export async function verifyToken(db: Db, presented: string | undefined, now = D
   }
   const hash = hashToken(presented);
   const [row] = await tokenByHash(db, { hash });
-  if (!row || !crypto.timingSafeEqual(row.hash, hash)) {
+  // A grant's row (kind app) has a hash nobody holds; it is never a bearer token itself.
+  if (!row || row.kind !== 'personal' || !crypto.timingSafeEqual(row.hash, hash)) {
     return { ok: false, reason: 'unknown', message: `The token is not known to this gateway (it may belong to another installation, or have been deleted). ${HOW_TO_GET_ONE}` };
   }
+  return admitTokenRow(db, row, now, HOW_TO_GET_ONE);
+}
+
+/** A row of TOKEN_USER_COLUMNS. */
+export type TokenUserRow = TokenRow & {
+  user_is_admin: number;
+  user_permissions: string | null;
+  user_workspace_id: string | null;
+  user_created_at: number;
+  user_default_model: string | null;
+  user_github_teams: string | null;
+  user_disabled_at: number | null;
+  user_last_sign_in_at: number | null;
+  user_sign_in_method: User['signInMethod'];
+  user_github_id: number | null;
+  user_suspended_at: number | null;
+  user_suspended_reason: string | null;
+};
+
+/**
+ * The second half of a token check, once the row is found: the token's own state, then
+ * its user's. Shared by personal tokens and OAuth grants (whose access token found the
+ * grant's row); `howTo` ends a refusal with what to do.
+ */
+export async function admitTokenRow(db: Db, row: TokenUserRow, now: number, howTo: string): Promise<VerifyResult> {
   const record = toRecord(row);
   if (record.revokedAt !== null) {
-    return { ok: false, reason: 'revoked', token: record, message: `The token "${record.name}" was revoked at ${fmtDate(record.revokedAt)}. ${HOW_TO_GET_ONE}` };
+    return { ok: false, reason: 'revoked', token: record, message: `The token "${record.name}" was revoked at ${fmtDate(record.revokedAt)}. ${howTo}` };
   }
   if (record.expiresAt !== null && record.expiresAt <= now) {
-    return { ok: false, reason: 'expired', token: record, message: `The token "${record.name}" expired at ${fmtDate(record.expiresAt)}. ${HOW_TO_GET_ONE}` };
+    return { ok: false, reason: 'expired', token: record, message: `The token "${record.name}" expired at ${fmtDate(record.expiresAt)}. ${howTo}` };
   }
   if (row.user_disabled_at !== null) {
     return { ok: false, reason: 'disabled', token: record, message: `The account "${row.user_name}" was disabled by an admin of this gateway at ${fmtDate(row.user_disabled_at)}: its tokens do not work until it is enabled again.` };

@@ -20,7 +20,7 @@ import { Resolver } from 'node:dns/promises';
 import fs from 'node:fs';
 import http from 'node:http';
 import net from 'node:net';
-import ipaddr from 'ipaddr.js';
+import { isPublicAddress } from '../addresses.js';
 import type { Logger } from '../logger.js';
 import type { NetworkPolicy } from './config.js';
 
@@ -69,20 +69,6 @@ async function addressesOf(host: string): Promise<string[]> {
 
 /** Why a destination is refused, or undefined when it may be reached. */
 export type Verdict = { ok: true; address: string; port: number } | { ok: false; reason: string };
-
-const PUBLIC_RANGES = new Set(['unicast']);
-
-/** Whether an address is a public unicast one (see the module doc for what is not). */
-export function isPublicAddress(address: string): boolean {
-  let parsed: ipaddr.IPv4 | ipaddr.IPv6;
-  try {
-    parsed = ipaddr.parse(address);
-  } catch {
-    return false;
-  }
-  if (parsed.kind() === 'ipv6' && (parsed as ipaddr.IPv6).isIPv4MappedAddress()) parsed = (parsed as ipaddr.IPv6).toIPv4Address();
-  return PUBLIC_RANGES.has(parsed.range());
-}
 
 function allowedBy(policy: EgressProxyOptions['policy'], host: string, port: number): { allowed: boolean; literal: boolean } {
   if (policy.kind === 'public') return { allowed: true, literal: false };

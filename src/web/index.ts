@@ -87,7 +87,7 @@ export interface WebGuards {
 }
 
 /** The paths that are pages of the web app (and so get sessions and page headers). */
-export const WEB_PATHS = ['/login', '/auth', '/logout', '/chat', '/c', '/files', '/tokens', '/settings', '/admin'];
+export const WEB_PATHS = ['/login', '/auth', '/logout', '/chat', '/c', '/files', '/tokens', '/settings', '/admin', '/oauth/authorize'];
 
 export function webApp(deps: WebAppDeps): WebApp {
   // The live channel needs the sessions, and signing out needs the live channel.

@@ -34,7 +34,6 @@
  */
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import { spawnSync } from 'node:child_process';
 import http from 'node:http';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
@@ -43,6 +42,7 @@ import path from 'node:path';
 import { PassThrough, type Duplex } from 'node:stream';
 import Docker from 'dockerode';
 import { WebSocketServer, type WebSocket } from 'ws';
+import { makeCertificates } from './tls.js';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1/NetworkPolicy';
 import { RuntimeClass } from 'kubernetes-models/node.k8s.io/v1/RuntimeClass';
 import { ConfigMap } from 'kubernetes-models/v1/ConfigMap';
@@ -839,22 +839,6 @@ function applyJsonPatchOp(target: Obj, op: Obj): void {
   } else {
     throw new ApiError(422, 'Invalid', `the stand-in applies add, replace and remove (not ${String(op.op)})`);
   }
-}
-
-/** A CA and a server certificate for 127.0.0.1 it signed, made with openssl. */
-function makeCertificates(root: string): { ca: Buffer; key: Buffer; cert: Buffer } {
-  const dir = fs.mkdtempSync(path.join(root, 'tls-'));
-  const f = (n: string) => path.join(dir, n);
-  const run = (args: string[]) => {
-    const r = spawnSync('openssl', args, { encoding: 'utf8' });
-    if (r.status !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr}`);
-  };
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  run(['req', '-x509', ...ec, '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=stand-in cluster CA']);
-  run(['req', ...ec, '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=kube-apiserver']);
-  fs.writeFileSync(f('ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  run(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('ext')]);
-  return { ca: fs.readFileSync(f('ca.crt')), key: fs.readFileSync(f('server.key')), cert: fs.readFileSync(f('server.crt')) };
 }
 
 /** CPU use between Docker's two samples, in nanocores (a thousand million: one core). */

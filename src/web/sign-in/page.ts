@@ -57,6 +57,8 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
       req.session.flash = r.message;
       return res.redirect(303, '/login');
     }
+    // An app's authorization request that sent the user here goes on once they are in (src/http/oauth.ts).
+    const returnTo = req.session.returnTo;
     try {
       await sessions.signIn(req, r.user);
     } catch (e) {
@@ -64,7 +66,7 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
     }
     await recordSignIn(db, r.user.id, a.name);
     log.info({ user: r.user.name, method: a.name }, 'signed in');
-    res.redirect(303, '/chat');
+    res.redirect(303, returnTo?.startsWith('/oauth/authorize?') ? returnTo : '/chat');
   }
 
   const signOut =

@@ -10,6 +10,7 @@ import { storeUsage } from '../../limits/store-quota.js';
 import type { Db } from '../../store/store.js';
 import { formatBytes } from '../../text.js';
 import { countActiveTokens, listTokens, tokenState } from '../../tokens/tokens.js';
+import { listGrants } from '../../oauth/grants.js';
 
 /** Revoked and expired tokens the page lists after the active ones (the newest); `sandgate tokens list --all` lists every one kept. */
 export const RECENT_INACTIVE_SHOWN = 10;
@@ -29,8 +30,17 @@ export function clientConfigs(mcpUrl: string, token: string): { claudeCode: stri
 /** The token list (views/web/tokens/list.eta). */
 export async function tokenList(db: Db, userId: number, now = Date.now()) {
   const limit = (await countActiveTokens(db, userId, now)) + RECENT_INACTIVE_SHOWN;
-  const tokens = (await listTokens(db, { userId, includeRevoked: true, activeFirst: true, now, limit })).map((t) => ({ id: t.id, name: t.name, created: day(t.createdAt), lastUsed: day(t.lastUsedAt), expires: t.expiresAt === null ? 'never' : day(t.expiresAt), state: tokenState(t) }));
-  return { tokens, recentInactive: RECENT_INACTIVE_SHOWN };
+  const tokens = (await listTokens(db, { userId, includeRevoked: true, activeFirst: true, now, limit, kind: 'personal' })).map((t) => ({
+    id: t.id,
+    name: t.name,
+    created: day(t.createdAt),
+    lastUsed: day(t.lastUsedAt),
+    expires: t.expiresAt === null ? 'never' : day(t.expiresAt),
+    state: tokenState(t),
+  }));
+  // Apps connected with OAuth (src/oauth/): each a grant, disconnected like a token is revoked.
+  const apps = (await listGrants(db, userId)).map((g) => ({ id: g.id, name: g.name, clientId: g.clientId, created: day(g.createdAt), lastUsed: day(g.lastUsedAt) }));
+  return { tokens, apps, recentInactive: RECENT_INACTIVE_SHOWN };
 }
 
 /** What the gateway stores for the user (views/web/tokens/storage.eta), with a message after an action. */
