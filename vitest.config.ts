@@ -27,6 +27,7 @@ export const POSTGRES_SUITES = [
   'src/sandboxes/shutdown-replicas.test.ts',
   'src/web/live/hub.test.ts',
   'test/api-store.test.ts',
+  'test/oauth.test.ts',
   'test/db-copy.test.ts',
   'test/replicas.test.ts',
   'test/replicas-rolling.test.ts',
