@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { Client, StreamableHTTPClientTransport, UnauthorizedError, type OAuthClientProvider } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { chromium, type Browser } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findUser, ensureUser, setUserDisabled } from '../src/accounts/accounts.js';
@@ -167,6 +168,57 @@ describe('the MCP SDK client signs in with OAuth', () => {
       expect(refused.text).toContain('revoked');
     } finally {
       await cb.close();
+    }
+  });
+});
+
+describe('mcp-remote, the bridge desktop apps use, signs in with OAuth', () => {
+  it('registers, sends the person to sign in and consent, and bridges tools over stdio', async () => {
+    const configDir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-mcp-remote-'));
+    const callbackPort = await new Promise<number>((resolve) => {
+      const s = http.createServer().listen(0, '127.0.0.1', () => {
+        const p = (s.address() as AddressInfo).port;
+        s.close(() => resolve(p));
+      });
+    });
+    // Exactly as a desktop app's config starts it; a plain-http gateway on a LAN needs --allow-http.
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [path.join(process.cwd(), 'node_modules/mcp-remote/dist/proxy.js'), gw.mcpUrl, String(callbackPort), '--allow-http', '--host', '127.0.0.1'],
+      env: { PATH: process.env.PATH!, HOME: configDir, MCP_REMOTE_CONFIG_DIR: configDir, BROWSER: '/bin/true' },
+      stderr: 'pipe',
+    });
+    let stderr = '';
+    const urlSeen = new Promise<string>((resolve) => {
+      transport.stderr!.on('data', (d: Buffer) => {
+        stderr += d.toString();
+        const m = /Please authorize this client by visiting:\s+(\S+)/.exec(stderr);
+        if (m) resolve(m[1]!);
+      });
+    });
+    const client = new Client({ name: 'desktop-app', version: '1.0.0' });
+    const connected = client.connect(transport);
+    try {
+      const authUrl = await Promise.race([urlSeen, new Promise<string>((_, reject) => setTimeout(() => reject(new Error(`mcp-remote asked for no sign-in:\n${stderr}`)), 60_000))]);
+      expect(authUrl.startsWith(`${gw.url}/oauth/authorize?`)).toBe(true);
+      const context = await browser.newContext();
+      const page = await context.newPage();
+      await page.goto(authUrl);
+      await page.click('text=Sign in with GitHub');
+      await page.waitForURL(`${github.url}/**`);
+      await page.fill('#login_field', 'pat');
+      await page.click('button[name=commit]');
+      await page.waitForURL((u) => u.pathname === '/oauth/authorize');
+      expect(await page.textContent('main')).toContain('Connect MCP CLI Proxy?');
+      await page.click('button[value=allow]');
+      await page.waitForURL((u) => u.port === String(callbackPort));
+      await context.close();
+      await connected;
+      const run = await client.callTool({ name: 'execute_code', arguments: { language: 'bash', code: 'echo bridged-by-mcp-remote' } });
+      expect(textOf(run)).toContain('bridged-by-mcp-remote');
+    } finally {
+      await client.close().catch(() => {});
+      fs.rmSync(configDir, { recursive: true, force: true });
     }
   });
 });
