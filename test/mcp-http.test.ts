@@ -412,9 +412,13 @@ describe('tools', () => {
 
   it('exposes the workspace as a resource template', async () => {
     const { resourceTemplates } = await alice.listResourceTemplates();
-    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' })]);
+    // The workspace, and the skills' files (skill://, the skills extension).
+    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' }), expect.objectContaining({ uriTemplate: expect.stringMatching(/^skill:\/\//) })]);
     const { resources } = await alice.listResources();
     expect(resources.map((r) => r.uri)).toEqual(expect.arrayContaining(['file:///workspace/notes/todo.md', 'file:///workspace/out/report.csv']));
+    // Each has a title of its own, so clients that show titles list them apart.
+    expect(resources.find((r) => r.uri === 'file:///workspace/notes/todo.md')?.title).toBe('/workspace/notes/todo.md');
+    expect(new Set(resources.map((r) => r.title)).size).toBe(resources.length);
     await expect(alice.readResource({ uri: 'file:///workspace/nope.txt' })).rejects.toThrow(/no such file/);
     await expect(alice.readResource({ uri: 'file:///workspace/../../etc/passwd' })).rejects.toThrow();
   });

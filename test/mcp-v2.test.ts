@@ -214,3 +214,45 @@ describe('2026-07-28 requests pass the same gates', () => {
     }
   });
 });
+
+describe('skills, as prompts and through the skills extension', () => {
+  it('offers every skill as a prompt, built-in and the user\'s own (a clash gets my-), whose text is the SKILL.md with the task after it', async () => {
+    const client = await connect(aliceToken);
+    await call(client, 'write_file', { path: 'skills/data-analysis/SKILL.md', content: '---\nname: data-analysis\ndescription: My own way with tables\n---\nAlways sort by date first.\n' });
+    await call(client, 'write_file', { path: 'skills/report/SKILL.md', content: '---\nname: report\ndescription: Weekly report for maria.gonzalez@example.org\n---\nWrite the weekly report.\n' });
+    const { prompts } = await client.listPrompts();
+    const names = prompts.map((p) => p.name);
+    expect(names).toEqual(expect.arrayContaining(['data-analysis', 'calling-mcp-tools', 'my-data-analysis', 'report']));
+    // The description passes the model boundary like any text.
+    expect(prompts.find((p) => p.name === 'report')!.description).not.toContain(EMAIL);
+    const builtin = await client.getPrompt({ name: 'data-analysis', arguments: { task: 'sum the sales column' } });
+    const text = (builtin.messages[0]!.content as { text: string }).text;
+    expect(text).toContain('Use the "data-analysis" skill');
+    expect(text).toContain('# Data analysis in the sandbox');
+    expect(text).toContain('The task: sum the sales column');
+    const own = await client.getPrompt({ name: 'my-data-analysis' });
+    expect((own.messages[0]!.content as { text: string }).text).toContain('Always sort by date first.');
+    await expect(client.getPrompt({ name: 'nope' })).rejects.toThrow(/no skill "nope"/);
+    await client.close();
+  });
+
+  it('serves skills/list and skills/get, and each skill file as a skill:// resource, to a client that negotiates the extension', async () => {
+    const { SkillsClient } = await import('@modelcontextprotocol/client/ext/skills');
+    const client = new Client({ name: 'skills-client', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' }, capabilities: { extensions: { 'io.modelcontextprotocol/skills': {} } } as never });
+    await client.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { requestInit: { headers: { Authorization: `Bearer ${aliceToken}` } } }));
+    const skills = new SkillsClient(client);
+    expect(skills.supported).toBe(true);
+    const listing = await skills.list();
+    const uris = listing.skills.map((s) => s.uri);
+    expect(uris).toEqual(expect.arrayContaining(['skill://builtin/data-analysis/SKILL.md', 'skill://user/report/SKILL.md']));
+    expect(listing.cacheScope).toBe('private');
+    const { skill } = await skills.get('skill://builtin/data-analysis/SKILL.md');
+    const file = await skills.read(skill);
+    expect(file.text).toContain('# Data analysis in the sandbox');
+    const mine = await client.readResource({ uri: 'skill://user/report/SKILL.md' });
+    expect((mine.contents[0] as { text: string }).text).toContain('Write the weekly report.');
+    expect((mine.contents[0] as { text: string }).text).not.toContain(EMAIL);
+    await expect(client.readResource({ uri: 'skill://user/report/../../secret' })).rejects.toThrow();
+    await client.close();
+  });
+});

@@ -42,7 +42,8 @@ export function registerWorkspaceResources(server: McpServer, ctx: ToolContext):
       const resources = await Promise.all(
         files.map(async (f) => {
           const shown = await toModel(ctx, f.path);
-          return { uri: workspaceUri(shown), name: shown, mimeType: mimeTypeOf(f.path), size: f.size };
+          // A title of its own (the path), so that clients which show titles list files apart, not one "Workspace file" each.
+          return { uri: workspaceUri(shown), name: shown, title: `/workspace/${shown}`, mimeType: mimeTypeOf(f.path), size: f.size };
         }),
       );
       return { resources };

@@ -10,6 +10,7 @@ import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/
 import { toModel, type McpDeps, type ToolContext } from './context.js';
 import { buildInstructions } from '../skills/instructions.js';
 import { registerWorkspaceResources } from './resources.js';
+import { registerSkillPrompts, registerSkillsExtension } from './skills.js';
 import { skillsFor } from '../skills/skills.js';
 import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
 import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
@@ -103,14 +104,16 @@ export interface CreateServerOptions {
 export interface ServerParts {
   tools: ReadonlySet<ToolName>;
   resources: boolean;
+  /** The skills as prompts and through the skills extension. */
+  skills?: boolean;
 }
 
-const EVERYTHING: ServerParts = { tools: new Set(TOOL_NAMES), resources: true };
+const EVERYTHING: ServerParts = { tools: new Set(TOOL_NAMES), resources: true, skills: true };
 const NOTHING: ServerParts = { tools: new Set(), resources: false };
 
 /**
  * What a set of JSON-RPC requests can reach: a tools/call needs its own tool only, and
- * resources/* and completion/complete need the workspace resources. Anything else (lists,
+ * resources/* and completion/complete need the resources (the workspace's, and skill:// files). Anything else (lists,
  * initialize, server/discover, ping) gets everything, so its answer is the full catalogue.
  * Registering all five tools and the resource template for each request cost about a
  * tenth of the gateway's CPU per MCP call.
@@ -128,7 +131,7 @@ export function partsFor(requests: { method: string; params?: unknown }[]): Serv
       return EVERYTHING;
     }
   }
-  return tools.size || resources ? { tools, resources } : requests.length ? NOTHING : EVERYTHING;
+  return tools.size || resources ? { tools, resources, skills: resources } : requests.length ? NOTHING : EVERYTHING;
 }
 
 /** Builds the server for one caller. */
@@ -141,8 +144,12 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
     },
     opts.beforeConnect,
   );
-  const { tools, resources } = opts.parts ?? EVERYTHING;
+  const { tools, resources, skills } = opts.parts ?? EVERYTHING;
   for (const name of tools) TOOLS[name](server, ctx);
   if (resources) registerWorkspaceResources(server, ctx);
+  if (skills) {
+    registerSkillPrompts(server, ctx);
+    registerSkillsExtension(server, ctx);
+  }
   return server;
 }
