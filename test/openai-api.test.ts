@@ -101,6 +101,14 @@ describe('/v1 with the official openai client', () => {
       status: 400,
       type: 'invalid_request_error',
     });
+    // A client's own tools are refused, saying so, never silently dropped.
+    const withTools = client().chat.completions.create({
+      model: 'anthropic:claude-test',
+      messages: [{ role: 'user', content: 'what is the weather' }],
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }],
+    });
+    await expect(withTools).rejects.toMatchObject({ status: 400, type: 'invalid_request_error', code: 'unsupported_parameter', param: 'tools' });
+    await expect(withTools).rejects.toThrow(/does not call a client's/);
     const bad = await rawRequest(`${gw.url}/v1/chat/completions`, { headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{"model":' });
     expect(bad.status).toBe(400);
     expect(JSON.parse(bad.text)).toEqual({ error: { message: 'The body is not valid JSON.', type: 'invalid_request_error', param: null, code: 'invalid_json' } });

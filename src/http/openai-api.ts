@@ -179,6 +179,18 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
       return sendError(res, 400, `Invalid request: ${issue.path.join('.') || 'body'}: ${issue.message}`, 'invalid_request_error', 'invalid_request', issue.path.join('.') || null);
     }
     const body = parsed.data;
+    // The agent runs its own tools; a client's own would be dropped without a word: refused, saying so.
+    const own = (['tools', 'functions'] as const).find((k) => Array.isArray(body[k]) && (body[k] as unknown[]).length > 0);
+    if (own) {
+      return sendError(
+        res,
+        400,
+        `This endpoint runs its own tools (code in your sandbox, your files, the upstream MCP tools connected to your account) and does not call a client's: send the request without "${own}". To give the agent a tool of yours, connect it as an upstream MCP server (docs/upstream-servers.md); to call sandgate's tools from your own agent, use /mcp.`,
+        'invalid_request_error',
+        'unsupported_parameter',
+        own,
+      );
+    }
     let history: ClientMessage[];
     let instructions: string;
     let last: string;
