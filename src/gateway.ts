@@ -230,7 +230,15 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       }) : undefined;
   const oauth =
     oauthClients &&
-    oauthServer({ config, db: store.db, logger, clients: oauthClients, limiter: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth'), auth: web.auth });
+    oauthServer({
+      config,
+      db: store.db,
+      logger,
+      clients: oauthClients,
+      // Tokens: generous (a refresh an hour per user, however many share an app's client id); registration: strict, as anyone may register.
+      limiters: { token: rateLimiterFor(store.db, { perMinute: 600, burst: 200 }, 'oauth-token'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
+      auth: web.auth,
+    });
   const app = createApp({
     config,
     store,

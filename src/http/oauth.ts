@@ -64,8 +64,8 @@ export interface OAuthServerDeps {
   db: Db;
   logger: Logger;
   clients: ClientStore;
-  /** Budgets for the machine endpoints (keys `oauth-token:<client>`, `oauth-register`). */
-  limiter: RateLimiter;
+  /** Budgets for the machine endpoints: token and revocation requests per client (`oauth-token:<client>`: one client id may be every user's copy of an app), registrations together (`oauth-register`, stricter). */
+  limiters: { token: RateLimiter; register: RateLimiter };
   auth: WebSessions;
 }
 
@@ -95,7 +95,7 @@ function oauthError(res: Response, status: number, error: string, description: s
 }
 
 export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
-  const { config, db, clients, limiter } = deps;
+  const { config, db, clients, limiters } = deps;
   const log = deps.logger.child({ module: 'oauth' });
   const issuer = issuerOf(config);
   const resource = mcpResource(config);
@@ -274,7 +274,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
   };
   const form = express.urlencoded({ extended: false, limit: '16kb', type: () => true });
   const budget =
-    (key: (req: Request) => string): RequestHandler =>
+    (limiter: RateLimiter, key: (req: Request) => string): RequestHandler =>
     async (req, res, next) => {
       const d = await limiter.take(key(req));
       if (d.ok) return next();
@@ -337,8 +337,8 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     metadata,
     authorize,
     decide,
-    token: [cors, form, bodyErrors as never, budget((req) => `oauth-token:${(clientIdOf(req) ?? '').slice(0, 200)}`), token],
-    register: [cors, budget(() => 'oauth-register'), express.json({ limit: REGISTRATION_MAX_BYTES, type: () => true }), bodyErrors as never, register],
-    revoke: [cors, form, bodyErrors as never, revoke],
+    token: [cors, form, bodyErrors as never, budget(limiters.token, (req) => `oauth-token:${(clientIdOf(req) ?? '').slice(0, 200)}`), token],
+    register: [cors, budget(limiters.register, () => 'oauth-register'), express.json({ limit: REGISTRATION_MAX_BYTES, type: () => true }), bodyErrors as never, register],
+    revoke: [cors, form, bodyErrors as never, budget(limiters.token, (req) => `oauth-token:${(clientIdOf(req) ?? '').slice(0, 200)}`), revoke],
   };
 }
