@@ -256,3 +256,19 @@ describe('skills, as prompts and through the skills extension', () => {
     await client.close();
   });
 });
+
+describe('caching hints on 2026-07-28 results', () => {
+  it('marks the lists every user shares public, and each user\'s own (files, skills, instructions) private', async () => {
+    const hint = async (method: string) => {
+      const r = await rawRequest(mcpUrl, modernRequest(method, { authorization: `Bearer ${aliceToken}` }));
+      expect(r.status, r.text).toBe(200);
+      const result = r.messages[0]!.result as { ttlMs?: number; cacheScope?: string };
+      return { ttlMs: result.ttlMs, cacheScope: result.cacheScope };
+    };
+    expect(await hint('tools/list')).toEqual({ ttlMs: 300_000, cacheScope: 'public' });
+    expect(await hint('resources/templates/list')).toEqual({ ttlMs: 3_600_000, cacheScope: 'public' });
+    expect(await hint('resources/list')).toEqual({ ttlMs: 10_000, cacheScope: 'private' });
+    expect(await hint('prompts/list')).toEqual({ ttlMs: 60_000, cacheScope: 'private' });
+    expect(await hint('server/discover')).toMatchObject({ cacheScope: 'private' });
+  });
+});

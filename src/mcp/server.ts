@@ -134,6 +134,20 @@ export function partsFor(requests: { method: string; params?: unknown }[]): Serv
   return tools.size || resources ? { tools, resources, skills: resources } : requests.length ? NOTHING : EVERYTHING;
 }
 
+/**
+ * How long a 2026-07-28 client may keep each list, and whether a shared cache may (cacheScope).
+ * The tools and the resource templates are the same for every user of this gateway; the
+ * files, the skills (as prompts) and the instructions in server/discover are the user's own.
+ */
+export const CACHE_HINTS = {
+  'tools/list': { ttlMs: 300_000, cacheScope: 'public' },
+  'resources/templates/list': { ttlMs: 3_600_000, cacheScope: 'public' },
+  'prompts/list': { ttlMs: 60_000, cacheScope: 'private' },
+  'resources/list': { ttlMs: 10_000, cacheScope: 'private' },
+  'server/discover': { ttlMs: 60_000, cacheScope: 'private' },
+  'resources/read': { ttlMs: 0, cacheScope: 'private' },
+} as const;
+
 /** Builds the server for one caller. */
 export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}): McpServer {
   const server = new ObservedMcpServer(
@@ -141,6 +155,7 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
       capabilities: { tools: { listChanged: false }, resources: { listChanged: false }, completions: {} },
       instructions: opts.instructions,
       jsonSchemaValidator: SHARED_VALIDATOR,
+      cacheHints: CACHE_HINTS,
     },
     opts.beforeConnect,
   );
