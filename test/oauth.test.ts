@@ -162,6 +162,7 @@ describe('the MCP SDK client signs in with OAuth', () => {
       const grantId = /hx-post="\/tokens\/(\d+)\/revoke"[^>]*Disconnect/.exec(tokensPage)?.[1];
       expect(grantId).toBeDefined();
       expect((await session.post(`/tokens/${grantId}/revoke`)).status).toBe(200);
+      expect((await queryAudit(gw.gateway.store.db, { userId: olivia.id, limit: 100 })).some((a) => a.method === 'oauth/revoke' && a.tokenId === Number(grantId))).toBe(true);
       const refused = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${provider.saved.tokens!.access_token}`, 'mcp-protocol-version': '2025-06-18' }, body: { jsonrpc: '2.0', id: 1, method: 'tools/list' } });
       expect(refused.status).toBe(401);
       expect(refused.headers['www-authenticate']).toContain(`resource_metadata="${gw.url}/.well-known/oauth-protected-resource/mcp"`);

@@ -22,6 +22,8 @@ export interface TokenRecord {
   expiresAt: number | null;
   lastUsedAt: number | null;
   revokedAt: number | null;
+  /** `personal`, or `app`: a grant to an OAuth client (src/oauth/), revoked the same way. */
+  kind: 'personal' | 'app';
 }
 
 /** Who a valid token speaks for. */
@@ -62,10 +64,11 @@ interface TokenRow {
   expires_at: number | null;
   last_used_at: number | null;
   revoked_at: number | null;
+  kind: 'personal' | 'app';
 }
 
 /** A token's columns and its user's name, the shape of TokenRow. */
-const TOKEN_COLUMNS = ['t.id', 't.user_id', 'u.name as user_name', 't.name', 't.created_at', 't.expires_at', 't.last_used_at', 't.revoked_at'] as const;
+const TOKEN_COLUMNS = ['t.id', 't.user_id', 'u.name as user_name', 't.name', 't.created_at', 't.expires_at', 't.last_used_at', 't.revoked_at', 't.kind'] as const;
 
 /** Tokens with their users' names. */
 const tokensWithUsers = (db: Db) => db.selectFrom('api_tokens as t').innerJoin('users as u', 'u.id', 't.user_id');
@@ -79,6 +82,7 @@ const toRecord = (r: TokenRow): TokenRecord => ({
   expiresAt: r.expires_at,
   lastUsedAt: r.last_used_at,
   revokedAt: r.revoked_at,
+  kind: r.kind,
 });
 
 export function tokenState(t: TokenRecord, now = Date.now()): 'active' | 'expired' | 'revoked' {
@@ -353,7 +357,6 @@ function fmtDate(ms: number): string {
 export const TOKEN_USER_COLUMNS = [
   ...TOKEN_COLUMNS,
   't.hash',
-  't.kind',
   'u.is_admin as user_is_admin',
   'u.permissions as user_permissions',
   'u.workspace_id as user_workspace_id',

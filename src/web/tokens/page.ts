@@ -10,6 +10,7 @@
 import type { RequestHandler } from 'express';
 import type { Config } from '../../config.js';
 import { deleteUserApiConversations } from '../../agent/api-history.js';
+import { recordAudit } from '../../audit/audit.js';
 import { GatewayError } from '../../errors.js';
 import { dropPiiScope, tokenScopeRef } from '../../pii/scopes.js';
 import type { Db } from '../../store/store.js';
@@ -56,6 +57,8 @@ export function tokensPage(deps: { config: Config; db: Db; auth: WebSessions }):
       if (!t || t.userId !== user.id) throw new GatewayError('No such token.', { reason: 'not_found', status: 404 });
       await revokeToken(db, id, { userId: user.id });
       await dropPiiScope(db, tokenScopeRef(user.id, id));
+      // A connected app disconnected: its grant's end is in the audit log, as its start is.
+      if (t.kind === 'app') await recordAudit(db, { userId: user.id, via: 'token', tokenId: id, tokenName: t.name, kind: 'web', method: 'oauth/revoke', durationMs: 0, outcome: 'ok' });
       res.type('html').send(renderPartial('tokens/list', await tokenList(db, user.id)));
     },
 
