@@ -44,6 +44,7 @@ import { openStore, type Db, type Store } from './store/store.js';
 import { MIGRATIONS } from './migrations.js';
 import { purgeOldTokens } from './tokens/tokens.js';
 import { ClientStore } from './oauth/clients.js';
+import { MemoryRateLimiter } from './limits/rate-limit.js';
 import { purgeOAuth } from './oauth/grants.js';
 import { oauthServer } from './http/oauth.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
@@ -226,6 +227,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const oauthClients = config.oauth ? new ClientStore(store.db, {
         maxPending: config.oauthMaxPendingClients,
         documentsFromPrivate: config.oauthClientDocumentsPrivate,
+        // Outbound fetches of documents anyone may name: this gateway's own budget.
+        fetches: new MemoryRateLimiter({ perMinute: 60, burst: 30 }),
         ...(config.oauthClientDocumentsCaFile && { documentCa: fs.readFileSync(config.oauthClientDocumentsCaFile, 'utf8') }),
       }) : undefined;
   const oauth =
@@ -235,8 +238,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       db: store.db,
       logger,
       clients: oauthClients,
-      // Tokens: generous (a refresh an hour per user, however many share an app's client id); registration: strict, as anyone may register.
-      limiters: { token: rateLimiterFor(store.db, { perMinute: 600, burst: 200 }, 'oauth-token'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
+      // Failed token requests per client (successes are never held back); registration: strict, as anyone may register.
+      limiters: { tokenFailures: rateLimiterFor(store.db, { perMinute: 120, burst: 60 }, 'oauth-token-failures'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
       auth: web.auth,
     });
   const app = createApp({

@@ -94,9 +94,14 @@ const textOf = (r: unknown) => ((r as { content: { type: string; text?: string }
 
 describe('the MCP SDK client signs in with OAuth', () => {
   it('will not fetch a client metadata document from its own network by default', async () => {
-    const r = await fetch(`${gw.url}/oauth/authorize?client_id=${encodeURIComponent('https://127.0.0.1:9/client.json')}&response_type=code`);
-    expect(r.status).toBe(400);
-    expect(await r.text()).toContain('loopback, private or reserved address');
+    for (const url of ['https://127.0.0.1/client.json', 'https://[::7f00:1]/client.json', 'https://example.com:8443/client.json']) {
+      const r = await fetch(`${gw.url}/oauth/authorize?client_id=${encodeURIComponent(url)}&response_type=code`);
+      expect(r.status, url).toBe(400);
+      const text = await r.text();
+      // Why (an address, a port) stays in the log: the page would map the network for anyone.
+      expect(text, url).toContain('could not be fetched');
+      expect(text, url).not.toMatch(/loopback|private address|port \d|resolves/);
+    }
   });
 
   it('is sent to sign in and consent in the browser, then calls tools; its token refreshes; a revoked grant is refused at the next call', async () => {
@@ -225,8 +230,12 @@ describe('mcp-remote, the bridge desktop apps use, signs in with OAuth', () => {
 });
 
 /** An authorization request's query, PKCE pair and redirect URI for a registered client. */
-async function registered(redirectUri = 'http://127.0.0.1:43210/cb', name = 'Raw Client') {
-  const r = await fetch(`${gw.url}/oauth/register`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ client_name: name, redirect_uris: [redirectUri], token_endpoint_auth_method: 'none' }) });
+async function registered(redirectUri = 'http://127.0.0.1:43210/cb', name = 'Raw Client', grantTypes = ['authorization_code', 'refresh_token']) {
+  const r = await fetch(`${gw.url}/oauth/register`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ client_name: name, redirect_uris: [redirectUri], grant_types: grantTypes, token_endpoint_auth_method: 'none' }),
+  });
   expect(r.status).toBe(201);
   const client = (await r.json()) as { client_id: string; client_secret?: string; token_endpoint_auth_method: string };
   expect(client.client_secret).toBeUndefined();
@@ -280,7 +289,7 @@ describe('what the authorization server refuses', () => {
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     documents = { url: `https://127.0.0.1:${(server.address() as AddressInfo).port}`, docs, close: () => new Promise((r) => server.close(() => r())) };
-    gw = await startGateway({ env: { SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE: 'true', SANDGATE_OAUTH_CLIENT_DOCUMENTS_CA_FILE: caFile } });
+    gw = await startGateway({ env: { SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE: 'true', SANDGATE_OAUTH_CLIENT_DOCUMENTS_CA_FILE: caFile, SANDGATE_OAUTH_MAX_PENDING_CLIENTS: '5' } });
     const user = await ensureUser(gw.gateway.store.db, 'rawuser');
     session = await webSession(gw, user);
     clientId = await registered(redirect);
@@ -311,7 +320,7 @@ describe('what the authorization server refuses', () => {
     expect(await refused.text()).toContain('does not name that URL as its client_id');
     documents.docs.set('/apps/huge.json', JSON.stringify({ client_id: `${documents.url}/apps/huge.json`, redirect_uris: [redirect], pad: 'x'.repeat(20_000) }));
     const huge = await session.get(`/oauth/authorize?${authorizeQuery(`${documents.url}/apps/huge.json`, redirect, challenge)}`, { htmx: false });
-    expect(await huge.text()).toContain('larger than 16 KiB');
+    expect(await huge.text()).toContain('could not be fetched');
   });
 
   it('bounds registration: bad metadata and http redirects beyond loopback are refused', async () => {
@@ -338,7 +347,7 @@ describe('what the authorization server refuses', () => {
     const r = await session.get(`/oauth/authorize?${authorizeQuery(clientId, 'https://evil.example/cb', challenge)}`, { htmx: false });
     expect(r.status).toBe(400);
     expect(r.headers.get('location')).toBeNull();
-    expect(await r.text()).toContain('not a redirect URI it registered');
+    expect(await r.text()).toContain('an address it did not register');
     // A loopback redirect on another port is the same native client's (RFC 8252 §7.3).
     const other = await consent(session, authorizeQuery(clientId, 'http://127.0.0.1:5555/cb', challenge));
     expect(other.origin).toBe('http://127.0.0.1:5555');
@@ -361,6 +370,8 @@ describe('what the authorization server refuses', () => {
     const wrong = await tokenRequest({ grant_type: 'authorization_code', client_id: clientId, code, code_verifier: pkce().verifier, redirect_uri: redirect });
     expect(wrong.status).toBe(400);
     expect(((await wrong.json()) as { error: string }).error).toBe('invalid_grant');
+    // A wrong verifier spends nothing: the code still works with its own.
+    expect((await tokenRequest({ grant_type: 'authorization_code', client_id: clientId, code, code_verifier: verifier, redirect_uri: redirect })).status).toBe(200);
 
     const { verifier: v2, challenge: c2 } = pkce();
     const code2 = (await consent(session, authorizeQuery(clientId, redirect, c2))).searchParams.get('code')!;
@@ -380,10 +391,57 @@ describe('what the authorization server refuses', () => {
     expect(v1.status).toBe(401);
     expect(await v1.text()).toContain('works only on /mcp');
 
+    // The code replayed without its verifier (seen in a log or a history): refused, and nothing is revoked.
+    const replay = await tokenRequest({ grant_type: 'authorization_code', client_id: clientId, code: code3, code_verifier: pkce().verifier, redirect_uri: redirect });
+    expect(((await replay.json()) as { error: string }).error).toBe('invalid_grant');
+    expect((await mcp(tokens.access_token)).status).toBe(200);
+    // With its verifier a second time: the tokens of its first use are revoked.
     const twice = await tokenRequest({ grant_type: 'authorization_code', client_id: clientId, code: code3, code_verifier: v3, redirect_uri: redirect });
     expect(((await twice.json()) as { error: string }).error).toBe('invalid_grant');
     expect((await mcp(tokens.access_token)).status).toBe(401);
-    void verifier;
+  });
+
+  it('gives no refresh token to a client that did not register for them', async () => {
+    const id = await registered(redirect, 'No Refresh', ['authorization_code']);
+    const { verifier, challenge } = pkce();
+    const code = (await consent(session, authorizeQuery(id, redirect, challenge))).searchParams.get('code')!;
+    const t = (await (await tokenRequest({ grant_type: 'authorization_code', client_id: id, code, code_verifier: verifier, redirect_uri: redirect })).json()) as Record<string, unknown>;
+    expect(t.access_token).toMatch(/^sga_/);
+    expect(t.refresh_token).toBeUndefined();
+  });
+
+  it('sends a bad request back only to an app the user allowed: for anyone else it is a page (no open redirect)', async () => {
+    const stranger = await registered('https://attacker.example/landing', 'Stranger');
+    const r = await fetch(`${gw.url}/oauth/authorize?${new URLSearchParams({ client_id: stranger, redirect_uri: 'https://attacker.example/landing', response_type: 'token' })}`, { redirect: 'manual' });
+    expect(r.status).toBe(400);
+    expect(r.headers.get('location')).toBeNull();
+    const signedIn = await session.get(`/oauth/authorize?${new URLSearchParams({ client_id: stranger, redirect_uri: 'https://attacker.example/landing', response_type: 'token' })}`, { htmx: false });
+    expect(signedIn.status).toBe(400);
+    expect(signedIn.headers.get('location')).toBeNull();
+  });
+
+  it('holds back a flood of failed token requests for an app, never its successes', async () => {
+    const id = await registered(redirect, 'Flooded');
+    const { verifier, challenge } = pkce();
+    const code = (await consent(session, authorizeQuery(id, redirect, challenge))).searchParams.get('code')!;
+    let limited = 0;
+    for (let i = 0; i < 70; i++) {
+      const r = await tokenRequest({ grant_type: 'refresh_token', client_id: id, refresh_token: 'sgr_nothing' });
+      if (r.status === 429) {
+        limited++;
+        expect(((await r.json()) as { error: string }).error).toBe('temporarily_unavailable');
+      }
+    }
+    expect(limited).toBeGreaterThan(0);
+    expect((await tokenRequest({ grant_type: 'authorization_code', client_id: id, code, code_verifier: verifier, redirect_uri: redirect })).status).toBe(200);
+  });
+
+  it('keeps at most the set number of registrations nobody used: past it the oldest goes', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 6; i++) ids.push(await registered(redirect, `Unused ${i}`));
+    const gone = await session.get(`/oauth/authorize?${authorizeQuery(ids[0]!, redirect, pkce().challenge)}`, { htmx: false });
+    expect(await gone.text()).toContain('not known to the gateway');
+    expect((await session.get(`/oauth/authorize?${authorizeQuery(ids[5]!, redirect, pkce().challenge)}`, { htmx: false })).status).toBe(200);
   });
 
   it('rotates refresh tokens; a refresh token used twice revokes the whole grant', async () => {

@@ -132,7 +132,7 @@ describe('upstream network policies', () => {
 describe('egress decisions', () => {
   it('knows which addresses are public', () => {
     for (const a of ['8.8.8.8', '2606:4700::1111']) expect(isPublicAddress(a), a).toBe(true);
-    for (const a of ['127.0.0.1', '10.1.2.3', '172.16.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', 'fe80::1', 'fd00::1', '::ffff:127.0.0.1', '224.0.0.1', 'nope']) {
+    for (const a of ['127.0.0.1', '10.1.2.3', '172.16.0.1', '192.168.1.1', '169.254.169.254', '100.64.0.1', '0.0.0.0', '::1', 'fe80::1', 'fd00::1', '::ffff:127.0.0.1', '::7f00:1', '::10.0.0.5', '224.0.0.1', 'nope']) {
       expect(isPublicAddress(a), a).toBe(false);
     }
   });

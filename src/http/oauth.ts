@@ -34,8 +34,8 @@ import { endpoint, issuerOf, mcpResource, resourceMetadataPath, serverMetadataPa
 
 declare module 'express-session' {
   interface SessionData {
-    /** Where to go once signed in: an authorization request that found no session. */
-    returnTo?: string;
+    /** Where to go once signed in (an authorization request that found no session), and when it was asked (src/web/sign-in/page.ts honours it for ten minutes). */
+    returnTo?: { path: string; at: number };
     /** Authorization requests waiting on the consent page, by id (a few at most). */
     oauthPending?: Record<string, PendingRequest>;
   }
@@ -64,8 +64,12 @@ export interface OAuthServerDeps {
   db: Db;
   logger: Logger;
   clients: ClientStore;
-  /** Budgets for the machine endpoints: token and revocation requests per client (`oauth-token:<client>`: one client id may be every user's copy of an app), registrations together (`oauth-register`, stricter). */
-  limiters: { token: RateLimiter; register: RateLimiter };
+  /**
+   * Budgets: failed token requests per client (`oauth-token-failures:<client>`; a success
+   * is never held back, so nobody can spend a popular app's budget to lock its users
+   * out), registrations together (`oauth-register`).
+   */
+  limiters: { tokenFailures: RateLimiter; register: RateLimiter };
   auth: WebSessions;
 }
 
@@ -143,7 +147,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     );
   };
 
-  /** The page shown for a request that cannot go back to the app (no known client or redirect URI). */
+  /** The page shown for a request that cannot (or may not yet) go back to the app. */
   const refusePage = (req: Request, res: Response, status: number, message: string) => {
     res.status(status);
     renderPage(res, 'error', { user: req.user as never, csrf: deps.auth.csrfToken(req) }, { title: 'This app cannot connect', message });
@@ -181,14 +185,15 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     try {
       client = await clients.get(clientId);
     } catch (e) {
-      if (e instanceof ClientMetadataError) return refusePage(req, res, 400, e.message);
-      throw e;
+      if (!(e instanceof ClientMetadataError)) throw e;
+      log.info({ client: clientId.slice(0, 200), err: e.message, detail: e.detail }, 'an authorization request named a client that could not be taken');
+      return refusePage(req, res, e.error === 'temporarily_unavailable' ? 503 : 400, e.message);
     }
     if (!client) return refusePage(req, res, 400, 'This app is not known to the gateway (its registration may have expired after a day unused). Start connecting again from the app.');
     const asked = str('redirect_uri');
     let redirectUri: string;
     if (asked !== undefined) {
-      if (!redirectUriMatches(asked, client.redirectUris)) return refusePage(req, res, 400, `The app asked to be answered at ${asked.slice(0, 200)}, which is not a redirect URI it registered. Nothing was sent to it.`);
+      if (!redirectUriMatches(asked, client.redirectUris)) return refusePage(req, res, 400, 'The app asked to be answered at an address it did not register. Nothing was sent to it.');
       redirectUri = asked;
     } else if (client.redirectUris.length === 1) {
       redirectUri = client.redirectUris[0]!;
@@ -196,8 +201,16 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
       return refusePage(req, res, 400, 'The app registered several redirect URIs and named none. Start connecting again from the app.');
     }
     const state = str('state');
-    // 2. The rest: errors go back to the app.
-    const fail = (error: string, description: string) => back(res, redirectUri, { error, error_description: description }, state);
+    // Who asks: a session that may come in now, or nobody.
+    const who = req.user ? await deps.auth.stillAllowed(req) : undefined;
+    const user = who?.ok ? who.user : undefined;
+    // 2. The rest. An error goes back to the app only for a user who allowed it before:
+    // anyone can publish a client whose redirect URI is their own site, and the gateway's
+    // address must not become a redirector to it (RFC 9700 §4.11.2). Else it is a page.
+    const fail = async (error: string, description: string) => {
+      if (user && (await liveGrant(db, user.id, client.clientId))) return back(res, redirectUri, { error, error_description: description }, state);
+      refusePage(req, res, 400, `The app's request cannot be answered (${error}: ${description}). Start connecting again from the app.`);
+    };
     if (str('response_type') !== 'code') return fail('unsupported_response_type', 'only response_type=code is supported');
     const challenge = str('code_challenge');
     if (!challenge || !/^[A-Za-z0-9_-]{43}$/.test(challenge) || str('code_challenge_method') !== 'S256') return fail('invalid_request', 'PKCE is required: code_challenge (S256 of the verifier, base64url) with code_challenge_method=S256');
@@ -207,16 +220,15 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     if (scopes.some((s) => s !== MCP_SCOPE)) return fail('invalid_scope', `the only scope is "${MCP_SCOPE}"`);
     const pending: PendingRequest = { clientId: client.clientId, redirectUri, given: asked !== undefined, state, codeChallenge: challenge, resource, scope: MCP_SCOPE, at: Date.now() };
 
-    // 3. Signed in? Else to the sign-in page, and back here after.
-    const who = req.user ? await deps.auth.stillAllowed(req) : undefined;
-    if (!who?.ok) {
-      req.session.returnTo = req.originalUrl;
+    // 3. Signed in? Else to the sign-in page, and back here after (if within ten minutes: src/web/sign-in/page.ts).
+    if (!user) {
+      req.session.returnTo = { path: req.originalUrl.slice(0, 8192), at: Date.now() };
       return res.redirect(303, '/login');
     }
     // 4. Allowed before: straight back with a code. Else the consent page.
-    const grant = await liveGrant(db, who.user.id, client.clientId);
+    const grant = await liveGrant(db, user.id, client.clientId);
     if (grant) {
-      log.info({ user: who.user.name, client: client.clientId }, 'authorization for an app already allowed');
+      log.info({ user: user.name, client: client.clientId }, 'authorization for an app already allowed');
       return issueAndReturn(res, grant.id, pending);
     }
     const id = crypto.randomBytes(16).toString('base64url');
@@ -227,7 +239,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
       return u.protocol === 'http:' || u.protocol === 'https:' ? u.host : `${u.protocol}//${u.host}`;
     })();
     res.set('Content-Security-Policy', consentCsp(redirectUri));
-    renderPage(res, 'oauth/consent', { user: who.user, csrf: deps.auth.csrfToken(req) }, { client, redirectHost, requestId: id });
+    renderPage(res, 'oauth/consent', { user, csrf: deps.auth.csrfToken(req) }, { client, redirectHost, requestId: id });
   };
 
   const decide: RequestHandler = async (req, res) => {
@@ -245,8 +257,9 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
       log.info({ user: user.name, client: pending.clientId }, 'an app was denied access');
       return back(res, pending.redirectUri, { error: 'access_denied', error_description: 'the user denied access' }, pending.state);
     }
-    const client = await clients.get(pending.clientId);
-    if (!client) return refusePage(req, res, 400, 'This app is no longer known to the gateway. Start connecting again from the app.');
+    const client = await clients.get(pending.clientId).catch(() => undefined);
+    // Its registration may have changed while the page was open (a document refetched): the redirect must still be one of its own.
+    if (!client || !redirectUriMatches(pending.redirectUri, client.redirectUris)) return refusePage(req, res, 400, 'This app is no longer known to the gateway as it was. Start connecting again from the app.');
     let grant;
     try {
       grant = await grantFor(db, { userId: user.id, clientId: client.clientId, clientName: client.name });
@@ -267,7 +280,11 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     const basic = /^Basic\s+([A-Za-z0-9+/=]+)$/i.exec(req.headers.authorization ?? '')?.[1];
     if (basic) {
       const [id] = Buffer.from(basic, 'base64').toString('utf8').split(':');
-      return id ? decodeURIComponent(id) : undefined;
+      try {
+        return id ? decodeURIComponent(id) : undefined;
+      } catch {
+        return undefined;
+      }
     }
     const id = (req.body as Record<string, unknown>).client_id;
     return typeof id === 'string' ? id : undefined;
@@ -279,7 +296,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
       const d = await limiter.take(key(req));
       if (d.ok) return next();
       res.set('Retry-After', String(d.retryAfterSec));
-      oauthError(res, 429, 'slow_down', `too many requests; try again in ${d.retryAfterSec} s`);
+      oauthError(res, 429, 'temporarily_unavailable', `too many requests; try again in ${d.retryAfterSec} s`);
     };
   const bodyErrors = (err: { type?: string; status?: number }, _req: Request, res: Response, next: (e?: unknown) => void) => {
     if (err.type === 'entity.parse.failed') return oauthError(res, 400, 'invalid_request', 'the body could not be parsed');
@@ -292,24 +309,36 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     const s = (k: string) => (typeof b[k] === 'string' ? (b[k] as string) : undefined);
     const clientId = clientIdOf(req);
     res.set({ 'Cache-Control': 'no-store', Pragma: 'no-cache' });
-    if (!clientId) return oauthError(res, 401, 'invalid_client', 'client_id is required');
-    const client = await clients.get(clientId).catch(() => undefined);
-    if (!client) return oauthError(res, 401, 'invalid_client', 'this client is not known to the gateway');
+    /** A refusal, taken from the client's budget of failures: past it, 429 (and a success is never held back). */
+    const failed = async (status: number, error: string, description: string) => {
+      const d = await limiters.tokenFailures.take(`oauth-token-failures:${(clientId ?? '').slice(0, 200)}`);
+      if (!d.ok) {
+        res.set('Retry-After', String(d.retryAfterSec));
+        return oauthError(res, 429, 'temporarily_unavailable', `too many failed requests for this app; try again in ${d.retryAfterSec} s`);
+      }
+      // RFC 6749 §5.2: a client that tried HTTP Basic is told which scheme, with its 401.
+      if (status === 401 && /^Basic\s/i.test(req.headers.authorization ?? '')) res.set('WWW-Authenticate', 'Basic realm="sandgate"');
+      oauthError(res, status, error, description);
+    };
+    if (!clientId) return failed(401, 'invalid_client', 'client_id is required');
+    // A document kept from before serves however old: a vendor's site down must not end its users' sessions.
+    const client = await clients.get(clientId, { stale: true }).catch(() => undefined);
+    if (!client) return failed(401, 'invalid_client', 'this client is not known to the gateway');
     try {
       if (s('grant_type') === 'authorization_code') {
         const code = s('code');
         const verifier = s('code_verifier');
-        if (!code || !verifier) return oauthError(res, 400, 'invalid_request', 'code and code_verifier are required');
-        return void res.json(await exchangeCode(db, { clientId, code, verifier, redirectUri: s('redirect_uri'), resource: s('resource')?.replace(/\/+$/, '') }, audit));
+        if (!code || !verifier) return failed(400, 'invalid_request', 'code and code_verifier are required');
+        return void res.json(await exchangeCode(db, { clientId, code, verifier, redirectUri: s('redirect_uri'), resource: s('resource')?.replace(/\/+$/, ''), refresh: client.refreshes }, audit));
       }
       if (s('grant_type') === 'refresh_token') {
         const refreshToken = s('refresh_token');
-        if (!refreshToken) return oauthError(res, 400, 'invalid_request', 'refresh_token is required');
+        if (!refreshToken) return failed(400, 'invalid_request', 'refresh_token is required');
         return void res.json(await refreshTokens(db, { clientId, refreshToken, resource: s('resource')?.replace(/\/+$/, ''), scope: s('scope') }, audit));
       }
-      return oauthError(res, 400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token');
+      return failed(400, 'unsupported_grant_type', 'grant_type must be authorization_code or refresh_token');
     } catch (e) {
-      if (e instanceof GrantError) return oauthError(res, 400, e.error, e.message);
+      if (e instanceof GrantError) return failed(400, e.error, e.message);
       throw e;
     }
   };
@@ -337,8 +366,8 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
     metadata,
     authorize,
     decide,
-    token: [cors, form, bodyErrors as never, budget(limiters.token, (req) => `oauth-token:${(clientIdOf(req) ?? '').slice(0, 200)}`), token],
+    token: [cors, form, bodyErrors as never, token],
     register: [cors, budget(limiters.register, () => 'oauth-register'), express.json({ limit: REGISTRATION_MAX_BYTES, type: () => true }), bodyErrors as never, register],
-    revoke: [cors, form, bodyErrors as never, budget(limiters.token, (req) => `oauth-token:${(clientIdOf(req) ?? '').slice(0, 200)}`), revoke],
+    revoke: [cors, form, bodyErrors as never, revoke],
   };
 }

@@ -21,6 +21,7 @@ import dns from 'node:dns';
 import net from 'node:net';
 import tls from 'node:tls';
 import { Agent, request } from 'undici';
+import type { RateLimiter } from '../limits/rate-limit.js';
 import type { Db } from '../store/store.js';
 import { isPublicAddress } from '../addresses.js';
 
@@ -30,6 +31,8 @@ export interface OAuthClient {
   source: 'registered' | 'document';
   name: string;
   redirectUris: string[];
+  /** Whether it registered the refresh_token grant (else it gets access tokens only). */
+  refreshes: boolean;
   /** Where the client's name links to, if it gave one (shown on the consent page). */
   clientUri?: string;
 }
@@ -40,6 +43,8 @@ export class ClientMetadataError extends Error {
   constructor(
     readonly error: 'invalid_client_metadata' | 'invalid_redirect_uri' | 'temporarily_unavailable',
     message: string,
+    /** What the log gets besides the message (why a fetch failed): never shown to whoever asked. */
+    readonly detail?: string,
   ) {
     super(message);
   }
@@ -49,14 +54,19 @@ export const REGISTRATION_MAX_BYTES = 16 * 1024;
 const MAX_REDIRECT_URIS = 10;
 const MAX_URI_LENGTH = 2000;
 const MAX_NAME_LENGTH = 100;
-/** A registration never used for a grant is removed after this long. */
-export const UNUSED_REGISTRATION_MS = 24 * 3_600_000;
+/** A registration or fetched document never used for a grant is removed after this long. */
+export const UNUSED_REGISTRATION_MS = 3_600_000;
+/** Document fetches under way at once (each may take DOCUMENT_DEADLINE_MS); more wait for none, they are refused. */
+const MAX_FETCHES = 4;
 /** A fetched document is fetched again once older than this. */
 const DOCUMENT_LIFETIME_MS = 3_600_000;
 const DOCUMENT_MAX_BYTES = 16 * 1024;
 const DOCUMENT_DEADLINE_MS = 5_000;
 
 const LOOPBACK = new Set(['localhost', '127.0.0.1', '[::1]']);
+
+/** A URL as a page may show it: at most 120 characters. */
+const shown = (url: string) => (url.length > 120 ? `${url.slice(0, 119)}…` : url);
 
 /**
  * A redirect URI a client may register: https anywhere, http only to loopback (a native
@@ -160,6 +170,7 @@ function toClient(clientId: string, source: OAuthClient['source'], m: Metadata):
     source,
     name: m.client_name ?? (source === 'document' && host ? host : 'an unnamed app'),
     redirectUris: m.redirect_uris,
+    refreshes: m.grant_types.includes('refresh_token'),
     ...(m.client_uri !== undefined && { clientUri: m.client_uri }),
   };
 }
@@ -176,8 +187,10 @@ export function isDocumentClientId(clientId: string): boolean {
 }
 
 export interface ClientStoreOptions {
-  /** Registrations never used that may exist at once (SANDGATE_OAUTH_MAX_PENDING_CLIENTS). */
+  /** Registrations and fetched documents never used that are kept at once (SANDGATE_OAUTH_MAX_PENDING_CLIENTS): past it, the oldest goes. */
   maxPending: number;
+  /** Document fetches this gateway may start (new or stale client ids): a budget, as anyone may name a URL. */
+  fetches: RateLimiter;
   /** Fetch documents from loopback and private addresses too (SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE). */
   documentsFromPrivate: boolean;
   /** CA certificates to trust for documents besides the system's (tests). */
@@ -213,16 +226,34 @@ export class ClientStore {
     await this.agent.close();
   }
 
-  /** The client with this id: registered, or a document (fetched when unknown or old). Undefined when there is none. */
-  async get(clientId: string, now = Date.now()): Promise<OAuthClient | undefined> {
+  private fetching = 0;
+
+  /**
+   * The client with this id: registered, or a document (fetched when unknown or old).
+   * Undefined when there is none. `stale`: a document kept from before is good enough
+   * however old (the token endpoint: a vendor's site being down must not end its users'
+   * sessions; only the authorization request, which reads the redirect URIs, refetches).
+   */
+  async get(clientId: string, opts: { stale?: boolean; now?: number } = {}): Promise<OAuthClient | undefined> {
+    const now = opts.now ?? Date.now();
     if (typeof clientId !== 'string' || clientId.length === 0 || clientId.length > MAX_URI_LENGTH) return undefined;
     const row = await this.db.selectFrom('oauth_clients').selectAll().where('client_id', '=', clientId).executeTakeFirst();
-    if (row && (row.source === 'registered' || (row.fetched_at ?? 0) > now - DOCUMENT_LIFETIME_MS)) {
+    if (row && (row.source === 'registered' || opts.stale || (row.fetched_at ?? 0) > now - DOCUMENT_LIFETIME_MS)) {
       return toClient(row.client_id, row.source, JSON.parse(row.metadata) as Metadata);
     }
     if (!isDocumentClientId(clientId)) return undefined;
-    const metadata = await this.fetchDocument(clientId);
+    if (this.fetching >= MAX_FETCHES || !(await this.opts.fetches.take('oauth-documents')).ok) {
+      throw new ClientMetadataError('temporarily_unavailable', 'the gateway is fetching many client metadata documents just now: try again in a minute');
+    }
+    this.fetching++;
+    let metadata: Metadata;
+    try {
+      metadata = await this.fetchDocument(clientId);
+    } finally {
+      this.fetching--;
+    }
     const text = JSON.stringify(metadata);
+    if (!row) await this.makeRoom(now);
     await this.db
       .insertInto('oauth_clients')
       .values({ client_id: clientId, source: 'document', metadata: text, created_at: now, fetched_at: now, used_at: null })
@@ -231,19 +262,25 @@ export class ClientStore {
     return toClient(clientId, 'document', metadata);
   }
 
+  /** Room for one more client never used: the expired go, and past the cap the oldest. */
+  private async makeRoom(now: number): Promise<void> {
+    await this.sweep(now);
+    const unused = await this.db
+      .selectFrom('oauth_clients')
+      .select('client_id')
+      .where('used_at', 'is', null)
+      .orderBy('created_at', 'desc')
+      .offset(Math.max(0, this.opts.maxPending - 1))
+      .limit(1000)
+      .execute();
+    if (unused.length) await this.db.deleteFrom('oauth_clients').where('used_at', 'is', null).where('client_id', 'in', unused.map((u) => u.client_id)).execute();
+  }
+
   /** Registers a client (RFC 7591): its id and the metadata taken. ClientMetadataError when refused. */
   async register(body: unknown, now = Date.now()): Promise<{ clientId: string; issuedAt: number; metadata: Metadata }> {
     const metadata = checkedMetadata(body);
-    await this.sweep(now);
-    const pending = await this.db
-      .selectFrom('oauth_clients')
-      .select((eb) => eb.fn.countAll<number>().as('n'))
-      .where('source', '=', 'registered')
-      .where('used_at', 'is', null)
-      .executeTakeFirstOrThrow();
-    if (Number(pending.n) >= this.opts.maxPending) {
-      throw new ClientMetadataError('temporarily_unavailable', `this gateway holds ${pending.n} registrations no one has signed in with yet, the most it keeps (SANDGATE_OAUTH_MAX_PENDING_CLIENTS); try again later, or use a client that publishes a Client ID Metadata Document`);
-    }
+    // Anyone may register: past the cap the oldest registration nobody used goes, so a flood cannot lock others out for long.
+    await this.makeRoom(now);
     const clientId = `sgc_${crypto.randomBytes(16).toString('base64url')}`;
     await this.db.insertInto('oauth_clients').values({ client_id: clientId, source: 'registered', metadata: JSON.stringify(metadata), created_at: now, fetched_at: null, used_at: null }).execute();
     return { clientId, issuedAt: Math.floor(now / 1000), metadata };
@@ -254,17 +291,20 @@ export class ClientStore {
     await this.db.updateTable('oauth_clients').set({ used_at: now }).where('client_id', '=', clientId).execute();
   }
 
-  /** Removes registrations never used within UNUSED_REGISTRATION_MS. */
+  /** Removes registrations and documents never used for a grant within UNUSED_REGISTRATION_MS. */
   async sweep(now = Date.now()): Promise<number> {
-    const r = await this.db.deleteFrom('oauth_clients').where('source', '=', 'registered').where('used_at', 'is', null).where('created_at', '<', now - UNUSED_REGISTRATION_MS).executeTakeFirst();
+    const r = await this.db.deleteFrom('oauth_clients').where('used_at', 'is', null).where('created_at', '<', now - UNUSED_REGISTRATION_MS).executeTakeFirst();
     return Number(r.numDeletedRows);
   }
 
   private async fetchDocument(url: string): Promise<Metadata> {
     let body: string;
     try {
+      const u = new URL(url);
+      // Port 443 only, unless the LAN is allowed: a document URL must not probe other services' ports.
+      if (u.port && u.port !== '443' && !this.opts.documentsFromPrivate) throw new Error(`port ${u.port} is not 443`);
       // An address given as such is never looked up, so the check at connect time does not see it: it is checked here.
-      const host = new URL(url).hostname.replace(/^\[(.*)\]$/, '$1');
+      const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
       if (net.isIP(host) && !isPublicAddress(host) && !this.opts.documentsFromPrivate) throw new Error(`${host} is a loopback, private or reserved address`);
       const res = await request(url, {
         dispatcher: this.agent,
@@ -291,17 +331,18 @@ export class ClientStore {
       }
       body = Buffer.concat(chunks).toString('utf8');
     } catch (e) {
-      throw new ClientMetadataError('invalid_client_metadata', `the client's metadata document ${url} could not be fetched: ${(e as Error).message}`);
+      // Why it failed (a name's address, a refusal, a status) stays in the log: shown to anyone, it would map the network.
+      throw new ClientMetadataError('invalid_client_metadata', `the app's metadata document could not be fetched from ${shown(url)}`, (e as Error).message);
     }
     let doc: unknown;
     try {
       doc = JSON.parse(body);
     } catch {
-      throw new ClientMetadataError('invalid_client_metadata', `the client's metadata document ${url} is not JSON`);
+      throw new ClientMetadataError('invalid_client_metadata', `the app's metadata document at ${shown(url)} is not JSON`);
     }
-    if (!isObject(doc) || doc.client_id !== url) throw new ClientMetadataError('invalid_client_metadata', `the metadata document at ${url} does not name that URL as its client_id`);
+    if (!isObject(doc) || doc.client_id !== url) throw new ClientMetadataError('invalid_client_metadata', `the metadata document at ${shown(url)} does not name that URL as its client_id`);
     if (doc.token_endpoint_auth_method !== undefined && doc.token_endpoint_auth_method !== 'none') {
-      throw new ClientMetadataError('invalid_client_metadata', `the metadata document at ${url} asks for token_endpoint_auth_method ${String(doc.token_endpoint_auth_method)}; this gateway takes public clients only (none)`);
+      throw new ClientMetadataError('invalid_client_metadata', `the metadata document at ${shown(url)} asks for client authentication; this gateway takes public clients only (token_endpoint_auth_method none)`);
     }
     return checkedMetadata(doc);
   }

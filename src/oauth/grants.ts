@@ -3,7 +3,7 @@
  *
  * A grant is a user's consent to one client, kept as an `api_tokens` row of kind `app`
  * (src/oauth/schema.ts says why). A code is single use and lives a minute; a second use
- * revokes what the first one got. An access token lives an hour and is bound to the
+ * revokes what the first one got (a replay without the PKCE verifier spends nothing). An access token lives an hour and is bound to the
  * resource it was asked for (RFC 8707: this gateway's /mcp). A refresh token is used once:
  * its exchange gives a new pair, and a second exchange of the same one means it was
  * copied, so the whole grant is revoked (the app must ask the user again).
@@ -17,7 +17,7 @@ import crypto from 'node:crypto';
 import { serializable, type Db } from '../store/store.js';
 import { prepared } from '../store/prepared.js';
 import { generateToken, hashToken, isWellFormedToken } from '../tokens/format.js';
-import { admitTokenRow, TOKEN_USER_COLUMNS, type VerifyResult } from '../tokens/tokens.js';
+import { admitTokenRow, MAX_TOKENS_CREATED_PER_DAY, TOKEN_USER_COLUMNS, type VerifyResult } from '../tokens/tokens.js';
 
 export const ACCESS_PREFIX = 'sga_';
 export const REFRESH_PREFIX = 'sgr_';
@@ -46,7 +46,8 @@ export interface IssuedTokens {
   access_token: string;
   token_type: 'Bearer';
   expires_in: number;
-  refresh_token: string;
+  /** Absent for a client that did not register the refresh_token grant. */
+  refresh_token?: string;
   scope: string;
 }
 
@@ -109,6 +110,17 @@ export async function grantFor(db: Db, opts: { userId: number; clientId: string;
     if (apps >= MAX_APPS_PER_USER) {
       throw new GrantError('access_denied', `you have ${apps} apps connected, the most one user may: disconnect one you no longer use on the tokens page, then connect this one`);
     }
+    // As for personal tokens, a day's creations are bounded: connect and disconnect in a loop does not grow the table.
+    const recent = await tx
+      .selectFrom('api_tokens')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('user_id', '=', opts.userId)
+      .where('kind', '=', 'app')
+      .where('created_at', '>', now - 86_400_000)
+      .executeTakeFirstOrThrow();
+    if (Number(recent.n) >= MAX_TOKENS_CREATED_PER_DAY) {
+      throw new GrantError('access_denied', `you connected ${recent.n} apps in the last 24 hours, the most one user may in a day: try again tomorrow`);
+    }
     const base = opts.clientName.slice(0, 50);
     const taken = new Set(names.map((n) => n.name));
     let name = `${base} (app)`;
@@ -155,17 +167,16 @@ export function pkceMatches(verifier: string, challenge: string): boolean {
   return computed.length === given.length && crypto.timingSafeEqual(computed, given);
 }
 
-async function issueTokens(db: Db, grantId: number, resource: string, scope: string, now: number): Promise<IssuedTokens> {
+/** A new access token, and a refresh token unless the client did not register for them; `origin` names the chain (the code it began with). */
+async function issueTokens(db: Db, t: { grantId: number; resource: string; scope: string; origin: Buffer; refresh: boolean; now: number }): Promise<IssuedTokens> {
   const access = generateToken(ACCESS_PREFIX);
-  const refresh = generateToken(REFRESH_PREFIX);
+  const refresh = t.refresh ? generateToken(REFRESH_PREFIX) : undefined;
+  const row = (hash: Buffer, kind: 'access' | 'refresh', ttl: number) => ({ hash, kind, grant_id: t.grantId, resource: t.resource, scope: t.scope, created_at: t.now, expires_at: t.now + ttl, used_at: null, revoked_at: null, origin: t.origin });
   await db
     .insertInto('oauth_tokens')
-    .values([
-      { hash: hashToken(access), kind: 'access', grant_id: grantId, resource, scope, created_at: now, expires_at: now + ACCESS_TOKEN_TTL_MS, used_at: null, revoked_at: null },
-      { hash: hashToken(refresh), kind: 'refresh', grant_id: grantId, resource, scope, created_at: now, expires_at: now + REFRESH_TOKEN_TTL_MS, used_at: null, revoked_at: null },
-    ])
+    .values([row(hashToken(access), 'access', ACCESS_TOKEN_TTL_MS), ...(refresh ? [row(hashToken(refresh), 'refresh', REFRESH_TOKEN_TTL_MS)] : [])])
     .execute();
-  return { access_token: access, token_type: 'Bearer', expires_in: ACCESS_TOKEN_TTL_MS / 1000, refresh_token: refresh, scope };
+  return { access_token: access, token_type: 'Bearer', expires_in: ACCESS_TOKEN_TTL_MS / 1000, ...(refresh && { refresh_token: refresh }), scope: t.scope };
 }
 
 /** Revokes every token of a grant (and, with `grant`, the grant itself). */
@@ -189,36 +200,38 @@ async function grantUsable(db: Db, grant: { revoked_at: number | null; user_id: 
 
 /**
  * Exchanges a code for tokens (RFC 6749 §4.1.3 with PKCE): the code must be this
- * client's, unused, unexpired, for the same redirect URI and resource, and the verifier
- * must match its challenge. A code used a second time revokes the tokens its first use got.
+ * client's, unexpired, for the same redirect URI and resource, and the verifier must
+ * match its challenge; all that is checked before the code is spent, so a replay
+ * without the verifier (a code seen in a log or a browser history) spends and revokes
+ * nothing. A code presented with its verifier a second time, within its minute, was
+ * copied along with it: the tokens its first use got (and their refreshes) are revoked.
  */
 export async function exchangeCode(
   db: Db,
-  opts: { clientId: string; code: string; verifier: string; redirectUri?: string; resource?: string; now?: number },
+  opts: { clientId: string; code: string; verifier: string; redirectUri?: string; resource?: string; refresh: boolean; now?: number },
   events: (e: GrantEvent) => void,
 ): Promise<IssuedTokens> {
   const now = opts.now ?? Date.now();
   const bad = new GrantError('invalid_grant', 'the authorization code is not valid: it may have expired (codes last a minute), been used already, or belong to another app');
   if (!isWellFormedToken(opts.code, CODE_PREFIX)) throw bad;
   const row = await db.selectFrom('oauth_codes').selectAll().where('hash', '=', hashToken(opts.code)).executeTakeFirst();
-  if (!row || row.client_id !== opts.clientId) throw bad;
-  const grant = await grantRow(db, row.grant_id);
-  if (!grant) throw bad;
-  // Taken atomically: of two exchanges at once, one gets the tokens and the other is a reuse.
-  const taken = await db.updateTable('oauth_codes').set({ used_at: now }).where('hash', '=', row.hash).where('used_at', 'is', null).executeTakeFirst();
-  if (Number(taken.numUpdatedRows) === 0) {
-    // RFC 6749 §4.1.2: a code used twice revokes what was issued on it.
-    await revokeGrantTokens(db, grant.id, { now });
-    events({ userId: grant.user_id, grantId: grant.id, grantName: grant.name, method: 'oauth/code_reused', outcome: 'denied' });
-    throw bad;
-  }
-  if (row.expires_at <= now) throw bad;
+  if (!row || row.client_id !== opts.clientId || row.expires_at <= now) throw bad;
   if (!pkceMatches(opts.verifier, row.code_challenge)) throw new GrantError('invalid_grant', 'the code_verifier does not match the code_challenge of the authorization request (PKCE S256)');
   if (row.redirect_uri !== '' && opts.redirectUri !== row.redirect_uri) throw new GrantError('invalid_grant', 'redirect_uri must be the one given in the authorization request');
   if (row.redirect_uri === '' && opts.redirectUri !== undefined) throw new GrantError('invalid_grant', 'redirect_uri was not given in the authorization request, so it may not be given here');
   if (opts.resource !== undefined && opts.resource !== row.resource) throw new GrantError('invalid_target', `this code is for the resource ${row.resource}, not ${opts.resource}`);
+  const grant = await grantRow(db, row.grant_id);
+  if (!grant) throw bad;
+  // Spent atomically: of two exchanges at once, one gets the tokens and the other is a reuse.
+  const taken = await db.updateTable('oauth_codes').set({ used_at: now }).where('hash', '=', row.hash).where('used_at', 'is', null).executeTakeFirst();
+  if (Number(taken.numUpdatedRows) === 0) {
+    // RFC 6749 §4.1.2: what was issued on a code used twice is revoked (its chain only: the grant's other devices go on).
+    await db.updateTable('oauth_tokens').set({ revoked_at: now }).where('origin', '=', row.hash).where('revoked_at', 'is', null).execute();
+    events({ userId: grant.user_id, grantId: grant.id, grantName: grant.name, method: 'oauth/code_reused', outcome: 'denied' });
+    throw bad;
+  }
   if (!(await grantUsable(db, grant))) throw new GrantError('invalid_grant', 'the access this code was for has been revoked, or the account may not sign in now');
-  const tokens = await issueTokens(db, grant.id, row.resource, row.scope, now);
+  const tokens = await issueTokens(db, { grantId: grant.id, resource: row.resource, scope: row.scope, origin: row.hash, refresh: opts.refresh, now });
   events({ userId: grant.user_id, grantId: grant.id, grantName: grant.name, method: 'oauth/token', outcome: 'ok' });
   return tokens;
 }
@@ -252,7 +265,7 @@ export async function refreshTokens(
   if (opts.resource !== undefined && opts.resource !== row.resource) throw new GrantError('invalid_target', `this refresh token is for the resource ${row.resource}, not ${opts.resource}`);
   if (opts.scope !== undefined && opts.scope.split(' ').some((s) => s && !row.scope.split(' ').includes(s))) throw new GrantError('invalid_scope', `a refresh may ask for at most the scope granted (${row.scope})`);
   if (!(await grantUsable(db, grant))) throw bad;
-  const tokens = await issueTokens(db, grant.id, row.resource, row.scope, now);
+  const tokens = await issueTokens(db, { grantId: grant.id, resource: row.resource, scope: row.scope, origin: row.origin, refresh: true, now });
   events({ userId: grant.user_id, grantId: grant.id, grantName: grant.name, method: 'oauth/refresh', outcome: 'ok' });
   return tokens;
 }

@@ -67,6 +67,8 @@ export interface OAuthTokensTable {
   /** A refresh token: when it was exchanged (a second exchange is a reuse). */
   used_at: number | null;
   revoked_at: number | null;
+  /** SHA-256 of the code the chain of tokens began with (refreshes keep it): a code used twice revokes that chain only. */
+  origin: Buffer;
 }
 
 export const oauthMigration: Migration = {
@@ -108,9 +110,11 @@ export const oauthMigration: Migration = {
         created_at INTEGER NOT NULL,
         expires_at INTEGER NOT NULL,
         used_at INTEGER,
-        revoked_at INTEGER
+        revoked_at INTEGER,
+        origin BLOB NOT NULL
       );
       CREATE INDEX oauth_tokens_grant ON oauth_tokens(grant_id);
+      CREATE INDEX oauth_tokens_origin ON oauth_tokens(origin);
       CREATE INDEX oauth_tokens_expiry ON oauth_tokens(expires_at);
     `,
   postgres: `
@@ -150,9 +154,11 @@ export const oauthMigration: Migration = {
         created_at BIGINT NOT NULL,
         expires_at BIGINT NOT NULL,
         used_at BIGINT,
-        revoked_at BIGINT
+        revoked_at BIGINT,
+        origin BYTEA NOT NULL
       );
       CREATE INDEX oauth_tokens_grant ON oauth_tokens(grant_id);
+      CREATE INDEX oauth_tokens_origin ON oauth_tokens(origin);
       CREATE INDEX oauth_tokens_expiry ON oauth_tokens(expires_at);
     `,
 };

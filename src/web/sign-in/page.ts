@@ -17,6 +17,9 @@ import type { Logger } from '../../logger.js';
 import type { Db } from '../../store/store.js';
 import { renderPage } from '../render.js';
 
+/** How long an authorization request that sent someone to sign in may be gone back to (src/http/oauth.ts keeps it in the session). */
+const RETURN_MS = 10 * 60_000;
+
 // The pages take their user and the session pieces under these names.
 
 /** The sign-in page's messages by /login?why=… */
@@ -58,7 +61,8 @@ export function signInPage(deps: { config: Config; db: Db; logger: Logger; sessi
       return res.redirect(303, '/login');
     }
     // An app's authorization request that sent the user here goes on once they are in (src/http/oauth.ts).
-    const returnTo = req.session.returnTo;
+    const asked = req.session.returnTo;
+    const returnTo = asked && asked.at > Date.now() - RETURN_MS ? asked.path : undefined;
     try {
       await sessions.signIn(req, r.user);
     } catch (e) {
