@@ -88,7 +88,8 @@ describe('a 2026-07-28 client', () => {
     expect(exec.inputSchema).toMatchObject({ type: 'object', required: ['language', 'code'] });
     expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(['language', 'code', 'timeout_seconds', 'permissions', 'reset']);
     const { resourceTemplates } = await client.listResourceTemplates();
-    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' })]);
+    // The workspace, and the skills' files (skill://, the skills extension).
+    expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' }), expect.objectContaining({ uriTemplate: expect.stringMatching(/^skill:\/\//) })]);
   });
 
   it('runs code in the real sandbox, with progress and a resource link to the file it wrote', async () => {
@@ -182,7 +183,8 @@ describe('2026-07-28 requests pass the same gates', () => {
     const client = await connect(token);
     expect((await client.listTools()).tools).toHaveLength(TOOL_NAMES.length);
     await revokeToken(gateway.store.db, (await findTokenBySecret(gateway.store.db, token))!.id);
-    await expect(client.listTools()).rejects.toThrow(/401|revoked/);
+    // Past the client's cache (tools/list may be kept five minutes): the server's answer.
+    await expect(client.listTools(undefined, { cacheMode: 'bypass' })).rejects.toThrow(/401|revoked/);
     await client.close();
   });
 
@@ -202,9 +204,9 @@ describe('2026-07-28 requests pass the same gates', () => {
     try {
       const token = await limited.tokenFor('erin', 'v2');
       const client = await connect(token, limited.mcpUrl); // server/discover: 1 of 3
-      await client.listTools();
-      await client.listResourceTemplates();
-      await expect(client.listTools()).rejects.toThrow(/429|Rate limit/);
+      await client.listTools(undefined, { cacheMode: 'bypass' });
+      await client.listResourceTemplates(undefined, { cacheMode: 'bypass' });
+      await expect(client.listTools(undefined, { cacheMode: 'bypass' })).rejects.toThrow(/429|Rate limit/);
       const r = await rawRequest(limited.mcpUrl, modernRequest('tools/list', { authorization: `Bearer ${token}` }));
       expect(r.status).toBe(429);
       expect(Number(r.headers['retry-after'])).toBeGreaterThan(0);
