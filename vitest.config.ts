@@ -27,7 +27,6 @@ export const POSTGRES_SUITES = [
   'src/sandboxes/shutdown-replicas.test.ts',
   'src/web/live/hub.test.ts',
   'test/api-store.test.ts',
-  'test/oauth.test.ts',
   'test/db-copy.test.ts',
   'test/replicas.test.ts',
   'test/replicas-rolling.test.ts',
@@ -41,7 +40,7 @@ export const POSTGRES_SUITES = [
  * they send may land on either replica (test/support/mcp.ts). They run on SQLite, one
  * gateway, in the `sqlite` project like every file.
  */
-export const REPLICA_SUITES = ['test/mcp-http.test.ts', 'test/agent.test.ts', 'test/web.test.ts', 'test/openai-api.test.ts'];
+export const REPLICA_SUITES = ['test/mcp-http.test.ts', 'test/agent.test.ts', 'test/web.test.ts', 'test/openai-api.test.ts', 'test/oauth.test.ts'];
 
 /**
  * The suites that run with sandboxes on a cluster (the `kubernetes` project): the Kubernetes

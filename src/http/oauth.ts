@@ -13,11 +13,11 @@
  *   POST /oauth/revoke      RFC 7009
  *
  * Every redirect back to an app carries `iss` (RFC 9207), so an app talking to several
- * servers can tell whose answer it got. Errors before the redirect URI is known to be the
- * client's are shown to the user as a page, never redirected. The machine endpoints take
- * no cookies and answer any origin (CORS), as browser-based clients need; each takes from
- * a rate budget in the store (per client, per registration source), so gateways behind
- * one load balancer share it.
+ * servers can tell whose answer it got. An error goes back to an app only for a user who
+ * allowed that app before; otherwise it is a page, never a redirect. The machine endpoints
+ * take no cookies and answer any origin (CORS), as browser-based clients need. Failed
+ * token requests are budgeted per client and registrations together, in the store, so
+ * gateways behind one load balancer share the budgets.
  */
 import crypto from 'node:crypto';
 import express, { type Request, type RequestHandler, type Response } from 'express';

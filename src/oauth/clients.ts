@@ -10,11 +10,12 @@
  *
  * Registration is open to anyone who can reach the gateway, so it is bounded: a body of
  * at most REGISTRATION_MAX_BYTES, a few redirect URIs of bounded length, at most
- * `maxPending` registrations never used for a grant at once, and those removed after a
- * day. A document is fetched over https only, from a public address checked at connect
- * time (a document URL naming the gateway's own network is refused unless the operator
- * allows it: SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE), with a 5 s deadline, no
- * redirects and at most 16 KiB; it must name itself as its client_id.
+ * `maxPending` registrations or documents never used for a grant at once (past it the
+ * oldest goes), and those removed after an hour. A document is fetched over https on port
+ * 443 only, from a public address checked at connect time (the gateway's own network and
+ * other ports only when the operator allows it: SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE),
+ * four at a time within a budget, with a 5 s deadline, no redirects and at most 16 KiB;
+ * it must name itself as its client_id.
  */
 import crypto from 'node:crypto';
 import dns from 'node:dns';
