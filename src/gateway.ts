@@ -26,10 +26,13 @@ import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
 import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
 import { instructionsFor, toolContext } from './mcp/server.js';
+import { forCall, textResult } from './mcp/context.js';
+import { presentExecution } from './mcp/tools/execute-code.js';
+import { Tasks } from './mcp/tasks/tasks.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
-import { createDriver, createSandboxManager } from './sandboxes/index.js';
+import { createDriver, createSandboxManager, gatewayIdFor } from './sandboxes/index.js';
 import { replicaKeyAgrees } from './sandboxes/remote.js';
 import { KeyFileError } from './errors.js';
 import { Replica } from './replicas/leases.js';
@@ -182,6 +185,15 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const vault = pii?.vault;
   const boundary = pii?.boundary ?? IDENTITY_BOUNDARY;
   const tools: McpDeps = { config, db: store.db, logger, sandboxes: manager, skills: new SkillsDir(), catalog: upstream.catalog, boundary };
+  // Long MCP runs as tasks, followed by this gateway (and taken over from one that stopped).
+  const tasks = (tools.tasks = new Tasks({
+    db: store.db,
+    logger,
+    sandboxes: manager,
+    gatewayId: replica?.id ?? gatewayIdFor(config.dataDir),
+    present: (caller, version, result) => presentExecution(forCall(toolContext(tools, caller, version)), result),
+    presentError: (caller, version, message) => textResult(forCall(toolContext(tools, caller, version)), `[error] ${message}`, [], 'interrupted'),
+  }));
   const connect = (caller: Caller) => connectInProcess(tools, caller);
   const providerKeys = new ProviderKeys(store.db, config.dataDir);
   const models = parts.models ?? new ModelCatalog(config, providerKeys);
@@ -203,6 +215,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       else if (!managerStarted && !closed) {
         managerStarted = true;
         await manager.init();
+        tasks.start();
       }
       return preflight;
     })().finally(() => (running = undefined));
@@ -361,6 +374,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       if (purge) clearInterval(purge);
       if (expireApi) clearInterval(expireApi);
       await running?.catch(() => undefined);
+      // The tasks' runs go on in their sandboxes: the next gateway follows them.
+      await tasks.stop();
       await manager.shutdown(opts);
       // After the sandboxes were let go: the next replica asked for one takes it at once.
       await replica?.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not leave the replica table'));

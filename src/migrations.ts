@@ -17,6 +17,7 @@ import { rateBucketsMigration, storeUsageMigration } from './limits/schema.js';
 import { replicasMigration } from './replicas/schema.js';
 import { liveAttachmentsMigration } from './web/live/schema.js';
 import { oauthMigration } from './oauth/schema.js';
+import { tasksMigration } from './mcp/tasks/schema.js';
 
 export const MIGRATIONS: readonly Migration[] = [
   usersMigration,
@@ -41,6 +42,7 @@ export const MIGRATIONS: readonly Migration[] = [
   liveAttachmentsMigration,
   turnsReplicaMigration,
   oauthMigration,
+  tasksMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -86,7 +86,7 @@ describe('a 2026-07-28 client', () => {
     expect(tools.map((t) => t.name).sort()).toEqual([...TOOL_NAMES].sort());
     const exec = tools.find((t) => t.name === 'execute_code')!;
     expect(exec.inputSchema).toMatchObject({ type: 'object', required: ['language', 'code'] });
-    expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(['language', 'code', 'timeout_seconds', 'permissions', 'reset']);
+    expect(Object.keys(exec.inputSchema.properties ?? {})).toEqual(['language', 'code', 'timeout_seconds', 'permissions', 'reset', 'background']);
     const { resourceTemplates } = await client.listResourceTemplates();
     // The workspace, and the skills' files (skill://, the skills extension).
     expect(resourceTemplates).toEqual([expect.objectContaining({ uriTemplate: 'file:///workspace/{+path}', name: 'workspace-file' }), expect.objectContaining({ uriTemplate: expect.stringMatching(/^skill:\/\//) })]);

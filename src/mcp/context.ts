@@ -21,6 +21,7 @@ import type { Caller } from '../auth/caller.js';
 import type { ModelBoundary, ModelStream } from '../pii/boundary.js';
 import type { ToolCatalog } from './catalog.js';
 import { ERROR_CLASS_META } from './audited-transport.js';
+import type { Tasks } from './tasks/tasks.js';
 import { mimeTypeOf } from './mime.js';
 import { encodePathSegment } from './uri-path.js';
 import type { SkillsDir } from '../skills/skills.js';
@@ -38,6 +39,8 @@ export interface McpDeps {
   /** The upstream hub's catalog; absent when no upstream servers are configured. */
   catalog?: ToolCatalog;
   boundary: ModelBoundary;
+  /** MCP tasks (src/mcp/tasks/): long runs answered with a handle; absent where nothing follows them (tests of the tools alone). */
+  tasks?: Tasks;
 }
 
 /** One request's view: deps plus the authenticated caller. */

@@ -18,9 +18,14 @@ describe('partsFor', () => {
     for (const method of ['tools/list', 'resources/templates/list', 'initialize', 'server/discover', 'ping', 'prompts/list', 'prompts/get', 'skills/list', 'something/new']) {
       const parts = partsFor(method === 'resources/templates/list' ? [{ method }, call('execute_code')] : [{ method }]);
       if (method.startsWith('resources/')) expect(parts.resources).toBe(true);
-      else expect(parts).toEqual({ tools: new Set(TOOL_NAMES), resources: true, skills: true });
+      else expect(parts).toEqual({ tools: new Set(TOOL_NAMES), resources: true, skills: true, tasks: true });
     }
-    expect(partsFor([])).toEqual({ tools: new Set(TOOL_NAMES), resources: true, skills: true });
+    expect(partsFor([])).toEqual({ tools: new Set(TOOL_NAMES), resources: true, skills: true, tasks: true });
+  });
+
+  it('builds only the tasks extension for tasks/* requests', () => {
+    expect(partsFor([{ method: 'tasks/get', params: { taskId: 'x' } }, { method: 'tasks/cancel' }])).toEqual({ tools: new Set(), resources: false, tasks: true });
+    expect(partsFor([{ method: 'tasks/get' }, call('read_file')]).tools).toEqual(new Set(TOOL_NAMES));
   });
 
   it('builds no tool for a call of one it does not have (the SDK says it is not found)', () => {

@@ -11,6 +11,7 @@ import { toModel, type McpDeps, type ToolContext } from './context.js';
 import { buildInstructions } from '../skills/instructions.js';
 import { registerWorkspaceResources } from './resources.js';
 import { registerSkillPrompts, registerSkillsExtension } from './skills.js';
+import { registerTasksExtension } from './tasks/extension.js';
 import { skillsFor } from '../skills/skills.js';
 import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
 import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
@@ -106,9 +107,12 @@ export interface ServerParts {
   resources: boolean;
   /** The skills as prompts and through the skills extension. */
   skills?: boolean;
+  /** tasks/get, tasks/update, tasks/cancel (the tasks extension). */
+  tasks?: boolean;
 }
 
-const EVERYTHING: ServerParts = { tools: new Set(TOOL_NAMES), resources: true, skills: true };
+const EVERYTHING: ServerParts = { tools: new Set(TOOL_NAMES), resources: true, skills: true, tasks: true };
+const TASKS_ONLY: ServerParts = { tools: new Set(), resources: false, tasks: true };
 const NOTHING: ServerParts = { tools: new Set(), resources: false };
 
 /**
@@ -121,6 +125,7 @@ const NOTHING: ServerParts = { tools: new Set(), resources: false };
 export function partsFor(requests: { method: string; params?: unknown }[]): ServerParts {
   const tools = new Set<ToolName>();
   let resources = false;
+  if (requests.length && requests.every((r) => r.method.startsWith('tasks/'))) return TASKS_ONLY;
   for (const r of requests) {
     if (r.method === 'tools/call') {
       const name = (r.params as { name?: unknown } | undefined)?.name;
@@ -159,12 +164,13 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
     },
     opts.beforeConnect,
   );
-  const { tools, resources, skills } = opts.parts ?? EVERYTHING;
+  const { tools, resources, skills, tasks } = opts.parts ?? EVERYTHING;
   for (const name of tools) TOOLS[name](server, ctx);
   if (resources) registerWorkspaceResources(server, ctx);
   if (skills) {
     registerSkillPrompts(server, ctx);
     registerSkillsExtension(server, ctx);
   }
+  if (tasks && ctx.tasks) registerTasksExtension(server, ctx, ctx.tasks);
   return server;
 }

@@ -13,8 +13,8 @@ import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Lifecycle } from './lifecycle.js';
 import { narrowPermissions, networkUnavailable, PermissionError, type Permissions } from './permissions.js';
-import { LANGUAGES } from './protocol.js';
-import { MAX_CODE_BYTES, runOne } from './run.js';
+import { LANGUAGES, type Language } from './protocol.js';
+import { claimOne, MAX_CODE_BYTES, runOne } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { Workspace } from './workspace.js';
@@ -48,6 +48,23 @@ export interface SandboxExecution {
   openWorkspace(owner: SandboxOwner): Promise<Workspace>;
   /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
   onFilesChanged(listener: FilesListener): () => void;
+  /**
+   * Follows a kept run (`keep`) to its end, on this gateway only, in its turn: in the
+   * owner's sandbox, which this gateway holds or takes (adopting the container after a
+   * restart). Undefined when the sandbox's runner does not know the run (its container
+   * was gone and a new one started); held_elsewhere while another replica holds it.
+   */
+  resume(owner: SandboxOwner, execId: string, opts: ResumeOptions): Promise<ExecuteResult | undefined>;
+  /** The kept run's result is stored: the runner may forget it. */
+  release(owner: SandboxOwner, execId: string): void;
+}
+
+export interface ResumeOptions {
+  language: Language;
+  /** The run's own time limit (it started earlier: the gateway's backstop). */
+  timeoutSec: number;
+  signal?: AbortSignal;
+  onOutput?: ExecuteOptions['onOutput'];
 }
 
 export class Execution implements SandboxExecution {
@@ -74,7 +91,38 @@ export class Execution implements SandboxExecution {
   }
 
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {
-    return this.run(owner, opts, true);
+    // A kept run must live where its sandbox does: never sent over the hop.
+    return this.run(owner, opts, opts.keep === undefined);
+  }
+
+  async resume(owner: SandboxOwner, execId: string, opts: ResumeOptions): Promise<ExecuteResult | undefined> {
+    const { config: cfg, held, idle, log } = this.deps;
+    if (held.closed) throw new SandboxError('the gateway is shutting down', 'busy');
+    // Adopted (or, when its container is gone, started afresh: the runner then knows no such run).
+    const sb = held.users.get(owner.userId) ?? (await this.deps.lifecycle.sandboxFor(owner, ceilingFrom(await admittedAccount(this.deps.db, owner), cfg)));
+    return sb.queue.push(async () => {
+      if (sb.handle.exited) return undefined;
+      idle.wake(sb);
+      sb.run = { language: opts.language, startedAt: Date.now() };
+      try {
+        const result = await claimOne(sb, execId, opts, opts.timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus });
+        if (result?.files.length) this.filesChanged(owner, result.files);
+        return result;
+      } finally {
+        sb.run = undefined;
+        void recordUse(this.deps, sb);
+        idle.rest(sb);
+      }
+    });
+  }
+
+  release(owner: SandboxOwner, execId: string): void {
+    const sb = this.deps.held.users.get(owner.userId);
+    try {
+      sb?.handle.send({ op: 'release', id: `r${execId}`, target: execId });
+    } catch {
+      /* the runner is gone, and its records with it */
+    }
   }
 
   executeHere(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {

@@ -222,6 +222,7 @@ export class Lifecycle implements SandboxLifecycle {
         // Left for the next gateway to adopt, thawed: docker stop and rm would hang on a frozen one.
         if (!opts.detachOnly) idle.wake(sb);
         else idle.stopTimers(sb);
+        sb.letGo = true;
         sb.handle.detach();
         running.add(sb.workspaceId);
       }
@@ -265,6 +266,7 @@ export class Lifecycle implements SandboxLifecycle {
         // Checked and let go in one tick: a run arriving after this finds no sandbox here, and goes to another replica.
         held.users.delete(sb.owner.userId);
         idle.wake(sb);
+        sb.letGo = true;
         sb.handle.detach();
         uses.push(recordUse(this.deps, sb, true), replica.release(sb.owner.userId));
         handed++;
@@ -319,6 +321,7 @@ export class Lifecycle implements SandboxLifecycle {
     if (held.users.get(sb.owner.userId) !== sb) return;
     held.users.delete(sb.owner.userId);
     idle.stopTimers(sb);
+    sb.letGo = true;
     sb.handle.detach();
     log.warn({ user: sb.owner.name, replica: replica?.id }, 'this gateway lost the lease on a sandbox: it is let go, untouched');
   }

@@ -39,6 +39,8 @@ export interface UserSandbox extends Live {
   run?: { language: string; startedAt: number };
   /** Set when an admin stops the sandbox: what its runs report instead of a plain stop. */
   stopNotice?: string;
+  /** Set when this gateway lets the sandbox go running (it stops, hands it over, or lost its lease): its runs may go on there. */
+  letGo?: boolean;
   /** Executions not yet counted in the store, and when the store was last told. */
   unrecorded?: number;
   recordedAt?: number;

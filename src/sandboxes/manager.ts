@@ -20,7 +20,7 @@
  * and benchmarks that drive every part; everything else takes only a part's interface.
  */
 import { gatewayIdFor } from './gateway-id.js';
-import { Execution, type FilesListener, type SandboxExecution } from './execution.js';
+import { Execution, type FilesListener, type ResumeOptions, type SandboxExecution } from './execution.js';
 import { Held, type SandboxManagerDeps } from './held.js';
 import { Idle, type SandboxIdle } from './idle.js';
 import { Inspection, type EverywhereSummary, type Orphan, type PooledSummary, type SandboxInspection, type SandboxSummary } from './inspection.js';
@@ -73,6 +73,12 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   }
   onFilesChanged(listener: FilesListener): () => void {
     return this.execution.onFilesChanged(listener);
+  }
+  resume(owner: SandboxOwner, execId: string, opts: ResumeOptions): Promise<ExecuteResult | undefined> {
+    return this.execution.resume(owner, execId, opts);
+  }
+  release(owner: SandboxOwner, execId: string): void {
+    this.execution.release(owner, execId);
   }
 
   // Lifecycle

@@ -39,6 +39,8 @@ export interface ExecRequest {
   reuseSnapshot?: boolean;
   /** Start this language's kept state afresh first (python: a new kernel; typescript/javascript: a new Deno host). */
   reset?: boolean;
+  /** Record this execution's events until released, for a gateway that claims them later (an MCP task). */
+  keep?: boolean;
 }
 
 export interface PingRequest { op: 'ping'; id: string }
@@ -53,7 +55,12 @@ export interface CallResultRequest {
   error?: string;
 }
 
-export type RunnerRequest = ExecRequest | PingRequest | PreloadRequest | CancelRequest | CallResultRequest;
+/** The recorded events of a kept execution: `claimed`, then what it sent so far, then the rest as it comes. */
+export interface ClaimRequest { op: 'claim'; id: string; target: string }
+/** Forget a kept execution's record: its result is stored. */
+export interface ReleaseRequest { op: 'release'; id: string; target: string }
+
+export type RunnerRequest = ExecRequest | PingRequest | PreloadRequest | CancelRequest | CallResultRequest | ClaimRequest | ReleaseRequest;
 
 export interface FileChange {
   /** Path relative to /workspace. */
@@ -89,6 +96,7 @@ export type RunnerEvent =
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
   | { type: 'pong'; id: string; separated?: boolean }
+  | { type: 'claimed'; id: string; target: string; state: 'done' | 'pending' | 'unknown' }
   | { type: 'preloaded'; id: string; modules: string[]; ms: number; error?: string }
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
   | { type: 'call'; id: string; execId: string; method: string; params: unknown }
@@ -170,6 +178,10 @@ export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
       return id !== undefined ? checkedDone(v, id) : undefined;
     case 'pong':
       return id !== undefined ? { type: 'pong', id, separated: v.separated === true } : undefined;
+    case 'claimed':
+      return id !== undefined && typeof v.target === 'string' && (v.state === 'done' || v.state === 'pending' || v.state === 'unknown')
+        ? { type: 'claimed', id, target: v.target, state: v.state }
+        : undefined;
     case 'preloaded':
       if (id === undefined) return undefined;
       return {

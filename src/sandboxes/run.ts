@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import type { Logger } from '../logger.js';
 import type { UserSandbox } from './live.js';
 import { allows, denoFlags, type Permissions } from './permissions.js';
-import type { ExecDone, ExecRequest, RunnerEvent } from './protocol.js';
+import type { ClaimRequest, ExecDone, ExecRequest, RunnerEvent } from './protocol.js';
 import type { ExecuteOptions, ExecuteResult, SandboxDriver } from './types.js';
 
 /** Largest program text accepted in one execution. */
@@ -96,29 +96,57 @@ export function denoRunFlags(perms: Permissions): string[] {
 
 /** Runs `opts` in `sb` now (its queue has given it the turn) with `perms`, the ceiling narrowed by the request. */
 export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permissions, timeoutSec: number, settings: RunSettings): Promise<ExecuteResult> {
-  const { driver, log } = settings;
-  const owner = sb.owner;
   // Cancelled while it waited for its turn (its caller went away): it never starts. A
   // cancel sent to the runner now would name a run it does not know, and the code would run.
   if (opts.signal?.aborted) {
     return { exitCode: null, durationMs: 0, timedOut: false, killed: true, restarted: false, truncated: { stdout: 0, stderr: 0 }, files: [], notice: 'Execution cancelled before it started.', language: opts.language, stdout: '', stderr: '' };
   }
-  const id = `x${crypto.randomBytes(6).toString('hex')}`;
-  const limit = settings.outputLimitKb * 1024;
+  const id = opts.keep ?? `x${crypto.randomBytes(6).toString('hex')}`;
   const request: ExecRequest = {
     op: 'exec',
     id,
     language: opts.language,
     code: opts.code,
     timeoutMs: timeoutSec * 1000,
-    outputLimit: limit,
+    outputLimit: settings.outputLimitKb * 1024,
     env: { ...BASE_ENV, ...threadEnv(settings.cpus) },
     denoFlags: denoRunFlags(perms),
     fs: fsNarrowing(perms, sb.workspaceWritable),
     reuseSnapshot: !sb.hostWrote,
     ...(opts.reset ? { reset: true } : {}),
+    ...(opts.keep ? { keep: true } : {}),
   };
   sb.hostWrote = false;
+  return (await follow(sb, id, request, opts, timeoutSec, settings))!;
+}
+
+/**
+ * Follows a kept execution (`keep` when it was started) that this gateway did not see
+ * to its end: its sandbox was adopted after a restart, and the runner replays what the
+ * run sent so far and goes on live. Undefined when the runner does not know it (it was
+ * never kept, already released, or the sandbox was replaced). `timeoutSec` is the run's
+ * own: it started earlier, so the gateway's backstop from now on is later than the runner's.
+ */
+export async function claimOne(sb: UserSandbox, execId: string, opts: Pick<ExecuteOptions, 'language' | 'signal' | 'onOutput'>, timeoutSec: number, settings: RunSettings): Promise<ExecuteResult | undefined> {
+  return follow(sb, execId, { op: 'claim', id: `k${execId}`, target: execId }, opts, timeoutSec, settings);
+}
+
+/**
+ * Sends `request` (an exec, or a claim of one) and gathers the events of execution `id`
+ * into its result; for a claim, only from the runner's `claimed` on (events before it are
+ * the ones its replay repeats), and undefined when the runner does not know the run.
+ */
+async function follow(
+  sb: UserSandbox,
+  id: string,
+  request: ExecRequest | ClaimRequest,
+  opts: Pick<ExecuteOptions, 'language' | 'signal' | 'onOutput'>,
+  timeoutSec: number,
+  settings: RunSettings,
+): Promise<ExecuteResult | undefined> {
+  const { driver, log } = settings;
+  const owner = sb.owner;
+  const limit = settings.outputLimitKb * 1024;
   sb.running++;
   sb.inFlight = id;
   sb.lastActivity = Date.now();
@@ -127,11 +155,13 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
   const kept = { stdout: 0, stderr: 0 };
   const dropped = { stdout: 0, stderr: 0 };
   let received = 0;
+  // A claim counts events only once the runner has said it knows the run.
+  let counting = request.op === 'exec';
   const started = performance.now();
   try {
-    const done = await new Promise<ExecDone>((resolve) => {
+    const done = await new Promise<ExecDone | undefined>((resolve) => {
       let settled = false;
-      const finish = (d: ExecDone) => {
+      const finish = (d: ExecDone | undefined) => {
         if (settled) return;
         settled = true;
         clearTimeout(backstop);
@@ -141,8 +171,13 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
         resolve(d);
       };
       const off = sb.handle.onEvent((e: RunnerEvent) => {
+        if (e.type === 'claimed' && request.op === 'claim' && e.id === request.id && e.target === id) {
+          if (e.state === 'unknown') return finish(undefined);
+          counting = true;
+          return;
+        }
         // Only events of the run in flight count; a `done` for anything else is nothing.
-        if (!('id' in e) || e.id !== id) return;
+        if (!counting || !('id' in e) || e.id !== id) return;
         if (e.type === 'stdout' || e.type === 'stderr') {
           const bytes = Buffer.byteLength(e.data);
           received += bytes;
@@ -178,6 +213,9 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
         notice,
       });
       const offExit = sb.handle.onExit((reason) => {
+        if (sb.letGo) {
+          return finish({ ...died('This gateway let the sandbox go during the run (it is stopping, or handed the sandbox over); the run may go on in the sandbox.'), detached: true } as ExecDone);
+        }
         log.warn({ user: owner.name, reason }, 'sandbox died during an execution');
         finish(
           died(
@@ -209,6 +247,7 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
       // After the exec: a cancel the runner can match to it.
       if (opts.signal?.aborted) onAbort();
     });
+    if (!done) return undefined;
     sb.unrecorded = (sb.unrecorded ?? 0) + 1;
     const { type: _t, id: _i, ...rest } = done;
     const truncated = { stdout: done.truncated.stdout + dropped.stdout, stderr: done.truncated.stderr + dropped.stderr };

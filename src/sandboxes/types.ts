@@ -148,12 +148,20 @@ export interface ExecuteOptions {
   onOutput?: (stream: 'stdout' | 'stderr', data: string) => void;
   /** An AbortSignal that cancels (kills) the execution. */
   signal?: AbortSignal;
+  /**
+   * Run under this id, with the runner keeping its events until released: a run that
+   * must outlive this gateway (an MCP task), followed later with `resume`. Only here: a
+   * sandbox another replica holds is refused (held_elsewhere), never sent on.
+   */
+  keep?: string;
 }
 
 export interface ExecuteResult extends Omit<ExecDone, 'type' | 'id'> {
   stdout: string;
   stderr: string;
   language: Language;
+  /** This gateway let the sandbox go during the run (it stops or hands the sandbox over): the run may go on there. */
+  detached?: boolean;
 }
 
 /** Handles `call` events raised by code inside a sandbox (e.g. upstream tool calls). */

@@ -94,7 +94,7 @@ class Runner:
                 return (at, event) if timed else event
 
     def start_exec(self, code, language='python', timeout_ms=10_000, output_limit=100_000, env=None,
-                   deno_flags=None, exec_id=None, fs=None, reset=None):
+                   deno_flags=None, exec_id=None, fs=None, reset=None, keep=None):
         self.seq += 1
         exec_id = exec_id or 'e%d' % self.seq
         req = {'op': 'exec', 'id': exec_id, 'language': language, 'code': code, 'timeoutMs': timeout_ms,
@@ -104,6 +104,8 @@ class Runner:
             req['fs'] = fs
         if reset is not None:
             req['reset'] = reset
+        if keep is not None:
+            req['keep'] = keep
         self.send(req)
         return exec_id
 

@@ -12,7 +12,10 @@ import { z } from 'zod';
 import { jsonSchemaOnce } from '../schema-cache.js';
 import type { Config } from '../../config.js';
 import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
-import type { ExecuteResult } from '../../sandboxes/types.js';
+import type { ExecuteOptions, ExecuteResult } from '../../sandboxes/types.js';
+import { HeldElsewhere } from '../../sandboxes/errors.js';
+import { declaresTasks } from '../tasks/extension.js';
+import { TaskError, Tasks, type TaskView } from '../tasks/tasks.js';
 import { errorResult, forCall, fromModel, fromModelDeep, modelResourceLink, supportsResourceLinks, textResult, toModelStream, type ToolContext } from '../context.js';
 import { formatBytes } from '../../text.js';
 
@@ -114,6 +117,10 @@ function buildInput({ execTimeoutSec, execMaxTimeoutSec }: Config) {
         .boolean()
         .optional()
         .describe('Forget what earlier runs of this language kept (variables, functions, imports) before this run'),
+      background: z
+        .boolean()
+        .optional()
+        .describe('Answer at once with a task to poll instead of waiting (for long runs; only clients that support MCP tasks get one, others wait for the result)'),
     }),
   );
 }
@@ -138,33 +145,86 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
       inputSchema: executeCodeInput(ctx.config),
       annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
     },
-    async ({ language, code, timeout_seconds, permissions, reset }, { mcpReq }): Promise<CallToolResult> => {
+    async ({ language, code, timeout_seconds, permissions, reset, background }, { mcpReq }): Promise<CallToolResult> => {
       const call = forCall(ctx);
       try {
         const progressToken = mcpReq._meta?.progressToken;
         // Long runs report output as progress, which also keeps clients from timing out.
+        let reporting = progressToken !== undefined;
         const progress =
           progressToken === undefined
             ? undefined
             : outputProgress(call, (n, message) =>
-                mcpReq.notify({ method: 'notifications/progress', params: { progressToken, progress: n, ...(message ? { message } : {}) } }),
+                reporting ? mcpReq.notify({ method: 'notifications/progress', params: { progressToken, progress: n, ...(message ? { message } : {}) } }) : Promise.resolve(),
               );
-        const result = await ctx.sandboxes.execute(ctx.owner, {
+        const opts: ExecuteOptions = {
           language,
           code: await fromModel(call, code),
           timeoutSec: timeout_seconds,
           reset,
           permissions: permissions && (await fromModelDeep(call, permissions)),
           onOutput: progress?.onOutput,
-          signal: mcpReq.signal,
-        });
+        };
+        const tasks = ctx.tasks && declaresTasks(mcpReq) ? ctx.tasks : undefined;
+        const outcome = tasks ? await runOrTask(call, tasks, opts, mcpReq.signal, background === true) : await ctx.sandboxes.execute(ctx.owner, { ...opts, signal: mcpReq.signal });
+        if ('taskId' in outcome) {
+          reporting = false;
+          // The extension's CreateTaskResult in place of the call's result (resultType "task").
+          return { resultType: 'task', ...outcome } as unknown as CallToolResult;
+        }
         await progress?.finish();
-        const changed = supportsResourceLinks(call) ? result.files.filter((f) => f.change !== 'deleted').slice(0, MAX_FILES_LISTED) : [];
-        const links = await Promise.all(changed.map((f) => modelResourceLink(call, f.path, f.size)));
-        return textResult(call, formatExecution(result), links, failureClass(result));
+        return await presentExecution(call, outcome);
       } catch (e) {
         return errorResult(call, 'execute_code', e);
       }
     },
   );
+}
+
+/** A run's result as the caller's model reads it: the text, and links to the files it wrote. */
+export async function presentExecution(call: ToolContext, result: ExecuteResult): Promise<CallToolResult> {
+  const changed = supportsResourceLinks(call) ? result.files.filter((f) => f.change !== 'deleted').slice(0, MAX_FILES_LISTED) : [];
+  const links = await Promise.all(changed.map((f) => modelResourceLink(call, f.path, f.size)));
+  return textResult(call, formatExecution(result), links, failureClass(result));
+}
+
+/**
+ * For a client that supports tasks: the run as a kept run; its result when it ends
+ * within SANDGATE_MCP_TASK_AFTER_SEC (at once with `background`), else a task that
+ * follows it from then on (src/mcp/tasks/). A sandbox another replica holds runs the
+ * call there, as any call, and the client waits.
+ */
+async function runOrTask(call: ToolContext, tasks: Tasks, opts: ExecuteOptions, signal: AbortSignal, background: boolean): Promise<ExecuteResult | TaskView> {
+  const execId = Tasks.execId();
+  const abort = new AbortController();
+  // Until it is a task, the run is the request's: a client that goes away cancels it.
+  const cancel = () => abort.abort();
+  signal.addEventListener('abort', cancel, { once: true });
+  const run = call.sandboxes.execute(call.owner, { ...opts, keep: execId, signal: abort.signal });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  try {
+    const early = await Promise.race([
+      run.then((r) => ({ r })),
+      new Promise<undefined>((resolve) => {
+        timer = setTimeout(() => resolve(undefined), background ? 0 : call.config.mcpTaskAfterSec * 1000);
+      }),
+    ]);
+    if (early) {
+      tasks.release(call.owner, execId);
+      return early.r;
+    }
+    const view = await tasks.create(call.caller, execId, { language: opts.language, timeoutSec: opts.timeoutSec ?? call.config.execTimeoutSec, protocolVersion: call.protocolVersion }, run, abort).catch((e: unknown) => {
+      if (e instanceof TaskError) return undefined;
+      throw e;
+    });
+    // Too many tasks already: this call waits for its run, as without tasks.
+    if (!view) return await run;
+    signal.removeEventListener('abort', cancel);
+    return view;
+  } catch (e) {
+    if (e instanceof HeldElsewhere) return call.sandboxes.execute(call.owner, { ...opts, signal });
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
 }

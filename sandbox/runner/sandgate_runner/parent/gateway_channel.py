@@ -10,12 +10,25 @@ from .. import wire
 from .settings import SEPARATED
 
 
+# Kept executions whose record is held at once (an execution the gateway asked to keep is
+# recorded until it says it has the result: see `keep`). Beyond it the oldest finished
+# record goes first, then the oldest.
+MAX_KEPT = 16
+KEPT_TYPES = ('stdout', 'stderr', 'done')
+
+
 class Emitter:
-    """Writes events to the protocol stream; safe to call from any thread."""
+    """Writes events to the protocol stream; safe to call from any thread.
+
+    It also keeps the events of executions the gateway asked to keep (`exec` with
+    `keep: true`): a long run's output and `done` outlive a gateway that went away
+    meanwhile, and the next one claims them (`claim`) and lets them go (`release`). A
+    record holds what the stream carried, which the output limit bounds."""
 
     def __init__(self, stream):
         self._stream = stream
         self._lock = threading.Lock()
+        self._kept = {}  # exec id -> [finished, [protocol lines]], in insertion order
 
     def set_stream(self, stream):
         """Events go to `stream` from now on (None: nobody listens, they are dropped)."""
@@ -25,21 +38,59 @@ class Emitter:
     def emit(self, event):
         line = wire.json_line(event)
         with self._lock:
-            if self._stream is None:
+            if self._kept and event.get('type') in KEPT_TYPES:
+                record = self._kept.get(event.get('id'))
+                if record is not None:
+                    record[1].append(line)
+                    if event['type'] == 'done':
+                        record[0] = True
+            self._write(line)
+
+    def _write(self, line):
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(line)
+            self._stream.flush()
+        except (OSError, ValueError):
+            pass  # the gateway is gone; stdin EOF ends the runner
+
+    def keep(self, exec_id):
+        """Records the events of `exec_id` from now on."""
+        with self._lock:
+            if exec_id in self._kept:
                 return
-            try:
-                self._stream.write(line)
-                self._stream.flush()
-            except (OSError, ValueError):
-                pass  # the gateway is gone; stdin EOF ends the runner
+            while len(self._kept) >= MAX_KEPT:
+                finished = [k for k, (done, _) in self._kept.items() if done]
+                del self._kept[finished[0] if finished else next(iter(self._kept))]
+            self._kept[exec_id] = [False, []]
+
+    def claim(self, req_id, target):
+        """Answers `claimed` with the record's state (`done`, `pending`: queued or
+        running, or `unknown`) and then every event recorded so far, in order, as one
+        write: nothing of the execution's own comes between (the lock is held), and what
+        it sends later follows."""
+        with self._lock:
+            record = self._kept.get(target) if isinstance(target, str) else None
+            state = 'unknown' if record is None else 'done' if record[0] else 'pending'
+            lines = [wire.json_line({'type': 'claimed', 'id': req_id, 'target': target, 'state': state})]
+            if record is not None:
+                lines.extend(record[1])
+            self._write(b''.join(lines))
+
+    def release(self, target):
+        """Forgets the record of `target` (the gateway has its result)."""
+        with self._lock:
+            self._kept.pop(target, None)
 
     def log(self, level, message):
         self.emit({'type': 'log', 'level': level, 'message': message})
 
 
 def dispatch(line, worker, bridge, emitter, versions):
-    """One request line: ping is answered here, at once; exec and preload are queued for
-    the worker; cancel and call_result are handled at once, even while an execution runs."""
+    """One request line: ping, claim and release are answered here, at once; exec and
+    preload are queued for the worker; cancel and call_result are handled at once, even
+    while an execution runs."""
     try:
         req = wire.loads(line)
     except ValueError as exc:
@@ -52,7 +103,13 @@ def dispatch(line, worker, bridge, emitter, versions):
     if op == 'ping':
         emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions), 'separated': SEPARATED})
     elif op in ('exec', 'preload'):
+        if op == 'exec' and req.get('keep') is True and isinstance(req.get('id'), str):
+            emitter.keep(req['id'])
         worker.submit(op, req)
+    elif op == 'claim':
+        emitter.claim(req.get('id'), req.get('target'))
+    elif op == 'release':
+        emitter.release(req.get('target'))
     elif op == 'cancel':
         worker.cancel(req.get('target'))
     elif op == 'call_result':
