@@ -32,6 +32,7 @@ export const POSTGRES_SUITES = [
   'test/replicas-rolling.test.ts',
   'test/replicas-web.test.ts',
   'test/replicas-sweep.test.ts',
+  'test/mcp-tasks.test.ts',
 ];
 
 /**

@@ -13,7 +13,7 @@ import { jsonSchemaOnce } from '../schema-cache.js';
 import type { Config } from '../../config.js';
 import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
 import type { ExecuteOptions, ExecuteResult } from '../../sandboxes/types.js';
-import { HeldElsewhere } from '../../sandboxes/errors.js';
+import { SandboxError } from '../../sandboxes/errors.js';
 import { declaresTasks } from '../tasks/extension.js';
 import { TaskError, Tasks, type TaskView } from '../tasks/tasks.js';
 import { errorResult, forCall, fromModel, fromModelDeep, modelResourceLink, supportsResourceLinks, textResult, toModelStream, type ToolContext } from '../context.js';
@@ -222,7 +222,9 @@ async function runOrTask(call: ToolContext, tasks: Tasks, opts: ExecuteOptions, 
     signal.removeEventListener('abort', cancel);
     return view;
   } catch (e) {
-    if (e instanceof HeldElsewhere) return call.sandboxes.execute(call.owner, { ...opts, signal });
+    // Another replica holds the sandbox (or this one is stopping): the call goes there, as any call.
+    if (e instanceof SandboxError && e.reason === 'held_elsewhere') return call.sandboxes.execute(call.owner, { ...opts, signal });
+    abort.abort();
     throw e;
   } finally {
     clearTimeout(timer);
