@@ -121,7 +121,7 @@ describe('a hostile model', () => {
     const r = await ask('extra key');
     expect(r.outcome.reason).toBe('complete');
     expect(model.requests[before + 1]!.lastToolResult).toBe(
-      'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset). Call it again with arguments that match it.',
+      'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset, background). Call it again with arguments that match it.',
     );
     expect(r.events.filter((e) => e.type === 'tool_call' || e.type === 'tool_result')).toEqual([]);
     expect((await listAudit(gw.gateway.store.db, mallory.id, { limit: 50 })).filter((a) => a.conversationId === r.id && a.method === 'tools/call')).toEqual([]);

@@ -20,7 +20,7 @@ describe('vetToolCall', () => {
 
   it('refuses keys the schema does not name, at the top and inside', () => {
     expect(vet('execute_code', { language: 'python', code: 'print(1)', extra: 1 }).refusal).toBe(
-      'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset). Call it again with arguments that match it.',
+      'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset, background). Call it again with arguments that match it.',
     );
     expect(vet('execute_code', { language: 'python', code: 'x', permissions: { net: true } }).refusal).toMatch(/"permissions" may not have "net" \(the keys are: read, write, env, run\)/);
   });

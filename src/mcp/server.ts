@@ -12,6 +12,7 @@ import { buildInstructions } from '../skills/instructions.js';
 import { registerWorkspaceResources } from './resources.js';
 import { registerSkillPrompts, registerSkillsExtension } from './skills.js';
 import { registerTasksExtension } from './tasks/extension.js';
+import { registerRunView } from './ui/run-view.js';
 import { skillsFor } from '../skills/skills.js';
 import { executeCodeInput, registerExecuteCode } from './tools/execute-code.js';
 import { LIST_FILES_INPUT, READ_FILE_INPUT, registerListFiles, registerReadFile, registerWriteFile, WRITE_FILE_INPUT } from './tools/files.js';
@@ -166,7 +167,10 @@ export function createMcpServer(ctx: ToolContext, opts: CreateServerOptions = {}
   );
   const { tools, resources, skills, tasks } = opts.parts ?? EVERYTHING;
   for (const name of tools) TOOLS[name](server, ctx);
-  if (resources) registerWorkspaceResources(server, ctx);
+  if (resources) {
+    registerWorkspaceResources(server, ctx);
+    registerRunView(server);
+  }
   if (skills) {
     registerSkillPrompts(server, ctx);
     registerSkillsExtension(server, ctx);

@@ -23,6 +23,20 @@ import { HopRefused, sendRun, type HopTarget } from './remote.js';
 
 /** How long a replica found holding a user's sandbox is sent their runs without asking the store again. */
 const HOLDER_KEPT_MS = 1000;
+/** The outcome of a kept run this gateway let go before it ended (it stops, or handed the sandbox over). */
+const LET_GO: Omit<ExecuteResult, 'language'> = {
+  exitCode: null,
+  durationMs: 0,
+  timedOut: false,
+  killed: false,
+  restarted: false,
+  truncated: { stdout: 0, stderr: 0 },
+  files: [],
+  stdout: '',
+  stderr: '',
+  detached: true,
+};
+
 /** How long a stopping replica tries to hand a run on while the sandbox's lease changes hands. */
 const HAND_ON_MS = 10_000;
 
@@ -100,7 +114,26 @@ export class Execution implements SandboxExecution {
     if (held.closed) throw new SandboxError('the gateway is shutting down', 'busy');
     // Adopted (or, when its container is gone, started afresh: the runner then knows no such run).
     const sb = held.users.get(owner.userId) ?? (await this.deps.lifecycle.sandboxFor(owner, ceilingFrom(await admittedAccount(this.deps.db, owner), cfg)));
+    // Followed since the sandbox was adopted (a runner of an older image keeps no runs).
+    await sb.keptKnown;
+    if (sb.kept === false) return undefined;
+    const followed = sb.kept?.get(execId);
+    if (followed) {
+      sb.kept!.delete(execId);
+      const cancel = () => {
+        try {
+          sb.handle.send({ op: 'cancel', id: `c${execId}`, target: execId });
+        } catch {
+          /* the runner is gone: the run ended with it */
+        }
+      };
+      if (opts.signal?.aborted) cancel();
+      else opts.signal?.addEventListener('abort', cancel, { once: true });
+      return followed.finally(() => opts.signal?.removeEventListener('abort', cancel));
+    }
     return sb.queue.push(async () => {
+      // This gateway let the sandbox go while the claim waited: the run may go on there.
+      if (sb.letGo) return { ...LET_GO, language: opts.language };
       if (sb.handle.exited) return undefined;
       idle.wake(sb);
       sb.run = { language: opts.language, startedAt: Date.now() };

@@ -22,7 +22,7 @@ import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
 import type { Permissions } from './permissions.js';
-import { denoRunFlags } from './run.js';
+import { claimOne, denoRunFlags, keptRunsOf } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
 import type { BridgeHandler, SandboxHandle, SandboxInfo, SandboxOwner } from './types.js';
@@ -128,7 +128,7 @@ export class Lifecycle implements SandboxLifecycle {
   /** Makes a container found running for `user` (left by an earlier gateway) their sandbox. */
   private adopted(user: User, handle: SandboxHandle, startedAt: number): UserSandbox {
     const ceiling = ceilingFrom(user, this.deps.config);
-    return this.keep({
+    return this.followKept(this.keep({
       owner: { userId: user.id, name: user.name },
       handle,
       workspaceId: user.workspaceId!,
@@ -140,7 +140,43 @@ export class Lifecycle implements SandboxLifecycle {
       hostWrote: true,
       queue: new RunQueue(),
       running: 0,
-    });
+    }));
+  }
+
+  /**
+   * The kept runs (MCP tasks) an adopted sandbox's runner still holds, followed first, in
+   * their order, before any run of this gateway's: a run sent meanwhile would wait in the
+   * runner behind them while its time limit ran here. `resume` takes their outcomes.
+   */
+  private followKept(sb: UserSandbox): UserSandbox {
+    const { config, driver, idle, log } = this.deps;
+    const settings = { driver, log, outputLimitKb: config.outputLimitKb, cpus: config.sandboxCpus };
+    let known!: () => void;
+    sb.keptKnown = new Promise<void>((r) => (known = r));
+    sb.queue
+      .push(async () => {
+        idle.wake(sb);
+        try {
+          const list = await keptRunsOf(sb);
+          if (!list) return void (sb.kept = false);
+          const kept = (sb.kept = new Map());
+          known();
+          let prev: Promise<unknown> = Promise.resolve();
+          for (const k of list) {
+            // Each run's limit is at most the longest any run may have.
+            const p = prev.then(() => claimOne(sb, k.id, { language: k.language }, config.execMaxTimeoutSec, settings));
+            kept.set(k.id, p);
+            prev = p.catch(() => undefined);
+          }
+          if (list.length) log.info({ user: sb.owner.name, runs: list.length }, 'following the kept runs of an adopted sandbox');
+          await prev;
+        } finally {
+          known();
+          idle.rest(sb);
+        }
+      })
+      .catch((e: unknown) => log.warn({ err: e, user: sb.owner.name }, 'could not follow the kept runs of an adopted sandbox'));
+    return sb;
   }
 
   setBridgeHandler(handler: BridgeHandler): void {

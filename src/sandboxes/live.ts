@@ -4,7 +4,7 @@
  * runs and the run in flight.
  */
 import type { RunQueue } from './run-queue.js';
-import type { SandboxHandle, SandboxOwner } from './types.js';
+import type { ExecuteResult, SandboxHandle, SandboxOwner } from './types.js';
 
 export interface Live {
   handle: SandboxHandle;
@@ -39,6 +39,14 @@ export interface UserSandbox extends Live {
   run?: { language: string; startedAt: number };
   /** Set when an admin stops the sandbox: what its runs report instead of a plain stop. */
   stopNotice?: string;
+  /**
+   * Kept runs (MCP tasks) the sandbox's runner held when this gateway adopted it, each
+   * followed to its end before any run of this gateway's (`resume` takes the outcome).
+   * `undefined` until the runner said; `false` when its runner keeps no runs (an older image).
+   */
+  kept?: Map<string, Promise<ExecuteResult | undefined>> | false;
+  /** Settles once `kept` is known (the adopted runner answered, or did not). */
+  keptKnown?: Promise<void>;
   /** Set when this gateway lets the sandbox go running (it stops, hands it over, or lost its lease): its runs may go on there. */
   letGo?: boolean;
   /** Executions not yet counted in the store, and when the store was last told. */

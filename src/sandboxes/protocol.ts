@@ -95,7 +95,7 @@ export type RunnerEvent =
   | { type: 'ready'; pid: number; versions: Record<string, string>; separated?: boolean }
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
-  | { type: 'pong'; id: string; separated?: boolean }
+  | { type: 'pong'; id: string; separated?: boolean; kept?: KeptRun[] }
   | { type: 'claimed'; id: string; target: string; state: 'done' | 'pending' | 'unknown' }
   | { type: 'preloaded'; id: string; modules: string[]; ms: number; error?: string }
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
@@ -162,6 +162,24 @@ export function checkedDone(e: Record<string, unknown>, id: string): ExecDone | 
   return done;
 }
 
+/** A kept execution the runner still holds (`pong.kept`): its id, its language, and whether it ended. */
+export interface KeptRun {
+  id: string;
+  language: Language;
+  done: boolean;
+}
+
+/** The well-formed entries of a runner's kept list, at most as many as it holds (16). */
+function keptRuns(list: unknown[]): KeptRun[] {
+  const out: KeptRun[] = [];
+  for (const k of list.slice(0, 16)) {
+    if (isObject(k) && typeof k.id === 'string' && k.id.length <= 128 && LANGUAGES.includes(k.language as Language)) {
+      out.push({ id: k.id, language: k.language as Language, done: k.done === true });
+    }
+  }
+  return out;
+}
+
 /**
  * Checks one parsed line from a runner and returns it as a RunnerEvent, or undefined
  * when it is not one (wrong type, missing or mistyped fields). Everything a sandbox
@@ -177,7 +195,7 @@ export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
     case 'done':
       return id !== undefined ? checkedDone(v, id) : undefined;
     case 'pong':
-      return id !== undefined ? { type: 'pong', id, separated: v.separated === true } : undefined;
+      return id !== undefined ? { type: 'pong', id, separated: v.separated === true, ...(Array.isArray(v.kept) ? { kept: keptRuns(v.kept) } : {}) } : undefined;
     case 'claimed':
       return id !== undefined && typeof v.target === 'string' && (v.state === 'done' || v.state === 'pending' || v.state === 'unknown')
         ? { type: 'claimed', id, target: v.target, state: v.state }

@@ -9,7 +9,7 @@ import crypto from 'node:crypto';
 import type { Logger } from '../logger.js';
 import type { UserSandbox } from './live.js';
 import { allows, denoFlags, type Permissions } from './permissions.js';
-import type { ClaimRequest, ExecDone, ExecRequest, RunnerEvent } from './protocol.js';
+import type { ClaimRequest, ExecDone, ExecRequest, KeptRun, RunnerEvent } from './protocol.js';
 import type { ExecuteOptions, ExecuteResult, SandboxDriver } from './types.js';
 
 /** Largest program text accepted in one execution. */
@@ -117,7 +117,33 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
     ...(opts.keep ? { keep: true } : {}),
   };
   sb.hostWrote = false;
-  return (await follow(sb, id, request, opts, timeoutSec, settings))!;
+  return (await follow(sb, id, request, opts, timeoutSec, settings, opts.onStart))!;
+}
+
+/**
+ * The kept runs the sandbox's runner holds (it says so in its `pong`); undefined when
+ * it does not answer within 5 s, or keeps no runs (a runner of an older image).
+ */
+export function keptRunsOf(sb: Pick<UserSandbox, 'handle'>): Promise<KeptRun[] | undefined> {
+  const id = `kept-${crypto.randomBytes(4).toString('hex')}`;
+  return new Promise((resolve) => {
+    const done = (v: KeptRun[] | undefined) => {
+      clearTimeout(timer);
+      off();
+      offExit();
+      resolve(v);
+    };
+    const off = sb.handle.onEvent((e) => {
+      if (e.type === 'pong' && e.id === id) done(e.kept);
+    });
+    const offExit = sb.handle.onExit(() => done(undefined));
+    const timer = setTimeout(() => done(undefined), 5000);
+    try {
+      sb.handle.send({ op: 'ping', id });
+    } catch {
+      done(undefined);
+    }
+  });
 }
 
 /**
@@ -143,6 +169,7 @@ async function follow(
   opts: Pick<ExecuteOptions, 'language' | 'signal' | 'onOutput'>,
   timeoutSec: number,
   settings: RunSettings,
+  sent?: () => void,
 ): Promise<ExecuteResult | undefined> {
   const { driver, log } = settings;
   const owner = sb.owner;
@@ -241,6 +268,7 @@ async function follow(
       opts.signal?.addEventListener('abort', onAbort, { once: true });
       try {
         sb.handle.send(request);
+        sent?.();
       } catch (e) {
         finish(died(sb.stopNotice ?? `The sandbox was not reachable (${(e as Error).message}); it is replaced on the next run.`));
       }

@@ -154,6 +154,8 @@ export interface ExecuteOptions {
    * sandbox another replica holds is refused (held_elsewhere), never sent on.
    */
   keep?: string;
+  /** Called once the runner has the run (it waited its turn, its sandbox is up): it will end with a `done`. */
+  onStart?: () => void;
 }
 
 export interface ExecuteResult extends Omit<ExecDone, 'type' | 'id'> {

@@ -46,6 +46,17 @@ class KeptRunsTest(RunnerCase):
         _, _, done = self.r.collect(exec_id, timeout=10)
         self.assertTrue(done['killed'])
 
+    def test_ping_lists_the_kept_runs_in_order(self):
+        self.r.send({'op': 'ping', 'id': 'p0'})
+        self.assertEqual(self.r.next(lambda e: e['type'] == 'pong')['kept'], [])
+        first = self.r.start_exec('print(1)', keep=True)
+        self.r.collect(first)
+        second = self.r.start_exec('import time\ntime.sleep(1)', language='python', keep=True)
+        self.r.send({'op': 'ping', 'id': 'p1'})
+        kept = self.r.next(lambda e: e['type'] == 'pong' and e['id'] == 'p1')['kept']
+        self.assertEqual(kept, [{'id': first, 'language': 'python', 'done': True}, {'id': second, 'language': 'python', 'done': False}])
+        self.r.collect(second)
+
     def test_runs_not_kept_are_not_recorded(self):
         _, _, done = self.r.run('print(1)')
         self.assertEqual(self.claim('e1')['state'], 'unknown')

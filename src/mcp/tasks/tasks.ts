@@ -22,6 +22,7 @@ import { getUser } from '../../accounts/accounts.js';
 import type { Logger } from '../../logger.js';
 import type { SandboxExecution } from '../../sandboxes/execution.js';
 import { SandboxError } from '../../sandboxes/errors.js';
+import { GatewayError } from '../../errors.js';
 import type { Language } from '../../sandboxes/protocol.js';
 import type { ExecuteResult, SandboxOwner } from '../../sandboxes/types.js';
 import type { Db } from '../../store/store.js';
@@ -35,10 +36,14 @@ export const TASK_TTL_MS = 24 * 3600_000;
 export const POLL_INTERVAL_MS = 2000;
 /** Working tasks one user may have at once (their runs share one sandbox and wait in turn). */
 export const MAX_WORKING_PER_USER = 4;
+/** Tasks (with their results) kept per user: the latest; older finished ones are deleted as new ones come. */
+export const MAX_KEPT_PER_USER = 50;
 /** How often a gateway says which tasks it follows, and looks for cancels and tasks nobody follows. */
 const TICK_MS = 2000;
 /** A task whose gateway has not said so for this long is followed by another. */
 const STALE_MS = 10_000;
+/** A task no gateway could follow for this long past its run's own time limit is given up as lost. */
+const GIVE_UP_AFTER_MS = 10 * 60_000;
 
 /** What a client is told about a task: the extension's Task, with the result or error once there. */
 export interface TaskView {
@@ -144,13 +149,7 @@ export class Tasks {
    */
   async create(caller: Caller, execId: string, run: TaskRun, outcome: Promise<ExecuteResult>, abort: AbortController): Promise<TaskView> {
     const now = Date.now();
-    const working = await this.deps.db
-      .selectFrom('mcp_tasks')
-      .select((eb) => eb.fn.countAll<number>().as('n'))
-      .where('user_id', '=', caller.user.id)
-      .where('status', '=', 'working')
-      .executeTakeFirstOrThrow();
-    if (Number(working.n) >= MAX_WORKING_PER_USER) {
+    if ((await this.workingOf(caller.user.id)) >= MAX_WORKING_PER_USER) {
       throw new TaskError(`you have ${MAX_WORKING_PER_USER} tasks running already; wait for one to finish or cancel one`, 'too_many');
     }
     const row: McpTasksTable = {
@@ -173,9 +172,28 @@ export class Tasks {
       watched_at: now,
     };
     await this.deps.db.insertInto('mcp_tasks').values(row).execute();
+    // Counted again with the row in: calls that raced past the first count all see each other.
+    const after = await this.workingOf(caller.user.id);
+    if (after > MAX_WORKING_PER_USER) {
+      await this.deps.db.deleteFrom('mcp_tasks').where('id', '=', row.id).execute();
+      throw new TaskError(`you have ${MAX_WORKING_PER_USER} tasks running already; wait for one to finish or cancel one`, 'too_many');
+    }
+    // What a user keeps: their latest tasks (the result is in each); older finished ones go.
+    const kept = await this.deps.db.selectFrom('mcp_tasks').select('id').where('user_id', '=', caller.user.id).orderBy('created_at', 'desc').offset(MAX_KEPT_PER_USER).limit(1000).execute();
+    if (kept.length) await this.deps.db.deleteFrom('mcp_tasks').where('id', 'in', kept.map((k) => k.id)).where('status', '!=', 'working').execute();
     this.watched.set(row.id, abort);
     void this.settle(row, caller, outcome);
     return viewOf(row);
+  }
+
+  private async workingOf(userId: number): Promise<number> {
+    const { n } = await this.deps.db
+      .selectFrom('mcp_tasks')
+      .select((eb) => eb.fn.countAll<number>().as('n'))
+      .where('user_id', '=', userId)
+      .where('status', '=', 'working')
+      .executeTakeFirstOrThrow();
+    return Number(n);
   }
 
   /** The task as its caller may see it; not_found for another caller's, an unknown or an expired one. */
@@ -217,13 +235,16 @@ export class Tasks {
       }
       this.deps.sandboxes.release(owner, row.exec_id);
     } catch (e) {
-      this.log.error({ err: e, task: row.id }, 'could not store the outcome of a task');
+      // The run ended in an error of the gateway's (not the code's): a failed task, with the error a call would have had.
+      const message = e instanceof GatewayError ? e.message : 'internal error';
+      if (!(e instanceof GatewayError)) this.log.error({ err: e, task: row.id }, 'a task ended in an error');
+      await this.finish(row.id, 'failed', `The run failed: ${message}`, undefined, { code: -32603, message }).catch((err: unknown) => this.log.error({ err, task: row.id }, 'could not store the outcome of a task'));
     } finally {
       this.watched.delete(row.id);
     }
   }
 
-  private async finish(id: string, status: TaskStatus, message: string, result?: CallToolResult): Promise<void> {
+  private async finish(id: string, status: TaskStatus, message: string, result?: CallToolResult, error?: { code: number; message: string }): Promise<void> {
     // The failure's class is for the audit log, never for the client (as the audited transport does for a call's result).
     if (result?._meta) {
       const { [ERROR_CLASS_META]: _class, ...meta } = result._meta;
@@ -232,7 +253,7 @@ export class Tasks {
     }
     await this.deps.db
       .updateTable('mcp_tasks')
-      .set({ status, status_message: message, result: result ? JSON.stringify(result) : null, updated_at: Date.now(), watcher: null })
+      .set({ status, status_message: message, result: result ? JSON.stringify(result) : null, error: error ? JSON.stringify(error) : null, updated_at: Date.now(), watcher: null })
       .where('id', '=', id)
       .where('status', '=', 'working')
       .execute();
@@ -246,7 +267,7 @@ export class Tasks {
       const now = Date.now();
       const mine = [...this.watched.keys()];
       if (mine.length) {
-        await db.updateTable('mcp_tasks').set({ watched_at: now }).where('id', 'in', mine).where('watcher', '=', gatewayId).execute();
+        await db.updateTable('mcp_tasks').set({ watched_at: now, watcher: gatewayId }).where('id', 'in', mine).where('status', '=', 'working').execute();
         const cancels = await db.selectFrom('mcp_tasks').select('id').where('id', 'in', mine).where('cancel_requested', '=', 1).execute();
         for (const { id } of cancels) this.watched.get(id)?.abort();
       }
@@ -283,12 +304,16 @@ export class Tasks {
     this.watched.set(row.id, abort);
     const owner: SandboxOwner = { userId: user.id, name: user.name };
     const outcome = this.deps.sandboxes.resume(owner, row.exec_id, { language: row.language as Language, timeoutSec: row.timeout_sec, signal: abort.signal }).catch(async (e: unknown) => {
-      // Another replica holds the sandbox (it follows the task), this gateway stops, or dockerd is away: tried again later.
-      if (e instanceof SandboxError && (e.reason === 'held_elsewhere' || e.reason === 'busy' || e.reason === 'docker_unreachable')) {
-        await db.updateTable('mcp_tasks').set({ watcher: null }).where('id', '=', row.id).where('watcher', '=', gatewayId).execute();
+      // Another replica holds the sandbox (it follows the task), this gateway stops, dockerd
+      // or the database is away, the sandbox could not start: tried again at a later tick,
+      // until the run would have ended by its own time limit long since.
+      const lost = Date.now() > row.created_at + row.timeout_sec * 1000 + GIVE_UP_AFTER_MS;
+      if (!lost) {
+        if (!(e instanceof SandboxError && e.reason === 'held_elsewhere')) this.log.warn({ err: e, task: row.id, user: user.name }, 'could not follow a task yet');
+        await db.updateTable('mcp_tasks').set({ watcher: null }).where('id', '=', row.id).where('watcher', '=', gatewayId).execute().catch(() => {});
         return { detached: true } as ExecuteResult;
       }
-      this.log.warn({ err: e, task: row.id, user: user.name }, 'could not follow a task');
+      this.log.warn({ err: e, task: row.id, user: user.name }, 'gave up following a task');
       return undefined;
     });
     this.log.info({ task: row.id, user: user.name }, 'following a task another gateway (or this one before a restart) started');

@@ -15,6 +15,8 @@ import { LANGUAGES, type Language } from '../../sandboxes/protocol.js';
 import type { ExecuteOptions, ExecuteResult } from '../../sandboxes/types.js';
 import { SandboxError } from '../../sandboxes/errors.js';
 import { declaresTasks } from '../tasks/extension.js';
+import { registerAppTool } from '@modelcontextprotocol/ext-apps/server';
+import { RUN_VIEW_URI } from '../ui/run-view.js';
 import { TaskError, Tasks, type TaskView } from '../tasks/tasks.js';
 import { errorResult, forCall, fromModel, fromModelDeep, modelResourceLink, supportsResourceLinks, textResult, toModelStream, type ToolContext } from '../context.js';
 import { formatBytes } from '../../text.js';
@@ -131,7 +133,8 @@ export function executeCodeInput(config: Config) {
 }
 
 export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
-  server.registerTool(
+  registerAppTool(
+    server,
     'execute_code',
     {
       title: 'Run code in your sandbox',
@@ -144,6 +147,8 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
         'Returns output, the result or error, and the files the run changed.',
       inputSchema: executeCodeInput(ctx.config),
       annotations: { readOnlyHint: false, destructiveHint: true, idempotentHint: false, openWorldHint: true },
+      // Hosts that render UI resources show the run with this view (src/mcp/ui/run-view.ts).
+      _meta: { ui: { resourceUri: RUN_VIEW_URI } },
     },
     async ({ language, code, timeout_seconds, permissions, reset, background }, { mcpReq }): Promise<CallToolResult> => {
       const call = forCall(ctx);
@@ -163,7 +168,8 @@ export function registerExecuteCode(server: McpServer, ctx: ToolContext): void {
           timeoutSec: timeout_seconds,
           reset,
           permissions: permissions && (await fromModelDeep(call, permissions)),
-          onOutput: progress?.onOutput,
+          // Once the call is a task nobody reads its progress: output is no longer passed through the boundary for it.
+          onOutput: progress && ((stream, data) => void (reporting && progress.onOutput(stream, data))),
         };
         const tasks = ctx.tasks && declaresTasks(mcpReq) ? ctx.tasks : undefined;
         const outcome = tasks ? await runOrTask(call, tasks, opts, mcpReq.signal, background === true) : await ctx.sandboxes.execute(ctx.owner, { ...opts, signal: mcpReq.signal });
@@ -200,14 +206,21 @@ async function runOrTask(call: ToolContext, tasks: Tasks, opts: ExecuteOptions, 
   // Until it is a task, the run is the request's: a client that goes away cancels it.
   const cancel = () => abort.abort();
   signal.addEventListener('abort', cancel, { once: true });
-  const run = call.sandboxes.execute(call.owner, { ...opts, keep: execId, signal: abort.signal });
+  // The threshold counts from the moment the runner has the run: a run refused before
+  // (its sandbox held elsewhere, a permission, a full queue) is answered as any call's.
+  let started!: () => void;
+  const running = new Promise<void>((r) => (started = r));
+  const run = call.sandboxes.execute(call.owner, { ...opts, keep: execId, signal: abort.signal, onStart: () => started() });
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {
     const early = await Promise.race([
       run.then((r) => ({ r })),
-      new Promise<undefined>((resolve) => {
-        timer = setTimeout(() => resolve(undefined), background ? 0 : call.config.mcpTaskAfterSec * 1000);
-      }),
+      running.then(
+        () =>
+          new Promise<undefined>((resolve) => {
+            timer = setTimeout(() => resolve(undefined), background ? 0 : call.config.mcpTaskAfterSec * 1000);
+          }),
+      ),
     ]);
     if (early) {
       tasks.release(call.owner, execId);
@@ -217,8 +230,12 @@ async function runOrTask(call: ToolContext, tasks: Tasks, opts: ExecuteOptions, 
       if (e instanceof TaskError) return undefined;
       throw e;
     });
-    // Too many tasks already: this call waits for its run, as without tasks.
-    if (!view) return await run;
+    if (!view) {
+      // Too many tasks already: this call waits for its run, as without tasks.
+      const r = await run;
+      tasks.release(call.owner, execId);
+      return r;
+    }
     signal.removeEventListener('abort', cancel);
     return view;
   } catch (e) {

@@ -28,7 +28,7 @@ class Emitter:
     def __init__(self, stream):
         self._stream = stream
         self._lock = threading.Lock()
-        self._kept = {}  # exec id -> [finished, [protocol lines]], in insertion order
+        self._kept = {}  # exec id -> [finished, [protocol lines], language], in insertion order
 
     def set_stream(self, stream):
         """Events go to `stream` from now on (None: nobody listens, they are dropped)."""
@@ -55,15 +55,21 @@ class Emitter:
         except (OSError, ValueError):
             pass  # the gateway is gone; stdin EOF ends the runner
 
-    def keep(self, exec_id):
+    def keep(self, exec_id, language):
         """Records the events of `exec_id` from now on."""
         with self._lock:
             if exec_id in self._kept:
                 return
             while len(self._kept) >= MAX_KEPT:
-                finished = [k for k, (done, _) in self._kept.items() if done]
+                finished = [k for k, record in self._kept.items() if record[0]]
                 del self._kept[finished[0] if finished else next(iter(self._kept))]
-            self._kept[exec_id] = [False, []]
+            self._kept[exec_id] = [False, [], language]
+
+    def kept(self):
+        """The kept executions not yet released, in the order they came: a gateway that
+        adopts the sandbox follows those still pending before it runs anything else."""
+        with self._lock:
+            return [{'id': k, 'language': r[2], 'done': r[0]} for k, r in self._kept.items()]
 
     def claim(self, req_id, target):
         """Answers `claimed` with the record's state (`done`, `pending`: queued or
@@ -101,10 +107,11 @@ def dispatch(line, worker, bridge, emitter, versions):
         return
     op = req.get('op')
     if op == 'ping':
-        emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions), 'separated': SEPARATED})
+        emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions), 'separated': SEPARATED,
+                      'kept': emitter.kept()})
     elif op in ('exec', 'preload'):
         if op == 'exec' and req.get('keep') is True and isinstance(req.get('id'), str):
-            emitter.keep(req['id'])
+            emitter.keep(req['id'], req.get('language'))
         worker.submit(op, req)
     elif op == 'claim':
         emitter.claim(req.get('id'), req.get('target'))
