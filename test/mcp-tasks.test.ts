@@ -8,6 +8,7 @@
  * extension's wire messages, as a client sends them over Streamable HTTP.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { listAudit } from '../src/audit/audit.js';
 import { TASKS_EXTENSION } from '../src/mcp/tasks/tasks.js';
 import { rawRequest, startGateway, type Gateway } from './support/mcp.js';
 import { eventually } from './support/until.js';
@@ -99,6 +100,12 @@ describe('tasks on one gateway', () => {
     expect(failed.result).toMatchObject({ isError: true });
     expect(text(failed.result as Record<string, unknown>)).toMatch(/ValueError: nope/);
     expect(JSON.stringify(failed.result)).not.toContain('org.sandgate/errorClass');
+    // Each task's end is in the audit log, beside the call that made it.
+    const userId = (await served.gateway.store.db.selectFrom('users').select('id').where('name', '=', 'task-alice').executeTakeFirstOrThrow()).id;
+    const ends = async () => (await listAudit(served.gateway.store.db, userId, { limit: 100 })).filter((e) => e.method === 'task').map((e) => [e.tool, e.outcome, e.errorClass ?? null]);
+    // Written just after the task's state: looked for a moment.
+    await eventually(async () => (await ends()).length >= 2, 5000);
+    expect(await ends()).toEqual(expect.arrayContaining([['execute_code', 'ok', null], ['execute_code', 'error', 'code:ValueError']]));
   });
 
   it('gives no task to a client that does not declare the extension, and answers its tasks/get with -32021', async () => {

@@ -101,7 +101,10 @@ export function argsShape(value: unknown, schema?: unknown, depth = 0): unknown 
   return out;
 }
 
-/** Request methods of MCP clients (every protocol version), and the endpoint's own `authenticate`. */
+/**
+ * Request methods of MCP clients (every protocol version, and the tasks extension's), the
+ * endpoint's own `authenticate`, and `task`: the end of a task's run (src/mcp/tasks/).
+ */
 const METHODS = new Set([
   'initialize',
   'ping',
@@ -121,6 +124,8 @@ const METHODS = new Set([
   'tasks/result',
   'tasks/list',
   'tasks/cancel',
+  'tasks/update',
+  'task',
   'authenticate',
 ]);
 

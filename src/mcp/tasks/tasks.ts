@@ -28,6 +28,7 @@ import type { ExecuteResult, SandboxOwner } from '../../sandboxes/types.js';
 import type { Db } from '../../store/store.js';
 import type { McpTasksTable, TaskStatus } from './schema.js';
 import { ERROR_CLASS_META } from '../audited-transport.js';
+import { callerColumns, recordAudit } from '../../audit/audit.js';
 
 export const TASKS_EXTENSION = 'io.modelcontextprotocol/tasks';
 /** How long a task's handle works, from its creation. */
@@ -226,14 +227,20 @@ export class Tasks {
       if (result?.detached) return;
       const cancelled = await this.deps.db.selectFrom('mcp_tasks').select('cancel_requested').where('id', '=', row.id).executeTakeFirst();
       const version = row.protocol_version ?? undefined;
+      let errorClass: string | undefined;
       if (!result) {
+        errorClass = 'lost';
         await this.finish(row.id, 'completed', 'The run was lost.', await this.deps.presentError(caller, version, 'The sandbox this run was in is gone (it was stopped or replaced while no gateway followed the run). Files it wrote before are in /workspace; run it again.'));
       } else if (cancelled?.cancel_requested && result.killed) {
+        errorClass = 'cancelled';
         await this.finish(row.id, 'cancelled', 'Cancelled: the process was killed.');
       } else {
-        await this.finish(row.id, 'completed', result.exitCode === 0 && !result.error ? 'Finished.' : 'Finished with an error.', await this.deps.present(caller, version, result));
+        const shown = await this.deps.present(caller, version, result);
+        errorClass = shown._meta?.[ERROR_CLASS_META] as string | undefined;
+        await this.finish(row.id, 'completed', result.exitCode === 0 && !result.error ? 'Finished.' : 'Finished with an error.', shown);
       }
       this.deps.sandboxes.release(owner, row.exec_id);
+      await this.audit(row, caller, errorClass);
     } catch (e) {
       // The run ended in an error of the gateway's (not the code's): a failed task, with the error a call would have had.
       const message = e instanceof GatewayError ? e.message : 'internal error';
@@ -242,6 +249,20 @@ export class Tasks {
     } finally {
       this.watched.delete(row.id);
     }
+  }
+
+  /** The end of a task's run in the audit log (the call that made the task has its own row): how long from the call, and how it ended. */
+  private async audit(row: McpTasksTable, caller: Caller, errorClass: string | undefined): Promise<void> {
+    await recordAudit(this.deps.db, {
+      ...callerColumns(caller),
+      kind: 'mcp',
+      method: 'task',
+      tool: 'execute_code',
+      ts: row.created_at,
+      durationMs: Date.now() - row.created_at,
+      outcome: errorClass ? 'error' : 'ok',
+      errorClass: errorClass ?? null,
+    }).catch((err: unknown) => this.log.error({ err, task: row.id }, 'could not write an audit entry'));
   }
 
   private async finish(id: string, status: TaskStatus, message: string, result?: CallToolResult, error?: { code: number; message: string }): Promise<void> {
