@@ -12,38 +12,20 @@
  *   node --import tsx bench/tasks.ts        (BENCH_CALLS per side, default 200; BENCH_TASKS, default 30)
  */
 import { TASKS_EXTENSION } from '../src/mcp/tasks/tasks.js';
-import { rawRequest, startGateway, type Gateway } from '../test/support/mcp.js';
+import { startGateway, type Gateway } from '../test/support/mcp.js';
+import { modernRequest } from '../test/support/raw-request.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 200);
 const TASKS = Number(process.env.BENCH_TASKS ?? 30);
 const BLOCK = 20;
-const MODERN = '2026-07-28';
 
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const f = (ms: number) => `${ms.toFixed(2)} ms`;
 const line = (name: string, xs: number[]) => console.log(`${name.padEnd(44)} p50 ${f(pct(xs, 50)).padStart(10)}  p95 ${f(pct(xs, 95)).padStart(10)}  (n=${xs.length})`);
 
-let id = 0;
 async function request(gw: Gateway, token: string, method: string, params: Record<string, unknown>, tasks: boolean): Promise<Record<string, unknown>> {
-  const name = method === 'tools/call' ? (params.name as string) : (params.taskId as string);
-  const r = await rawRequest(gw.mcpUrl, {
-    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': MODERN, 'mcp-method': method, 'mcp-name': name },
-    body: {
-      jsonrpc: '2.0',
-      id: ++id,
-      method,
-      params: {
-        ...params,
-        _meta: {
-          'io.modelcontextprotocol/protocolVersion': MODERN,
-          'io.modelcontextprotocol/clientInfo': { name: 'bench', version: '1' },
-          'io.modelcontextprotocol/clientCapabilities': tasks ? { extensions: { [TASKS_EXTENSION]: {} } } : {},
-        },
-      },
-    },
-  });
-  const m = r.messages[0] as { result?: Record<string, unknown>; error?: { message: string } } | undefined;
-  if (!m?.result) throw new Error(`${method}: ${m?.error?.message ?? r.text.slice(0, 200)}`);
+  const m = await modernRequest(gw.mcpUrl, token, method, params, tasks ? { extensions: { [TASKS_EXTENSION]: {} } } : {});
+  if (!m.result) throw new Error(`${method}: ${m.error?.message}`);
   return m.result;
 }
 const execute = (gw: Gateway, token: string, args: Record<string, unknown>, tasks: boolean) => request(gw, token, 'tools/call', { name: 'execute_code', arguments: args }, tasks);

@@ -10,10 +10,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { listAudit } from '../src/audit/audit.js';
 import { TASKS_EXTENSION } from '../src/mcp/tasks/tasks.js';
-import { rawRequest, startGateway, type Gateway } from './support/mcp.js';
+import { startGateway, type Gateway } from './support/mcp.js';
+import { modernRequest } from './support/raw-request.js';
 import { eventually } from './support/until.js';
 
-const MODERN = '2026-07-28';
 /**
  * How long the restart test's run sleeps: the 2 minutes the feature promises on SQLite;
  * on Postgres (the same code, the other database) a shorter one that still spans the restart.
@@ -21,30 +21,9 @@ const MODERN = '2026-07-28';
 const RUN_SEC = process.env.SANDGATE_TEST_DATABASE === 'postgres' ? 20 : 120;
 type Message = { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } };
 
-let id = 0;
 /** One 2026-07-28 request; `tasks` declares the extension in its per-request capabilities. */
-async function request(url: string, token: string, method: string, params: Record<string, unknown>, tasks = true): Promise<Message> {
-  const name = method === 'tools/call' ? (params.name as string) : method.startsWith('tasks/') ? (params.taskId as string) : undefined;
-  const r = await rawRequest(`${url}/mcp`, {
-    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(name ? { 'mcp-name': name } : {}) },
-    body: {
-      jsonrpc: '2.0',
-      id: ++id,
-      method,
-      params: {
-        ...params,
-        _meta: {
-          'io.modelcontextprotocol/protocolVersion': MODERN,
-          'io.modelcontextprotocol/clientInfo': { name: 'tasks-test', version: '1' },
-          'io.modelcontextprotocol/clientCapabilities': tasks ? { extensions: { [TASKS_EXTENSION]: {} } } : {},
-        },
-      },
-    },
-  });
-  const msg = r.messages[0] as Message | undefined;
-  if (!msg) throw new Error(`HTTP ${r.status}: ${r.text.slice(0, 300)}`);
-  return msg;
-}
+const request = (url: string, token: string, method: string, params: Record<string, unknown>, tasks = true): Promise<Message> =>
+  modernRequest(`${url}/mcp`, token, method, params, tasks ? { extensions: { [TASKS_EXTENSION]: {} } } : {});
 
 const execute = (url: string, token: string, args: Record<string, unknown>, tasks = true) => request(url, token, 'tools/call', { name: 'execute_code', arguments: { language: 'python', ...args } }, tasks);
 const text = (result: Record<string, unknown> | undefined) => ((result?.content ?? []) as { text?: string }[]).map((c) => c.text ?? '').join('\n');

@@ -103,3 +103,29 @@ describe('a done is checked field by field', () => {
     for (const bad of ['', '/a', '../a', 'a/..', 'a/./b', 'a//b', 'a\0b', 'x'.repeat(5000), 7]) expect(isWorkspacePath(bad), String(bad)).toBe(false);
   });
 });
+
+describe('a lying runner about kept runs', () => {
+  it('takes a claimed only with a known state and a target, and at most 16 well-formed kept runs from a pong', () => {
+    expect(parseRunnerEvent({ type: 'claimed', id: 'k1', target: 'x1', state: 'done' })).toEqual({ type: 'claimed', id: 'k1', target: 'x1', state: 'done' });
+    for (const bad of [
+      { type: 'claimed', id: 'k1', target: 'x1', state: 'finished' },
+      { type: 'claimed', id: 'k1', state: 'done' },
+      { type: 'claimed', id: 'k1', target: 7, state: 'done' },
+      { type: 'claimed', target: 'x1', state: 'done' },
+    ]) {
+      expect(parseRunnerEvent(bad)).toBeUndefined();
+    }
+    const kept = [
+      { id: 'ok', language: 'python', done: 'yes' },
+      { id: 'x'.repeat(129), language: 'python' },
+      { id: 'lang', language: 'cobol' },
+      'not an object',
+      ...Array.from({ length: 1000 }, (_, i) => ({ id: `r${i}`, language: 'bash', done: true })),
+    ];
+    const pong = parseRunnerEvent({ type: 'pong', id: 'p', separated: true, kept }) as Extract<RunnerEvent, { type: 'pong' }>;
+    // Only the first 16 entries are looked at; of those, the malformed ones are dropped, and `done` is true only when it is true.
+    expect(pong.kept).toEqual([{ id: 'ok', language: 'python', done: false }, ...Array.from({ length: 12 }, (_, i) => ({ id: `r${i}`, language: 'bash', done: true }))]);
+    // A runner that says nothing of kept runs keeps none (an older image): no list, not an empty one.
+    expect((parseRunnerEvent({ type: 'pong', id: 'p', separated: true }) as Extract<RunnerEvent, { type: 'pong' }>).kept).toBeUndefined();
+  });
+});

@@ -58,3 +58,39 @@ export function rawRequest(url: string, opts: { method?: string; headers?: Recor
     req.end();
   });
 }
+
+let modernId = 0;
+
+/**
+ * One 2026-07-28 request as a client frames it over Streamable HTTP: the version, method
+ * and name headers (`Mcp-Name` from the tool, or the task for `tasks/*`), and the `_meta`
+ * envelope with `capabilities`; its first JSON-RPC message back, as it came.
+ */
+export async function modernRequest(
+  mcpUrl: string,
+  token: string,
+  method: string,
+  params: Record<string, unknown>,
+  capabilities: Record<string, unknown> = {},
+): Promise<{ result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } }> {
+  const name = method === 'tools/call' ? params.name : method.startsWith('tasks/') ? params.taskId : undefined;
+  const r = await rawRequest(mcpUrl, {
+    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': '2026-07-28', 'mcp-method': method, ...(typeof name === 'string' ? { 'mcp-name': name } : {}) },
+    body: {
+      jsonrpc: '2.0',
+      id: ++modernId,
+      method,
+      params: {
+        ...params,
+        _meta: {
+          'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+          'io.modelcontextprotocol/clientInfo': { name: 'sandgate-test', version: '1' },
+          'io.modelcontextprotocol/clientCapabilities': capabilities,
+        },
+      },
+    },
+  });
+  const msg = r.messages[0] as { result?: Record<string, unknown>; error?: { code: number; message: string; data?: unknown } } | undefined;
+  if (!msg) throw new Error(`HTTP ${r.status}: ${r.text.slice(0, 300)}`);
+  return msg;
+}
