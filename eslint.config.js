@@ -29,7 +29,7 @@ export const LAYERS = [
   ['src/accounts/**', 'src/tokens/**', 'src/limits/**', 'src/replicas/**', 'src/oauth/**'],
   ['src/auth/**', 'src/audit/**', 'src/pii/**'],
   ['src/sandboxes/**', 'src/skills/**'],
-  ['src/upstream/**', 'src/mcp/**', 'src/agent/**'],
+  ['src/upstream/**', 'src/egress/**', 'src/mcp/**', 'src/agent/**'],
   ['src/users/**'],
   ['src/http/**', 'src/web/**'],
   ['src/{app,routes,gateway,main,migrations}.ts', 'src/cli/**'],

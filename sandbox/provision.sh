@@ -27,6 +27,19 @@ for b in gcc g++ cc c++ cpp x86_64-linux-gnu-gcc-12 x86_64-linux-gnu-g++-12 x86_
 done
 python3 -c 'import numpy, pandas, scipy, matplotlib, seaborn, plotly, sympy, sklearn'
 
+# pip installs into the user's own environment in the workspace (PYTHONUSERBASE, set by
+# the runner), never into the image: --user, and the system packages are left alone.
+# The index comes from the gateway (PIP_INDEX_URL) and reaches it through the egress proxy.
+cat >/etc/pip.conf <<'PIP'
+[global]
+user = true
+break-system-packages = true
+no-cache-dir = true
+disable-pip-version-check = true
+no-input = true
+timeout = 30
+PIP
+
 # Matplotlib's font cache, built once here; the runner copies it into its writable
 # MPLCONFIGDIR at start so the first plot does not rebuild it.
 mkdir -p /opt/sandgate/mplconfig

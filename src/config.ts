@@ -72,6 +72,17 @@ export const SETTINGS = [
   setting('warmPoolPreload', 'SANDGATE_WARM_POOL_PRELOAD', 'numpy,pandas', z.string(), 'Python modules pooled sandboxes import before they are handed out (comma-separated; empty for none).'),
   setting('defaultPermissions', 'SANDGATE_DEFAULT_PERMISSIONS', '{"read":["/workspace","/skills","/tools"],"write":["/workspace"]}', z.string(), 'Permission ceiling for every user, as Deno-style grants in JSON: read, write, net, env, run, sys, ffi, each true or a list.'),
   setting('maxPermissions', 'SANDGATE_MAX_PERMISSIONS', '', z.string(), 'The team ceiling: the most an admin may grant one user (as SANDGATE_DEFAULT_PERMISSIONS). Empty: the default ceiling is also the most.'),
+  setting('teamPermissions', 'SANDGATE_TEAM_PERMISSIONS', '', z.string(), 'Grants added to the ceiling of members of GitHub teams, as JSON: {"org/team": {"net": ["registries"]}}. Each grant widens the member\'s ceiling (their own row, else the default); lists are joined.'),
+  setting('egressPipIndex', 'SANDGATE_EGRESS_PIP_INDEX', 'https://pypi.org/simple/', z.string().url(), 'The Python package index (PEP 503) sandboxes install from: pip in a sandbox uses it, and the net entry "registries" names its host.'),
+  setting('egressPipFiles', 'SANDGATE_EGRESS_PIP_FILES', 'https://files.pythonhosted.org/', z.string(), 'Where the index\'s files are, when on another host than the index (comma-separated URLs; empty: the index\'s host only). Part of "registries".'),
+  setting('egressNpmRegistry', 'SANDGATE_EGRESS_NPM_REGISTRY', 'https://registry.npmjs.org/', z.string().url(), 'The npm registry sandboxes install from (npm: imports in TypeScript and JavaScript). Part of "registries".'),
+  setting('egressDns', 'SANDGATE_EGRESS_DNS', '', z.string(), 'DNS servers the egress proxy asks (comma-separated ip or ip:port). Empty: the host\'s (/etc/resolv.conf).'),
+  setting('egressPrivateNets', 'SANDGATE_EGRESS_PRIVATE_NETS', '', z.string(), 'Private networks (CIDR, comma-separated) that allowed names may resolve to, for an internal API. Empty: sandboxes reach public addresses only. Loopback, link-local and the gateway host\'s own addresses stay refused. Weaker (warned at start).'),
+  setting('egressCaFile', 'SANDGATE_EGRESS_CA_FILE', '', z.string(), 'Extra CA certificates (PEM) the egress proxy trusts when it makes the TLS connection itself (hosts with a secret): for an internal API with a private CA.'),
+  setting('egressSecrets', 'SANDGATE_EGRESS_SECRETS', '', z.string(), 'Secrets for one host each, added by the egress proxy as a header to requests for that host, as JSON: {"WEATHER_KEY": {"host": "api.weather.example", "value": "...", "header": "authorization", "prefix": "Bearer "}}. Code requests http://<host>/… and the proxy makes the TLS connection; the value never enters a sandbox. Users may add their own on their settings page.'),
+  setting('egressMaxConnections', 'SANDGATE_EGRESS_MAX_CONNECTIONS', '16', int(1, 1024), 'Connections out of sandboxes one user may have open at once; more are refused (503).'),
+  setting('egressMbPerHour', 'SANDGATE_EGRESS_MB_PER_HOUR', '2048', int(1, 1048576), 'MiB one user\'s sandboxes may send and receive through the egress proxy per hour; beyond it connections are refused until the hour has passed.'),
+  setting('egressKbPerSec', 'SANDGATE_EGRESS_KB_PER_SEC', '4096', int(16, 10485760), 'KiB/s one user\'s egress may carry, across their connections: one user\'s downloads cannot take the gateway\'s CPU from others (each byte crosses the runner\'s channel; at 4 MiB/s a flood leaves others\' warm runs about 2x slower at p95 on a 2-core host). Raise it on a larger host.'),
   setting('mcpServersFile', 'SANDGATE_MCP_SERVERS_FILE', '', z.string(), 'Upstream MCP servers, in the mcpServers JSON format MCP clients use plus a "sandgate" block per server (who may use it, shared or per-user). Empty means DATA_DIR/mcp-servers.json; a missing file means no upstream servers.'),
   setting('upstreamHomeDir', 'SANDGATE_UPSTREAM_HOME_DIR', '/var/lib/sandgate-upstream', z.string().min(1), 'Where stdio upstream servers keep their files: a home per connection, owned by the unprivileged uid it runs as. Every folder above it must be searchable by other users.'),
   setting('rateLimitPerMin', 'SANDGATE_RATE_LIMIT_PER_MIN', '300', int(1, 1000000), 'Requests each user may make per minute (steady rate), one budget across all their tokens and pages: MCP messages, /v1 requests, chat messages sent, file previews, tables, downloads and uploads. Beyond it the answer is 429 with Retry-After. In memory on SQLite (a restart forgives everyone); in the database on Postgres, so gateways sharing it share each user’s budget.'),
@@ -233,6 +244,24 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
     } catch (e) {
       errors.push(`SANDGATE_MAX_PERMISSIONS is not a JSON object (${(e as Error).message}): use e.g. {"read":["/workspace"],"write":["/workspace"],"net":["api.example.com"]}.`);
     }
+  }
+  if (config.teamPermissions.trim()) {
+    try {
+      const teams: unknown = JSON.parse(config.teamPermissions);
+      if (typeof teams !== 'object' || teams === null || Array.isArray(teams)) throw new Error('not an object');
+      for (const [team, perms] of Object.entries(teams)) {
+        if (!/^[A-Za-z0-9-]+\/[A-Za-z0-9_.-]+$/.test(team)) throw new Error(`"${team}" is not org/team-slug`);
+        if (typeof perms !== 'object' || perms === null || Array.isArray(perms)) throw new Error(`the grants of "${team}" are not an object`);
+      }
+    } catch (e) {
+      errors.push(`SANDGATE_TEAM_PERMISSIONS is not valid (${(e as Error).message}): use e.g. {"acme/data":{"net":["registries","api.example.com"]}}.`);
+    }
+  }
+  for (const cidr of config.egressPrivateNets.split(',').map((c) => c.trim()).filter(Boolean)) {
+    if (!/^[0-9a-fA-F:.]+\/\d{1,3}$/.test(cidr)) errors.push(`SANDGATE_EGRESS_PRIVATE_NETS has "${cidr}": write each network as address/prefix (10.1.2.0/24).`);
+  }
+  if (config.egressPrivateNets.trim()) {
+    warnings.push(`SANDGATE_EGRESS_PRIVATE_NETS=${config.egressPrivateNets}: code in sandboxes whose net grant names a host there may reach these private networks through the egress proxy.`);
   }
   if (errors.length) throw new ConfigError(`invalid configuration:\n  - ${errors.join('\n  - ')}`);
   return { config, warnings };

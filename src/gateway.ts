@@ -16,6 +16,7 @@ import { ModelCatalog } from './agent/models.js';
 import { ProviderKeys } from './agent/provider-keys.js';
 import { createApp } from './app.js';
 import { recordAudit } from './audit/audit.js';
+import { createEgress } from './egress/index.js';
 import type { Config } from './config.js';
 import { mcpRouter } from './http/mcp-endpoint.js';
 import { openAiApi } from './http/openai-api.js';
@@ -180,6 +181,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const liveKey = replicaKey && replicaSubkey(replicaKey, 'live updates');
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
+  const egress = createEgress({ config, db: store.db, credentials: upstream.credentials, audit: (e) => recordAudit(store.db, e), logger });
+  manager.setEgressHandler(egress.handler);
 
   const pii = piiLayer(config, store.db);
   const vault = pii?.vault;
@@ -380,6 +383,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       // After the sandboxes were let go: the next replica asked for one takes it at once.
       await replica?.stop().catch((e: unknown) => logger.warn({ err: e }, 'could not leave the replica table'));
       await upstream.close();
+      await egress.close();
       await Promise.all(sweeping);
       await store.close();
     },

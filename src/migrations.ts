@@ -5,7 +5,7 @@
  * CLI and the tests all open the store with this list (openStore(dir, MIGRATIONS)).
  */
 import { agentMigration, apiHistoryMigration, renderedAnswersMigration, turnsReplicaMigration } from './agent/schema.js';
-import { auditCallersMigration, auditMigration } from './audit/schema.js';
+import { auditCallersMigration, auditEgressMigration, auditMigration } from './audit/schema.js';
 import { piiBatchesMigration, piiMigration } from './pii/schema.js';
 import { tokensActiveIndexMigration, tokensMigration } from './tokens/schema.js';
 import { UPSTREAM_IDENTITIES_MIGRATION, UPSTREAM_MIGRATION } from './upstream/schema.js';
@@ -43,6 +43,7 @@ export const MIGRATIONS: readonly Migration[] = [
   turnsReplicaMigration,
   oauthMigration,
   tasksMigration,
+  auditEgressMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -35,3 +35,7 @@ export type SandboxErrorReason = (typeof SANDBOX_ERROR_REASONS)[number];
 /** Why an upstream MCP call failed (src/upstream/errors.ts). */
 export const UPSTREAM_ERROR_REASONS = ['unknown_server', 'denied', 'unknown_tool', 'missing_credential', 'unavailable', 'timeout', 'failed', 'rate_limited'] as const;
 export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
+
+/** Why a connection out of a sandbox was refused or ended (src/egress). */
+export const EGRESS_REASONS = ['not_allowed', 'ip_literal', 'unresolved', 'private_address', 'own_address', 'secret_host', 'limit', 'unreachable'] as const;
+export type EgressReason = (typeof EGRESS_REASONS)[number];

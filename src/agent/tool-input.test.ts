@@ -22,7 +22,7 @@ describe('vetToolCall', () => {
     expect(vet('execute_code', { language: 'python', code: 'print(1)', extra: 1 }).refusal).toBe(
       'The arguments of this execute_code call do not match its input schema: the arguments may not have "extra" (the arguments are: language, code, timeout_seconds, permissions, reset, background). Call it again with arguments that match it.',
     );
-    expect(vet('execute_code', { language: 'python', code: 'x', permissions: { net: true } }).refusal).toMatch(/"permissions" may not have "net" \(the keys are: read, write, env, run\)/);
+    expect(vet('execute_code', { language: 'python', code: 'x', permissions: { sys: true } }).refusal).toMatch(/"permissions" may not have "sys" \(the keys are: read, write, net, env, run\)/);
   });
 
   it('refuses wrong types, missing keys, values out of range and patterns not matched', () => {

@@ -12,7 +12,7 @@
  */
 import type { Selectable } from 'kysely';
 import type { Caller, ViaKind } from '../auth/caller.js';
-import { SANDBOX_ERROR_REASONS, TOKEN_FAILURES, UPSTREAM_ERROR_REASONS, WORKSPACE_ERROR_CODES } from '../reasons.js';
+import { EGRESS_REASONS, SANDBOX_ERROR_REASONS, TOKEN_FAILURES, UPSTREAM_ERROR_REASONS, WORKSPACE_ERROR_CODES } from '../reasons.js';
 import type { Db } from '../store/store.js';
 import { prepared } from '../store/prepared.js';
 import type { AuditKind, AuditLogTable, AuditOutcome } from './schema.js';
@@ -147,6 +147,7 @@ const ERROR_CLASSES = new Set<string>([
   ...TOKEN_FAILURES,
   ...WORKSPACE_ERROR_CODES,
   ...UPSTREAM_ERROR_REASONS,
+  ...EGRESS_REASONS,
   ...SANDBOX_ERROR_REASONS.map((r) => `SandboxError:${r}`),
   'PermissionError',
   'rate_limited',
@@ -241,7 +242,7 @@ const insertAudit = prepared((db, p: Omit<Selectable<AuditLogTable>, 'id'>) =>
 
 type AuditRow = Selectable<AuditLogTable>;
 
-export const AUDIT_KINDS: readonly AuditKind[] = ['mcp', 'upstream', 'web', 'agent', 'admin'];
+export const AUDIT_KINDS: readonly AuditKind[] = ['mcp', 'upstream', 'web', 'agent', 'admin', 'egress'];
 export const AUDIT_OUTCOMES: readonly AuditOutcome[] = ['ok', 'error', 'denied', 'rate_limited'];
 
 const toAuditRecord = (r: AuditRow): AuditRecord => ({

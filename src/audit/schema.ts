@@ -14,7 +14,7 @@ declare module '../store/tables.js' {
 }
 
 /** Which door: the MCP tools (over HTTP or in process), an upstream call, a web page's action, the agent's own, an admin's. */
-export type AuditKind = 'mcp' | 'upstream' | 'web' | 'agent' | 'admin';
+export type AuditKind = 'mcp' | 'upstream' | 'web' | 'agent' | 'admin' | 'egress';
 export type AuditOutcome = 'ok' | 'error' | 'denied' | 'rate_limited';
 
 /** The audit log as auditCallersMigration leaves it. */
@@ -120,5 +120,38 @@ export const auditCallersMigration: Migration = {
       ALTER TABLE audit_log ADD CONSTRAINT audit_log_kind_check CHECK (kind IN ('mcp', 'upstream', 'web', 'agent', 'admin'));
       UPDATE audit_log SET via = 'token' WHERE token_id IS NOT NULL;
       CREATE INDEX audit_log_ts ON audit_log(ts);
+    `,
+};
+
+/** The audit log gains `egress`: every connection out of a sandbox (src/egress). The table is rebuilt on SQLite, as above, rows kept. */
+export const auditEgressMigration: Migration = {
+  description: 'audit log: connections out of sandboxes (kind egress)',
+  sqlite: `
+      CREATE TABLE audit_log_egress (
+        id INTEGER PRIMARY KEY,
+        ts INTEGER NOT NULL,
+        user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        via TEXT CHECK (via IN ('token', 'session', 'agent')),
+        token_id INTEGER,
+        token_name TEXT,
+        conversation_id TEXT,
+        kind TEXT NOT NULL CHECK (kind IN ('mcp', 'upstream', 'web', 'agent', 'admin', 'egress')),
+        method TEXT NOT NULL,
+        tool TEXT,
+        args_shape TEXT,
+        target_user_id INTEGER,
+        duration_ms REAL NOT NULL,
+        outcome TEXT NOT NULL CHECK (outcome IN ('ok', 'error', 'denied', 'rate_limited')),
+        error_class TEXT
+      );
+      INSERT INTO audit_log_egress SELECT id, ts, user_id, via, token_id, token_name, conversation_id, kind, method, tool, args_shape, target_user_id, duration_ms, outcome, error_class FROM audit_log;
+      DROP TABLE audit_log;
+      ALTER TABLE audit_log_egress RENAME TO audit_log;
+      CREATE INDEX audit_log_user_ts ON audit_log(user_id, ts);
+      CREATE INDEX audit_log_ts ON audit_log(ts);
+    `,
+  postgres: `
+      ALTER TABLE audit_log DROP CONSTRAINT audit_log_kind_check;
+      ALTER TABLE audit_log ADD CONSTRAINT audit_log_kind_check CHECK (kind IN ('mcp', 'upstream', 'web', 'agent', 'admin', 'egress'));
     `,
 };

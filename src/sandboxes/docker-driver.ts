@@ -93,6 +93,7 @@ export class DockerDriver implements SandboxDriver {
         ...Object.entries(threadEnv(o.cpus)).map(([k, v]) => `${k}=${v}`),
         ...(spec.denoCeiling ? [`SANDGATE_DENO_CEILING=${JSON.stringify(spec.denoCeiling)}`] : []),
         ...(spec.denoHostOnFirstUse ? ['SANDGATE_DENO_HOST=first-use'] : []),
+        ...(spec.egress ? [`SANDGATE_EGRESS_PORT=${spec.egress.port}`, `SANDGATE_EGRESS_ENV=${JSON.stringify(spec.egress.env)}`, ...(spec.egress.open ? ['SANDGATE_EGRESS_OPEN=1'] : [])] : []),
       ],
       Labels: labels,
       OpenStdin: true,

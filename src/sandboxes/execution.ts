@@ -12,9 +12,9 @@ import { Draining, HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Lifecycle } from './lifecycle.js';
-import { narrowPermissions, networkUnavailable, PermissionError, type Permissions } from './permissions.js';
+import { narrowPermissions, type Permissions } from './permissions.js';
 import { LANGUAGES, type Language } from './protocol.js';
-import { claimOne, MAX_CODE_BYTES, runOne } from './run.js';
+import { claimOne, egressSettings, MAX_CODE_BYTES, runOne } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { Workspace } from './workspace.js';
@@ -183,10 +183,7 @@ export class Execution implements SandboxExecution {
     }
     // The user's row, read once: whether their account may run code, and their ceiling.
     const ceiling = ceilingFrom(await admittedAccount(this.deps.db, owner), cfg);
-    // Network is refused whatever the ceiling says: say why before anything else.
-    const net = networkUnavailable({ ...ceiling, net: opts.permissions?.net ?? ceiling.net });
-    if (net) throw new PermissionError(net, 'net');
-    const effective = narrowPermissions(ceiling, opts.permissions);
+    const effective = narrowPermissions(ceiling, opts.permissions, egressSettings(cfg).registries);
     const sb = await this.sandboxOrSent(owner, opts, ceiling, timeoutSec, mayForward);
     if ('exitCode' in sb) return sb;
     return sb.queue.push(async () => {
@@ -200,7 +197,7 @@ export class Execution implements SandboxExecution {
       const ts = Date.now();
       sb.run = { language: opts.language, startedAt: ts };
       try {
-        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus });
+        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus, egress: egressSettings(cfg) });
         sb.run = undefined;
         const cpuAfter = cpuMsNow(sb.handle.id);
         this.deps.executions.add({

@@ -5,6 +5,7 @@
  * (execution.ts, lifecycle.ts, stops.ts, idle.ts, inspection.ts); only lifecycle.ts and
  * stops.ts add or remove a user's sandbox.
  */
+import type { EgressHandler } from './egress-route.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import type { Db } from '../store/store.js';
@@ -50,6 +51,8 @@ export class Held {
   readonly removing = new Set<string>();
   /** Where calls from code to the gateway's tools go (set once the tools exist). */
   bridge?: BridgeHandler;
+  /** Where connections out of sandboxes go (the egress proxy, once it exists). */
+  egress?: EgressHandler;
   /** The gateway is shutting down: no new run, no freeze, no timer. */
   closed = false;
 }

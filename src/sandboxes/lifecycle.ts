@@ -15,14 +15,15 @@ import { claimWorkspace, getUser, workspacesOf, type User } from '../accounts/ac
 import { admittedAccount } from './admission.js';
 import { adoptOrRemove, findLeftFor, LABEL_REPLICA, LABEL_ROLE, LABEL_WORKSPACE, removeLeftover } from './adoption.js';
 import { routeCalls } from './calls.js';
+import { routeEgress, type EgressHandler } from './egress-route.js';
 import { ceilingFrom, ceilingKey, ceilingOf, defaultCeiling, mountsFor, workspaceWritable } from './ceilings.js';
 import { forgetCgroup } from './cgroup.js';
 import { Draining, HeldElsewhere, SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
-import type { Permissions } from './permissions.js';
-import { claimOne, denoRunFlags, keptRunsOf } from './run.js';
+import { grants, type Permissions } from './permissions.js';
+import { claimOne, denoRunFlags, EGRESS_PORT, egressEnv, egressSettings, keptRunsOf } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
 import type { BridgeHandler, SandboxHandle, SandboxInfo, SandboxOwner } from './types.js';
@@ -38,6 +39,7 @@ export interface SandboxLifecycle {
   init(opts?: { reapIntervalMs?: number }): Promise<void>;
   /** Where calls from code to the gateway's tools go. */
   setBridgeHandler(handler: BridgeHandler): void;
+  setEgressHandler(handler: EgressHandler): void;
   /** Stops idle sandboxes and replaces old ones; never touches a running execution. */
   reap(now?: number): Promise<void>;
   /** Starts pooled sandboxes in the background until the pool is full. */
@@ -181,6 +183,10 @@ export class Lifecycle implements SandboxLifecycle {
 
   setBridgeHandler(handler: BridgeHandler): void {
     this.deps.held.bridge = handler;
+  }
+
+  setEgressHandler(handler: EgressHandler): void {
+    this.deps.held.egress = handler;
   }
 
   /**
@@ -470,7 +476,10 @@ export class Lifecycle implements SandboxLifecycle {
     const handle = await this.deps.driver.start({
       owner,
       ...mounts,
-      denoCeiling: denoRunFlags(ceiling),
+      denoCeiling: denoRunFlags(ceiling, egressSettings(this.deps.config).registries),
+      // The relay for connections out: carrying them to the gateway's proxy only when the
+      // ceiling grants `net`, else refusing each itself, naming the missing grant.
+      egress: { port: EGRESS_PORT, open: grants(ceiling.net), env: egressEnv(egressSettings(this.deps.config)) },
       denoHostOnFirstUse: this.deps.config.denoHost === 'first-use',
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool', ...(this.deps.replica && { [LABEL_REPLICA]: this.deps.replica.id }) },
     });
@@ -483,6 +492,7 @@ export class Lifecycle implements SandboxLifecycle {
     const { held, idle, log } = this.deps;
     held.users.set(sb.owner.userId, sb);
     routeCalls(sb, () => held.bridge);
+    routeEgress(sb, () => held.egress);
     sb.handle.onExit((reason) => {
       if (held.users.get(sb.owner.userId) !== sb) return;
       void recordUse(this.deps, sb, true);

@@ -3,6 +3,7 @@
  * tracks about it. A pooled one has no owner yet; a user's one has an owner, a queue of
  * runs and the run in flight.
  */
+import type { Grant } from './permissions.js';
 import type { RunQueue } from './run-queue.js';
 import type { ExecuteResult, SandboxHandle, SandboxOwner } from './types.js';
 
@@ -35,6 +36,8 @@ export interface UserSandbox extends Live {
   running: number;
   /** The execution the runner is running now: the only one whose calls are taken. */
   inFlight?: string;
+  /** The `net` grant of the run in flight, when it has one: what its connections out may reach. */
+  runNet?: Grant;
   /** The run in flight: its language and when it began (for the admin page). */
   run?: { language: string; startedAt: number };
   /** Set when an admin stops the sandbox: what its runs report instead of a plain stop. */

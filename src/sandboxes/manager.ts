@@ -19,6 +19,7 @@
  * whose). This object exists for the gateway, which builds and wires it, and for tests
  * and benchmarks that drive every part; everything else takes only a part's interface.
  */
+import type { EgressHandler } from './egress-route.js';
 import { gatewayIdFor } from './gateway-id.js';
 import { Execution, type FilesListener, type ResumeOptions, type SandboxExecution } from './execution.js';
 import { Held, type SandboxManagerDeps } from './held.js';
@@ -87,6 +88,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   }
   setBridgeHandler(handler: BridgeHandler): void {
     this.lifecycle.setBridgeHandler(handler);
+  }
+  setEgressHandler(handler: EgressHandler): void {
+    this.lifecycle.setEgressHandler(handler);
   }
   reap(now?: number): Promise<void> {
     return this.lifecycle.reap(now);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { denoFlags, narrowPermissions, networkUnavailable, parsePermissions, PermissionError } from './permissions.js';
+import { denoFlags, narrowPermissions, parsePermissions, PermissionError, widenPermissions } from './permissions.js';
+import { registryEntries } from './net-grants.js';
 
 const ceiling = parsePermissions({ read: ['/workspace', '/skills', '/tools'], write: ['/workspace'], env: ['LANG'] });
 
@@ -34,9 +35,30 @@ describe('permissions', () => {
     expect(denoFlags(parsePermissions({}))).toEqual([]);
   });
 
-  it('says clearly that net is not available yet', () => {
-    expect(networkUnavailable(ceiling)).toBeUndefined();
-    expect(networkUnavailable(parsePermissions({ net: ['example.com'] }))).toMatch(/--network none/);
+  it('narrows net as Deno names it: hosts, ports, wildcards and the registries', () => {
+    const registries = registryEntries(['https://pypi.org/simple/', 'https://files.pythonhosted.org/', 'http://npm.internal:8080/']);
+    const net = parsePermissions({ net: ['registries', 'api.example.com:443', '*.data.example.org'] });
+    expect(narrowPermissions(net, { net: ['pypi.org', 'files.pythonhosted.org'] }, registries).net).toEqual(['pypi.org:443', 'files.pythonhosted.org:443']);
+    expect(narrowPermissions(net, { net: ['api.example.com'] }, registries).net).toEqual(['api.example.com:443']);
+    expect(narrowPermissions(net, { net: ['x.data.example.org:8443'] }, registries).net).toEqual(['x.data.example.org:8443']);
+    expect(narrowPermissions(net, { net: ['registries'] }, registries).net).toEqual(['registries']);
+    // Beyond the ceiling, an IP literal, a port the ceiling does not give: refused, saying what is missing.
+    expect(() => narrowPermissions(net, { net: ['evil.example.com'] }, registries)).toThrow('Requires net access to "evil.example.com", run again with --allow-net=evil.example.com');
+    expect(() => narrowPermissions(net, { net: ['data.example.org'] }, registries)).toThrow(/Requires net access/);
+    expect(() => narrowPermissions(net, { net: ['api.example.com:80'] }, registries)).toThrow(/Requires net access/);
+    expect(() => narrowPermissions(net, { net: ['10.0.0.1'] }, registries)).toThrow(/IP addresses are never reached/);
+    expect(() => narrowPermissions(ceiling, { net: ['pypi.org'] }, registries)).toThrow('Requires net access to "pypi.org"');
+    expect(() => narrowPermissions(ceiling, { net: ['registries'] }, registries)).toThrow(/--allow-net=registries/);
+    // Deno's flags spell the registries out; a wildcard opens Deno's own check (the proxy applies it).
+    expect(denoFlags(net, {}, registries)).toEqual(['--allow-net']);
+    expect(denoFlags(parsePermissions({ net: ['registries'] }), {}, registries)).toEqual(['--allow-net=pypi.org:443,files.pythonhosted.org:443,npm.internal:8080']);
+  });
+
+  it("adds a team's grants to a member's ceiling", () => {
+    const wider = widenPermissions(ceiling, parsePermissions({ net: ['registries'], read: ['/data'] }));
+    expect(wider.net).toEqual(['registries']);
+    expect(wider.read).toEqual(['/workspace', '/skills', '/tools', '/data']);
+    expect(widenPermissions(ceiling, parsePermissions({ env: true })).env).toBe(true);
   });
 
   it('rejects relative paths and unknown grants', () => {

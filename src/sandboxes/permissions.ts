@@ -10,6 +10,7 @@
 import path from 'node:path/posix';
 import { z } from 'zod';
 import { GatewayError } from '../errors.js';
+import { entryText, entryWithin, expandNet, parseNetEntry, REGISTRIES, type NetEntry } from './net-grants.js';
 
 export const GRANT_NAMES = ['read', 'write', 'net', 'env', 'run', 'sys', 'ffi'] as const;
 export type GrantName = (typeof GRANT_NAMES)[number];
@@ -97,7 +98,7 @@ export function denialMessage(grant: GrantName, what?: string): string {
  * is an error (never silently dropped), so a caller learns which grant is missing.
  * Grants the request leaves out keep the ceiling's value.
  */
-export function narrowPermissions(ceiling: Permissions, request: Partial<Record<GrantName, Grant>> | undefined): Permissions {
+export function narrowPermissions(ceiling: Permissions, request: Partial<Record<GrantName, Grant>> | undefined, registries: readonly NetEntry[] = []): Permissions {
   if (!request) return { ...ceiling };
   const out: Permissions = { ...ceiling };
   for (const g of GRANT_NAMES) {
@@ -106,6 +107,8 @@ export function narrowPermissions(ceiling: Permissions, request: Partial<Record<
     const have = ceiling[g];
     if (want === false || (Array.isArray(want) && want.length === 0)) {
       out[g] = false;
+    } else if (g === 'net' && Array.isArray(want)) {
+      out.net = narrowNet(have, want, registries);
     } else if (want === true) {
       if (have !== true) throw new PermissionError(denialMessage(g), g);
       out[g] = true;
@@ -116,6 +119,40 @@ export function narrowPermissions(ceiling: Permissions, request: Partial<Record<
     }
   }
   return out;
+}
+
+/**
+ * A run's `net` entries within the ceiling's: each must meet one of the ceiling's, and the
+ * run gets what both allow (`pypi.org` under a ceiling of `pypi.org:443` is `pypi.org:443`;
+ * `api.example.com` under `*.example.com` is `api.example.com`).
+ */
+function narrowNet(have: Grant, want: string[], registries: readonly NetEntry[]): string[] {
+  const out = new Set<string>();
+  const outer = have === true ? undefined : have === false ? [] : expandNet(have, registries);
+  for (const item of want) {
+    if (item.trim().toLowerCase() === REGISTRIES) {
+      if (have !== true && !(Array.isArray(have) && have.some((h) => h.trim().toLowerCase() === REGISTRIES))) throw new PermissionError(denialMessage('net', REGISTRIES), 'net');
+      out.add(REGISTRIES);
+      continue;
+    }
+    const r = parseNetEntry(item);
+    if (!r) throw new PermissionError(`"${item}" is not a host for the net permission: write host, host:port or *.domain (IP addresses are never reached)`, 'net');
+    if (!outer) {
+      out.add(entryText(r));
+      continue;
+    }
+    let met = false;
+    for (const c of outer) {
+      const port = r.port ?? c.port;
+      if (r.port !== undefined && c.port !== undefined && r.port !== c.port) continue;
+      const host = entryWithin({ host: r.host }, { host: c.host }) ? r.host : entryWithin({ host: c.host }, { host: r.host }) ? c.host : undefined;
+      if (host === undefined) continue;
+      out.add(entryText(port === undefined ? { host } : { host, port }));
+      met = true;
+    }
+    if (!met) throw new PermissionError(denialMessage('net', item), 'net');
+  }
+  return [...out];
 }
 
 export function allows(p: Permissions, grant: GrantName, item: string): boolean {
@@ -130,10 +167,16 @@ export function allows(p: Permissions, grant: GrantName, item: string): boolean 
  * The Deno flags for a policy. `extra` adds the gateway's own channels (the bridge
  * socket and its two variables), which the user's grants neither give nor take away.
  */
-export function denoFlags(p: Permissions, extra: Partial<Record<GrantName, string[]>> = {}): string[] {
+export function denoFlags(p: Permissions, extra: Partial<Record<GrantName, string[]>> = {}, registries: readonly NetEntry[] = []): string[] {
   const flags: string[] = [];
   for (const g of GRANT_NAMES) {
     let v = p[g];
+    if (g === 'net' && Array.isArray(v) && v.length) {
+      // Deno takes names and ports; `registries` is spelled out, and a wildcard (which
+      // Deno does not take) opens Deno's check: the egress proxy still applies the entry.
+      const entries = expandNet(v, registries);
+      v = entries.some((e) => e.host.startsWith('*.')) ? true : entries.map(entryText);
+    }
     const more = extra[g];
     if (more?.length && v !== true) v = [...(v === false ? [] : v), ...more];
     if (v === true) flags.push(`--allow-${g}`);
@@ -142,11 +185,19 @@ export function denoFlags(p: Permissions, extra: Partial<Record<GrantName, strin
   return flags;
 }
 
-/**
- * Why network access is refused in this version: containers run with --network none,
- * so no grant could be honoured. Returns the message, or undefined when `net` is denied.
- */
-export function networkUnavailable(p: Permissions): string | undefined {
-  if (p.net === false || (Array.isArray(p.net) && p.net.length === 0)) return undefined;
-  return 'Requires net access, which sandgate does not offer yet: sandboxes run with --network none. Remove "net" from the requested permissions; to use an upstream service, call its MCP tools from your code instead.';
+/** Everything either grants (a team's grants added to a member's ceiling). */
+export function widenPermissions(a: Permissions, b: Permissions): Permissions {
+  const out: Permissions = { ...a };
+  for (const g of GRANT_NAMES) {
+    const x = a[g];
+    const y = b[g];
+    if (x === true || y === true) out[g] = true;
+    else if (Array.isArray(y) && y.length) out[g] = [...new Set([...(Array.isArray(x) ? x : []), ...y])];
+  }
+  return out;
+}
+
+/** Whether a grant gives anything at all. */
+export function grants(v: Grant | undefined): boolean {
+  return v === true || (Array.isArray(v) && v.length > 0);
 }

@@ -60,7 +60,10 @@ export interface ClaimRequest { op: 'claim'; id: string; target: string }
 /** Forget a kept execution's record: its result is stored. */
 export interface ReleaseRequest { op: 'release'; id: string; target: string }
 
-export type RunnerRequest = ExecRequest | PingRequest | PreloadRequest | CancelRequest | CallResultRequest | ClaimRequest | ReleaseRequest;
+/** Egress (PROTOCOL.md, "Egress"): bytes for a connection code opened, the gateway's acknowledgement of bytes it passed on, its end, or an abort. */
+export type NetRequest = { op: 'net_data'; id: string; data: string } | { op: 'net_ack'; id: string; bytes: number } | { op: 'net_end' | 'net_close'; id: string };
+
+export type RunnerRequest = ExecRequest | PingRequest | PreloadRequest | CancelRequest | CallResultRequest | ClaimRequest | ReleaseRequest | NetRequest;
 
 export interface FileChange {
   /** Path relative to /workspace. */
@@ -100,7 +103,12 @@ export type RunnerEvent =
   | { type: 'preloaded'; id: string; modules: string[]; ms: number; error?: string }
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
   | { type: 'call'; id: string; execId: string; method: string; params: unknown }
-  | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string };
+  | { type: 'log'; level: 'info' | 'warn' | 'error'; message: string }
+  /** Egress: code opened a connection to the sandbox's proxy port during `execId`; its bytes, their acknowledgement, its end, its abort. */
+  | { type: 'net_open'; id: string; execId: string }
+  | { type: 'net_data'; id: string; data: Buffer }
+  | { type: 'net_ack'; id: string; bytes: number }
+  | { type: 'net_end' | 'net_close'; id: string };
 
 /**
  * Longest file path a runner may report: PATH_MAX. Longer is not a path in /workspace.
@@ -217,6 +225,18 @@ export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
       if (isObject(v.versions)) for (const [k, val] of Object.entries(v.versions)) if (typeof val === 'string') versions[k] = val;
       return { type: 'ready', pid: typeof v.pid === 'number' ? v.pid : 0, versions, separated: v.separated === true };
     }
+    case 'net_open':
+      return id !== undefined && typeof v.execId === 'string' ? { type: 'net_open', id, execId: v.execId } : undefined;
+    case 'net_data':
+      // Base64 of at most the runner's read size (32 KiB); anything else is not the protocol.
+      return id !== undefined && typeof v.data === 'string' && v.data.length <= 64 * 1024 && /^[A-Za-z0-9+/]*={0,2}$/.test(v.data)
+        ? { type: 'net_data', id, data: Buffer.from(v.data, 'base64') }
+        : undefined;
+    case 'net_ack':
+      return id !== undefined && isCount(v.bytes) ? { type: 'net_ack', id, bytes: v.bytes } : undefined;
+    case 'net_end':
+    case 'net_close':
+      return id !== undefined ? { type: v.type, id } : undefined;
     case 'log':
       if (typeof v.message !== 'string') return undefined;
       return { type: 'log', level: v.level === 'warn' || v.level === 'error' ? v.level : 'info', message: v.message.slice(0, 2000) };

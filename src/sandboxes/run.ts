@@ -9,6 +9,8 @@ import crypto from 'node:crypto';
 import type { Logger } from '../logger.js';
 import type { UserSandbox } from './live.js';
 import { allows, denoFlags, type Permissions } from './permissions.js';
+import { registryEntries, registryUrls, type NetEntry } from './net-grants.js';
+import type { Config } from '../config.js';
 import type { ClaimRequest, ExecDone, ExecRequest, KeptRun, RunnerEvent } from './protocol.js';
 import type { ExecuteOptions, ExecuteResult, SandboxDriver } from './types.js';
 
@@ -25,10 +27,14 @@ const OUTPUT_SLACK = 4096;
  */
 const outputViolationBytes = (limit: number) => 4 * limit + 1024 * 1024;
 export const BRIDGE_SOCKET = '/tmp/.sandgate/bridge.sock';
+/** The egress relay's port on the sandbox's own loopback (a sandbox whose ceiling grants `net`). */
+export const EGRESS_PORT = 3128;
+const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
 
 /** The environment every process in a sandbox starts with; nothing from the host. */
 const BASE_ENV: Record<string, string> = {
-  PATH: '/usr/local/bin:/usr/bin:/bin',
+  // The user's own packages (pip --user, into /workspace/.local) come last: they never shadow the image's.
+  PATH: '/usr/local/bin:/usr/bin:/bin:/workspace/.local/bin',
   HOME: '/workspace',
   LANG: 'C.UTF-8',
   TMPDIR: '/tmp',
@@ -61,6 +67,49 @@ export interface RunSettings {
   outputLimitKb: number;
   /** The sandbox's CPU limit (SANDGATE_SANDBOX_CPUS). */
   cpus: number;
+  /** Where package managers look, for runs granted `net`, and the hosts `registries` names. */
+  egress?: EgressSettings;
+}
+
+export interface EgressSettings {
+  pipIndex: string;
+  npmRegistry: string;
+  registries: NetEntry[];
+}
+
+let egressCache: { config: object; settings: EgressSettings } | undefined;
+
+/** The egress settings of a configuration (computed once per configuration object). */
+export function egressSettings(config: Pick<Config, 'egressPipIndex' | 'egressPipFiles' | 'egressNpmRegistry'>): EgressSettings {
+  if (egressCache?.config !== config) {
+    egressCache = { config, settings: { pipIndex: config.egressPipIndex, npmRegistry: config.egressNpmRegistry, registries: registryEntries(registryUrls(config)) } };
+  }
+  return egressCache.settings;
+}
+
+/**
+ * What a run granted `net` finds in its environment: the proxy variables every ordinary
+ * tool reads (pip, curl, Python's urllib and requests, Deno's fetch) naming the egress
+ * relay, and the registries from the settings for pip and npm.
+ */
+export function egressEnv(egress: EgressSettings | undefined): Record<string, string> {
+  const env: Record<string, string> = {
+    HTTP_PROXY: PROXY_URL,
+    HTTPS_PROXY: PROXY_URL,
+    http_proxy: PROXY_URL,
+    https_proxy: PROXY_URL,
+    NO_PROXY: 'localhost,127.0.0.1,::1',
+    no_proxy: 'localhost,127.0.0.1,::1',
+  };
+  if (egress) {
+    env.PIP_INDEX_URL = egress.pipIndex;
+    const index = new URL(egress.pipIndex);
+    // pip refuses an index over plain http unless told it is trusted (the proxy checks it all the same).
+    if (index.protocol === 'http:') env.PIP_TRUSTED_HOST = index.hostname;
+    env.NPM_CONFIG_REGISTRY = egress.npmRegistry;
+    env.npm_config_registry = egress.npmRegistry;
+  }
+  return env;
 }
 
 /**
@@ -82,15 +131,19 @@ export function fsNarrowing(perms: Permissions, workspaceWritable: boolean): Exe
  * (the bridge socket and its two variables), which the grants neither give nor take away.
  * For the ceiling, the flags the sandbox's Deno host runs with.
  */
-export function denoRunFlags(perms: Permissions): string[] {
+export function denoRunFlags(perms: Permissions, registries: readonly NetEntry[] = []): string[] {
   return [
     '--no-prompt',
-    ...denoFlags(perms, {
-      read: [BRIDGE_SOCKET],
-      write: [BRIDGE_SOCKET],
-      net: [`unix:${BRIDGE_SOCKET}`],
-      env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
-    }),
+    ...denoFlags(
+      perms,
+      {
+        read: [BRIDGE_SOCKET],
+        write: [BRIDGE_SOCKET],
+        net: [`unix:${BRIDGE_SOCKET}`],
+        env: ['SANDGATE_BRIDGE', 'SANDGATE_EXEC_ID'],
+      },
+      registries,
+    ),
   ];
 }
 
@@ -109,15 +162,22 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
     code: opts.code,
     timeoutMs: timeoutSec * 1000,
     outputLimit: settings.outputLimitKb * 1024,
-    env: { ...BASE_ENV, ...threadEnv(settings.cpus) },
-    denoFlags: denoRunFlags(perms),
+    // The proxy variables always: without a grant, the relay answers with the grant that is missing.
+    env: { ...BASE_ENV, ...threadEnv(settings.cpus), ...egressEnv(settings.egress) },
+    denoFlags: denoRunFlags(perms, settings.egress?.registries),
     fs: fsNarrowing(perms, sb.workspaceWritable),
     reuseSnapshot: !sb.hostWrote,
     ...(opts.reset ? { reset: true } : {}),
     ...(opts.keep ? { keep: true } : {}),
   };
   sb.hostWrote = false;
-  return (await follow(sb, id, request, opts, timeoutSec, settings, opts.onStart))!;
+  // The grant the egress proxy applies to connections this run opens (egress-route.ts).
+  sb.runNet = perms.net;
+  try {
+    return (await follow(sb, id, request, opts, timeoutSec, settings, opts.onStart))!;
+  } finally {
+    sb.runNet = undefined;
+  }
 }
 
 /**

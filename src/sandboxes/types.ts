@@ -53,6 +53,12 @@ export interface SandboxSpec {
    * host runs with them, and each TypeScript run in a worker narrowed to its own flags.
    */
   denoCeiling?: string[];
+  /**
+   * The runner's egress relay: the port it listens on in the sandbox's loopback, whether it
+   * carries connections to the gateway (`open`: the ceiling grants `net`) or refuses each
+   * itself, and the variables its Deno host starts with (the proxy, the registries).
+   */
+  egress?: { port: number; open: boolean; env: Record<string, string> };
   /** Start the Deno host only at the first TypeScript or JavaScript run (SANDGATE_DENO_HOST=first-use). */
   denoHostOnFirstUse?: boolean;
   /** Extra labels the owner of the driver wants to find again (e.g. the workspace id). */

@@ -18,7 +18,7 @@ import type { Db } from '../store/store.js';
 import { createBridgeHandler, type UpstreamAudit } from './bridge.js';
 import { createToolCatalog } from './catalog.js';
 import { loadUpstreamConfig, upstreamConfigFile } from './config.js';
-import { createCredentialStore, loadOrCreateCredentialsKey } from './credentials.js';
+import { createCredentialStore, loadOrCreateCredentialsKey, type CredentialStore } from './credentials.js';
 import { UpstreamHub } from './hub.js';
 import { createToolsDirs } from './tools-dir.js';
 import { rateLimiterFor } from '../limits/store-rate-limit.js';
@@ -45,6 +45,8 @@ export interface Upstream {
   /** The sandbox manager's `prepareTools(dir, owner)`. */
   prepareTools(dir: string, owner: SandboxOwner | undefined): Promise<void>;
   bridgeHandler: BridgeHandler;
+  /** Users' stored credentials (sealed), which egress secrets share. */
+  credentials: CredentialStore;
   close(): Promise<void>;
 }
 
@@ -105,6 +107,7 @@ export function createUpstream(deps: UpstreamDeps): Upstream {
   return {
     hub,
     warnings,
+    credentials,
     catalog: createToolCatalog(hub),
     toolsDirFor: dirs.toolsDirFor,
     prepareTools: dirs.prepareTools,

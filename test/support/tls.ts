@@ -3,8 +3,8 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
-/** A CA and a server certificate for 127.0.0.1 it signed, made with openssl. */
-export function makeCertificates(root: string): { ca: Buffer; key: Buffer; cert: Buffer } {
+/** A CA and a server certificate it signed (for 127.0.0.1 and localhost unless `names` says otherwise), made with openssl. */
+export function makeCertificates(root: string, names = 'IP:127.0.0.1,DNS:localhost'): { ca: Buffer; key: Buffer; cert: Buffer } {
   const dir = fs.mkdtempSync(path.join(root, 'tls-'));
   const f = (n: string) => path.join(dir, n);
   const run = (args: string[]) => {
@@ -14,7 +14,7 @@ export function makeCertificates(root: string): { ca: Buffer; key: Buffer; cert:
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
   run(['req', '-x509', ...ec, '-keyout', f('ca.key'), '-out', f('ca.crt'), '-days', '2', '-subj', '/CN=stand-in cluster CA']);
   run(['req', ...ec, '-keyout', f('server.key'), '-out', f('server.csr'), '-subj', '/CN=kube-apiserver']);
-  fs.writeFileSync(f('ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  fs.writeFileSync(f('ext'), `subjectAltName=${names}\n`);
   run(['x509', '-req', '-in', f('server.csr'), '-CA', f('ca.crt'), '-CAkey', f('ca.key'), '-CAcreateserial', '-out', f('server.crt'), '-days', '2', '-extfile', f('ext')]);
   return { ca: fs.readFileSync(f('ca.crt')), key: fs.readFileSync(f('server.key')), cert: fs.readFileSync(f('server.crt')) };
 }

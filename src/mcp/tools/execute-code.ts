@@ -34,9 +34,11 @@ const MAX_PROGRESS_CHARS = 500;
 const pathGrant = () => z.union([z.boolean(), z.array(z.string().startsWith('/'))]).optional();
 const nameGrant = () => z.union([z.boolean(), z.array(z.string())]).optional();
 const permissionsInput = z
-  .object({ read: pathGrant(), write: pathGrant(), env: nameGrant(), run: nameGrant() })
+  .object({ read: pathGrant(), write: pathGrant(), net: nameGrant(), env: nameGrant(), run: nameGrant() })
   .strict()
-  .describe('Narrow this run below your permission ceiling, Deno-style: true, false, or a list of absolute paths (read, write), variable names (env) or programs (run). Omit to keep your ceiling.');
+  .describe(
+    'Narrow this run below your permission ceiling, Deno-style: true, false, or a list of absolute paths (read, write), hosts (net: "pypi.org", "api.example.com:443", "registries" for the package registries), variable names (env) or programs (run). Omit to keep your ceiling. The network is reached through a proxy (HTTP_PROXY is set): pip, curl, urllib, requests and fetch use it.',
+  );
 
 /** Renders a result as the text a model reads. Output blocks only when non-empty. */
 export function formatExecution(r: ExecuteResult): string {

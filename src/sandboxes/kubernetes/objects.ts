@@ -149,6 +149,13 @@ export function podManifest(spec: SandboxSpec, name: string, s: PodSettings, mou
     { name: 'SANDGATE_NPROC', value: String(s.nproc ?? 64) },
     ...Object.entries(threadEnv(s.cpus)).map(([n, value]) => ({ name: n, value })),
     ...(spec.denoCeiling ? [{ name: 'SANDGATE_DENO_CEILING', value: JSON.stringify(spec.denoCeiling) }] : []),
+    ...(spec.egress
+      ? [
+          { name: 'SANDGATE_EGRESS_PORT', value: String(spec.egress.port) },
+          { name: 'SANDGATE_EGRESS_ENV', value: JSON.stringify(spec.egress.env) },
+          ...(spec.egress.open ? [{ name: 'SANDGATE_EGRESS_OPEN', value: '1' }] : []),
+        ]
+      : []),
     ...(spec.denoHostOnFirstUse ? [{ name: 'SANDGATE_DENO_HOST', value: 'first-use' }] : []),
   ];
   return {

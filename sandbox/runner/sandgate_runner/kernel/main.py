@@ -74,6 +74,24 @@ def add_pythonpath(env):
             sys.path.insert(1, entry)
 
 
+def add_user_site():
+    """The user's own packages (pip installs into ~/.local, that is /workspace/.local) are
+    importable from the next execution on, even when this interpreter started before the
+    folder existed: site only looks at start. The finders' caches are dropped, so a package
+    installed during the last execution (by pip in bash) is found."""
+    site = sys.modules.get('site')
+    if site is None or not getattr(site, 'ENABLE_USER_SITE', False):
+        return
+    try:
+        folder = site.getusersitepackages()
+    except Exception:
+        return
+    if folder not in sys.path and os.path.isdir(folder):
+        site.addsitedir(folder)
+    import importlib
+    importlib.invalidate_caches()
+
+
 # Cell sources for linecache, kept here until something imports linecache.
 pending_sources = {}
 
@@ -246,6 +264,7 @@ def handle_exec(req):
     env = req.get('env') or {}
     set_environment(env)
     add_pythonpath(env)
+    add_user_site()
     try:
         os.chdir(req.get('cwd') or '/workspace')
     except OSError as exc:

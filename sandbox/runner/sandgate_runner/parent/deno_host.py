@@ -26,6 +26,22 @@ CHANNEL_DIR = os.path.join(STATE_DIR, 'deno')
 GRANTS = ('read', 'write', 'net', 'env', 'run', 'sys', 'ffi')
 
 
+def host_env():
+    """The host's environment: the container's, and in a sandbox with a way out the
+    proxy variables (SANDGATE_EGRESS_ENV): Deno reads them once, when it starts, for every
+    fetch and npm: import of every worker; the gateway's proxy applies each run's grant."""
+    env = dict(os.environ)
+    raw = os.environ.get('SANDGATE_EGRESS_ENV')
+    if raw:
+        try:
+            extra = wire.loads(raw)
+        except ValueError:
+            extra = None
+        if isinstance(extra, dict):
+            env.update({k: v for k, v in extra.items() if isinstance(k, str) and isinstance(v, str)})
+    return env
+
+
 def ceiling_from_env():
     """The ceiling's Deno flags from the container's environment, or None."""
     raw = os.environ.get('SANDGATE_DENO_CEILING')
@@ -119,7 +135,7 @@ class DenoHost(Kernel):
             argv = ([DENO, 'run', '--quiet', '--no-prompt', '--no-config', '--unstable-worker-options']
                     + merge_flags(self.ceiling or [], own)
                     + [HOST_SCRIPT, wire.dumps(self.ceiling or [])])
-            self.proc = Proc(argv, None, stdin_pipe=True)
+            self.proc = Proc(argv, host_env(), stdin_pipe=True)
             self.proc.write_stdin(self.path.encode() + b'\n' + self.key)
         except BaseException:
             self.close()

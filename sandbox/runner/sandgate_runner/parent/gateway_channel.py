@@ -93,7 +93,7 @@ class Emitter:
         self.emit({'type': 'log', 'level': level, 'message': message})
 
 
-def dispatch(line, worker, bridge, emitter, versions):
+def dispatch(line, worker, bridge, emitter, versions, relay=None):
     """One request line: ping, claim and release are answered here, at once; exec and
     preload are queued for the worker; cancel and call_result are handled at once, even
     while an execution runs."""
@@ -121,6 +121,9 @@ def dispatch(line, worker, bridge, emitter, versions):
         worker.cancel(req.get('target'))
     elif op == 'call_result':
         bridge.deliver(req)
+    elif op in ('net_data', 'net_ack', 'net_end', 'net_close'):
+        if relay is not None:
+            relay.deliver(req)
     else:
         emitter.log('error', 'unknown op %r' % (op,))
 

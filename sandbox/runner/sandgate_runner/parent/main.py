@@ -9,6 +9,7 @@ Threads:
   main    reads stdin and dispatches; ping, cancel and call_result are answered at once
   worker  runs executions and preloads one at a time, in arrival order
   bridge  serves the Unix socket through which sandboxed code calls the gateway
+  egress  carries connections to the gateway's egress proxy (only when it opened one)
   probe   finds Deno's version once, after start, where the image recorded none
 
 Python runs in a kernel child process (kernel/main.py) that keeps its state between
@@ -33,6 +34,7 @@ This module starts the runner; the parts of parent/ beside it:
   output           output batching, limits and non-blocking reads
   workspace_scan   workspace snapshots and file changes
   bridge_server    the socket through which code calls the gateway
+  egress_relay     the loopback listener whose connections the gateway's egress proxy serves
 
 Standard library only. Paths can be moved for tests: SANDGATE_WORKSPACE, SANDGATE_TMP,
 SANDGATE_BRIDGE, SANDGATE_DENO, SANDGATE_UNSHARE; SANDGATE_KERNEL_MEMORY sets the kernel's
@@ -56,9 +58,10 @@ import threading
 import time
 
 from .bridge_server import Bridge
+from .egress_relay import EgressRelay
 from .gateway_channel import Emitter, SocketChannel, dispatch
 from .procs import Proc, end_group, read_line
-from .settings import BRIDGE_PATH, DENO, DENO_VERSION_FILE, SEPARATED, STATE_DIR, STATE_DIR_MODE, WORKSPACE, diag
+from .settings import BRIDGE_PATH, DENO, EGRESS_PORT, DENO_VERSION_FILE, SEPARATED, STATE_DIR, STATE_DIR_MODE, WORKSPACE, diag
 from .worker import Worker
 
 
@@ -143,13 +146,23 @@ def main():
     except OSError as exc:
         diag('bridge disabled: cannot listen on %s: %s' % (BRIDGE_PATH, exc))
         bridge.server = None
+    relay = None
+    if EGRESS_PORT:
+        relay = EgressRelay(EGRESS_PORT, emitter, os.environ.get('SANDGATE_EGRESS_OPEN') == '1')
+        try:
+            relay.bind()
+        except OSError as exc:
+            diag('egress disabled: cannot listen on 127.0.0.1:%d: %s' % (EGRESS_PORT, exc))
+            relay = None
     versions = {'python': sys.version.split()[0]}
     recorded = deno_version()
     if recorded:
         versions['deno'] = recorded
     emitter.emit({'type': 'ready', 'pid': os.getpid(), 'versions': versions, 'separated': SEPARATED})
 
-    worker = Worker(emitter, bridge)
+    worker = Worker(emitter, bridge, relay)
+    if relay is not None:
+        threading.Thread(target=relay.serve_forever, name='egress', daemon=True).start()
     if bridge.server is not None:
         threading.Thread(target=bridge.serve_forever, name='bridge', daemon=True).start()
     threading.Thread(target=worker.run, name='worker', daemon=True).start()
@@ -169,7 +182,7 @@ def main():
         if not line.strip():
             continue
         try:
-            dispatch(line, worker, bridge, emitter, versions)
+            dispatch(line, worker, bridge, emitter, versions, relay)
         except Exception as exc:  # never let one request take the runner down
             diag('dispatch: %r' % (exc,))
             emitter.log('error', 'could not handle a request: %r' % (exc,))

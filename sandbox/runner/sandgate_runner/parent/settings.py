@@ -20,11 +20,15 @@ PYCACHE = os.path.join(STATE_DIR, 'pycache')
 OWN_MODULES = tuple('sandgate_runner.' + name for name in (
     'wire', 'parent', 'parent.settings', 'parent.gateway_channel', 'parent.output', 'parent.workspace_scan',
     'parent.procs', 'parent.sweeper', 'parent.narrowing', 'parent.kernel_handle', 'parent.script_files',
-    'parent.deno_host', 'parent.bash_shell', 'parent.bridge_server', 'parent.jobs', 'parent.outcomes',
+    'parent.deno_host', 'parent.bash_shell', 'parent.bridge_server', 'parent.egress_relay', 'parent.jobs', 'parent.outcomes',
     'parent.pump', 'parent.kernel_execs', 'parent.host_execs', 'parent.process_execs', 'parent.worker',
     'parent.main', 'kernel.main'))
 WORKSPACE = os.path.abspath(os.environ.get('SANDGATE_WORKSPACE') or '/workspace')
 BRIDGE_PATH = os.environ.get('SANDGATE_BRIDGE') or os.path.join(STATE_DIR, 'bridge.sock')
+# The egress relay's port on the sandbox's loopback (egress_relay.py); it carries
+# connections to the gateway only when SANDGATE_EGRESS_OPEN=1 (a ceiling that grants
+# `net`), and otherwise answers each with a refusal itself. Unset: no listener.
+EGRESS_PORT = int(os.environ.get('SANDGATE_EGRESS_PORT') or 0)
 DENO = os.environ.get('SANDGATE_DENO') or '/usr/local/bin/deno'
 # Deno's version, written when the image is built (sandbox/Dockerfile): reading it costs
 # nothing, while running `deno --version` in every new sandbox costs ~100 ms of CPU and

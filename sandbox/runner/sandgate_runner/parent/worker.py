@@ -36,9 +36,10 @@ from .workspace_scan import file_changes, scan_notice, snapshot
 class Worker(Pump, KernelExecs, HostExecs, ProcessExecs):
     """Runs jobs one at a time; cancel() may be called from any thread."""
 
-    def __init__(self, emitter, bridge):
+    def __init__(self, emitter, bridge, relay=None):
         self.emitter = emitter
         self.bridge = bridge
+        self.relay = relay
         self.cond = threading.Condition()
         self.jobs = deque()
         self.current = None
@@ -225,6 +226,8 @@ class Worker(Pump, KernelExecs, HostExecs, ProcessExecs):
         else:
             before = snapshot(WORKSPACE)
         self.bridge.open_exec(job.id)
+        if self.relay is not None:
+            self.relay.open_exec(job.id)
         try:
             if req['language'] == 'python':
                 outcome = self._exec_python(job, output)
@@ -238,6 +241,8 @@ class Worker(Pump, KernelExecs, HostExecs, ProcessExecs):
                 outcome = self._exec_deno(job, output)
         finally:
             self.bridge.close_exec(job.id)
+            if self.relay is not None:
+                self.relay.close_exec(job.id)
         # Whatever the execution left running in the background ends with it.
         if SEPARATED:
             self.sweeper.sweep(self._kept_sessions())

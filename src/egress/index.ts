@@ -1,0 +1,141 @@
+/**
+ * Controlled network for sandbox code. A sandbox has no network interface; a sandbox
+ * whose ceiling grants `net` has one door: its runner's relay on its own loopback
+ * (sandbox/runner/sandgate_runner/parent/egress_relay.py), whose connections travel over
+ * the runner's channel to this proxy. Here each connection is checked against the `net`
+ * grant of the run that opened it, the address rules (destinations.ts) and the user's
+ * limits (limits.ts); hosts with a secret (secrets.ts) get it added; every connection is
+ * an audit row (kind `egress`).
+ *
+ *   createEgress(deps) → { handler } → the sandbox manager's setEgressHandler
+ *                      → { secrets }  → the settings page (a user's own secrets)
+ */
+import fs from "node:fs";
+import type { Config } from "../config.js";
+import type { Logger } from "../logger.js";
+import type { AuditEntry } from "../audit/audit.js";
+import type { Db } from "../store/store.js";
+import type { EgressHandler } from "../sandboxes/egress-route.js";
+import { egressSettings } from "../sandboxes/run.js";
+import type { CredentialStore } from "../upstream/credentials.js";
+import { Destinations } from "./destinations.js";
+import { EgressLimits } from "./limits.js";
+import { EgressProxy, type EgressRecord } from "./proxy.js";
+import { EgressSecrets, parseTeamSecrets } from "./secrets.js";
+
+export { EgressSecrets } from "./secrets.js";
+export type { EgressRecord } from "./proxy.js";
+
+export interface EgressDeps {
+  config: Pick<
+    Config,
+    | "egressPipIndex"
+    | "egressPipFiles"
+    | "egressNpmRegistry"
+    | "egressDns"
+    | "egressPrivateNets"
+    | "egressCaFile"
+    | "egressMaxConnections"
+    | "egressMbPerHour"
+    | "egressKbPerSec"
+    | "egressSecrets"
+  >;
+  db: Db;
+  credentials: CredentialStore;
+  audit: (e: AuditEntry) => Promise<unknown>;
+  logger: Logger;
+}
+
+export interface Egress {
+  handler: EgressHandler;
+  secrets: EgressSecrets;
+  close(): Promise<void>;
+}
+
+const list = (s: string) =>
+  s
+    .split(",")
+    .map((x) => x.trim())
+    .filter(Boolean);
+
+/** Refusals recorded per user at most this often (with their count): a loop of refused connections cannot flood the audit log. */
+const REFUSALS_EVERY_MS = 10_000;
+
+export function createEgress(deps: EgressDeps): Egress {
+  const { config } = deps;
+  const log = deps.logger.child({ module: "egress" });
+  let team;
+  try {
+    team = parseTeamSecrets(config.egressSecrets);
+  } catch (e) {
+    throw new Error(
+      `SANDGATE_EGRESS_SECRETS is not valid: ${(e as Error).message}`,
+    );
+  }
+  const secrets = new EgressSecrets(team, deps.credentials, deps.db);
+  const destinations = new Destinations({
+    dns: list(config.egressDns),
+    privateNets: list(config.egressPrivateNets),
+    registries: egressSettings(config).registries,
+  });
+  const limits = new EgressLimits({
+    maxConnections: config.egressMaxConnections,
+    bytesPerHour: config.egressMbPerHour * 1048576,
+    bytesPerSec: config.egressKbPerSec * 1024,
+  });
+  const ca = config.egressCaFile
+    ? [fs.readFileSync(config.egressCaFile, "utf8")]
+    : undefined;
+
+  const quiet = new Map<number, { until: number; dropped: number }>();
+  const record = (r: EgressRecord) => {
+    if (r.outcome === "denied" || r.outcome === "rate_limited") {
+      const q = quiet.get(r.userId);
+      if (q && q.until > Date.now()) {
+        q.dropped++;
+        return;
+      }
+      const dropped = q?.dropped ?? 0;
+      quiet.set(r.userId, {
+        until: Date.now() + REFUSALS_EVERY_MS,
+        dropped: 0,
+      });
+      if (quiet.size > 10_000) quiet.clear();
+      return write(r, dropped);
+    }
+    write(r, 0);
+  };
+  const write = (r: EgressRecord, refusedBefore: number) =>
+    void deps
+      .audit({
+        userId: r.userId,
+        kind: "egress",
+        method: r.method,
+        tool: `${r.host}/${r.port}`,
+        argsShape: {
+          sent: r.sent,
+          received: r.received,
+          ...(refusedBefore ? { refusedBefore } : {}),
+        },
+        durationMs: r.durationMs,
+        outcome: r.outcome,
+        errorClass: r.why ?? null,
+      })
+      .catch((e: unknown) =>
+        log.warn({ err: e }, "could not write an egress audit row"),
+      );
+
+  const proxy = new EgressProxy({
+    destinations,
+    limits,
+    secrets,
+    ...(ca && { ca }),
+    record,
+    log,
+  });
+  return {
+    handler: proxy.handle,
+    secrets,
+    close: () => proxy.close(),
+  };
+}
