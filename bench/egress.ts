@@ -11,33 +11,27 @@
  *
  *   node --import tsx bench/egress.ts     (BENCH_REQUESTS, default 300; BENCH_RUNS, default 100)
  */
-import { spawnSync } from "node:child_process";
-import { setUserPermissions } from "../src/accounts/accounts.js";
-import { startNetworkStandins } from "../test/support/egress.js";
-import { startGateway } from "../test/support/mcp.js";
+import { spawnSync } from 'node:child_process';
+import { setUserPermissions } from '../src/accounts/accounts.js';
+import { startNetworkStandins } from '../test/support/egress.js';
+import { startGateway } from '../test/support/mcp.js';
 
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 300);
 const RUNS = Number(process.env.BENCH_RUNS ?? 100);
 const READ = {
-  read: ["/workspace", "/skills", "/tools"],
-  write: ["/workspace"],
+  read: ['/workspace', '/skills', '/tools'],
+  write: ['/workspace'],
 };
-const pct = (xs: number[], p: number) =>
-  [...xs].sort((a, b) => a - b)[
-    Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))
-  ]!;
+const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const f = (ms: number) => `${ms.toFixed(2)} ms`;
-const line = (name: string, xs: number[]) =>
-  console.log(
-    `${name.padEnd(52)} p50 ${f(pct(xs, 50)).padStart(10)}  p95 ${f(pct(xs, 95)).padStart(10)}  (n=${xs.length})`,
-  );
+const line = (name: string, xs: number[]) => console.log(`${name.padEnd(52)} p50 ${f(pct(xs, 50)).padStart(10)}  p95 ${f(pct(xs, 95)).padStart(10)}  (n=${xs.length})`);
 
 const timing = (url: string, n: number, proxy: boolean) => `
 import http.client, time, json
 ts = []
 for i in range(${n}):
     t = time.perf_counter()
-    c = http.client.HTTPConnection(${proxy ? "'127.0.0.1', 3128" : `'${"HOST"}', 8080`}, timeout=10)
+    c = http.client.HTTPConnection(${proxy ? "'127.0.0.1', 3128" : `'${'HOST'}', 8080`}, timeout=10)
     c.request('GET', ${proxy ? `'${url}'` : "'/t'"}, headers={'Host': 'other.test:8080'})
     r = c.getresponse(); r.read(); c.close()
     ts.append((time.perf_counter() - t) * 1000)
@@ -51,72 +45,42 @@ async function main() {
       SANDGATE_DEFAULT_PERMISSIONS: JSON.stringify(READ),
       SANDGATE_EGRESS_DNS: outside.dns,
       SANDGATE_EGRESS_PRIVATE_NETS: outside.subnet,
-      SANDGATE_EGRESS_PIP_INDEX: "http://pkgs.test:8080/simple/",
-      SANDGATE_EGRESS_PIP_FILES: "",
-      SANDGATE_EGRESS_MAX_CONNECTIONS: "64",
+      SANDGATE_EGRESS_PIP_INDEX: 'http://pkgs.test:8080/simple/',
+      SANDGATE_EGRESS_PIP_FILES: '',
+      SANDGATE_EGRESS_MAX_CONNECTIONS: '64',
       ...(process.env.BENCH_KB_PER_SEC && {
         SANDGATE_EGRESS_KB_PER_SEC: process.env.BENCH_KB_PER_SEC,
       }),
     },
   });
   try {
-    const ann = await gw.harness.user("bench-egress-ann");
-    const bob = await gw.harness.user("bench-egress-bob");
-    await setUserPermissions(
-      gw.harness.store.db,
-      ann.name,
-      JSON.stringify({ ...READ, net: ["registries", "other.test:8080"] }),
-    );
-    const run = (
-      owner: typeof ann,
-      language: "python" | "bash",
-      code: string,
-    ) => gw.harness.manager.execute(owner, { language, code, timeoutSec: 300 });
-    await run(ann, "python", "1");
-    await run(bob, "python", "1");
+    const ann = await gw.harness.user('bench-egress-ann');
+    const bob = await gw.harness.user('bench-egress-bob');
+    await setUserPermissions(gw.harness.store.db, ann.name, JSON.stringify({ ...READ, net: ['registries', 'other.test:8080'] }));
+    const run = (owner: typeof ann, language: 'python' | 'bash', code: string) => gw.harness.manager.execute(owner, { language, code, timeoutSec: 300 });
+    await run(ann, 'python', '1');
+    await run(bob, 'python', '1');
 
-    const through = JSON.parse(
-      (
-        await run(
-          ann,
-          "python",
-          timing("http://other.test:8080/t", REQUESTS, true),
-        )
-      ).stdout,
-    ) as number[];
-    const direct = JSON.parse(
-      spawnSync(
-        "python3",
-        ["-c", timing("", REQUESTS, false).replace("HOST", outside.outside)],
-        { encoding: "utf8" },
-      ).stdout,
-    ) as number[];
-    console.log(
-      `egress proxy, ${REQUESTS} GETs of a few bytes, one connection each`,
-    );
-    line("  host → stand-in, straight", direct.slice(10));
-    line("  sandbox → relay → gateway proxy → stand-in", through.slice(10));
-    console.log(
-      `  added p50: ${f(pct(through.slice(10), 50) - pct(direct.slice(10), 50))}`,
-    );
+    const through = JSON.parse((await run(ann, 'python', timing('http://other.test:8080/t', REQUESTS, true))).stdout) as number[];
+    const direct = JSON.parse(spawnSync('python3', ['-c', timing('', REQUESTS, false).replace('HOST', outside.outside)], { encoding: 'utf8' }).stdout) as number[];
+    console.log(`egress proxy, ${REQUESTS} GETs of a few bytes, one connection each`);
+    line('  host → stand-in, straight', direct.slice(10));
+    line('  sandbox → relay → gateway proxy → stand-in', through.slice(10));
+    console.log(`  added p50: ${f(pct(through.slice(10), 50) - pct(direct.slice(10), 50))}`);
 
     const installs: number[] = [];
     for (let i = 0; i < 5; i++) {
-      const r = await run(
-        ann,
-        "bash",
-        "pip install --force-reinstall -q sgdemo",
-      );
+      const r = await run(ann, 'bash', 'pip install --force-reinstall -q sgdemo');
       if (r.exitCode !== 0) throw new Error(r.stdout + r.stderr);
       installs.push(r.durationMs);
     }
-    line("pip install sgdemo (the run, pip start included)", installs);
+    line('pip install sgdemo (the run, pip start included)', installs);
 
     const warm = async () => {
       const xs: number[] = [];
       for (let i = 0; i < RUNS; i++) {
         const t = performance.now();
-        await run(bob, "python", "1");
+        await run(bob, 'python', '1');
         xs.push(performance.now() - t);
       }
       return xs;
@@ -128,7 +92,7 @@ async function main() {
       while (flooding) {
         await run(
           ann,
-          "python",
+          'python',
           `
 import threading, urllib.request
 def get():
@@ -147,9 +111,7 @@ ts = [threading.Thread(target=get) for _ in range(16)]
     const rounds = await flood;
     line("another user's warm run, idle", idle);
     line("another user's warm run, during a flood", busy);
-    console.log(
-      `  p95 ratio ${(pct(busy, 95) / pct(idle, 95)).toFixed(2)}× (flood: ${rounds} rounds of 16 downloads of 8 MB)`,
-    );
+    console.log(`  p95 ratio ${(pct(busy, 95) / pct(idle, 95)).toFixed(2)}× (flood: ${rounds} rounds of 16 downloads of 8 MB)`);
   } finally {
     await gw.close();
     await outside.close();

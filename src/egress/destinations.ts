@@ -9,18 +9,14 @@
  * addresses, the gateway host's own addresses, and private ranges unless an admin
  * listed them (SANDGATE_EGRESS_PRIVATE_NETS, for an internal API).
  */
-import { Resolver } from "node:dns/promises";
-import net from "node:net";
-import os from "node:os";
-import ipaddr from "ipaddr.js";
-import { isPublicAddress } from "../addresses.js";
-import type { EgressReason } from "../reasons.js";
-import {
-  entryCovers,
-  expandNet,
-  type NetEntry,
-} from "../sandboxes/net-grants.js";
-import type { Grant } from "../sandboxes/permissions.js";
+import { Resolver } from 'node:dns/promises';
+import net from 'node:net';
+import os from 'node:os';
+import ipaddr from 'ipaddr.js';
+import { isPublicAddress } from '../addresses.js';
+import type { EgressReason } from '../reasons.js';
+import { entryCovers, expandNet, type NetEntry } from '../sandboxes/net-grants.js';
+import type { Grant } from '../sandboxes/permissions.js';
 
 /** Why a destination is refused, by class (the audit log's error class), with the message code gets. */
 export type Refusal = { ok: false; why: EgressReason; message: string };
@@ -54,17 +50,14 @@ export class Destinations {
   granted(grant: Grant, host: string, port: number): boolean {
     if (grant === true) return true;
     if (grant === false) return false;
-    return expandNet(grant, this.opts.registries).some((e) =>
-      entryCovers(e, host, port),
-    );
+    return expandNet(grant, this.opts.registries).some((e) => entryCovers(e, host, port));
   }
 
   /** The gateway host's own addresses (every interface), looked at again every minute. */
   private ownAddresses(): Set<string> {
     if (Date.now() - this.ownAt > 60_000) {
       const set = new Set<string>();
-      for (const list of Object.values(os.networkInterfaces()))
-        for (const a of list ?? []) set.add(normal(a.address));
+      for (const list of Object.values(os.networkInterfaces())) for (const a of list ?? []) set.add(normal(a.address));
       this.own = set;
       this.ownAt = Date.now();
     }
@@ -72,15 +65,11 @@ export class Destinations {
   }
 
   private async addressesOf(host: string): Promise<string[]> {
-    if (this.lookups >= MAX_LOOKUPS)
-      throw new Error("too many lookups at once");
+    if (this.lookups >= MAX_LOOKUPS) throw new Error('too many lookups at once');
     this.lookups++;
     try {
-      const found = await Promise.allSettled([
-        this.resolver.resolve4(host),
-        this.resolver.resolve6(host),
-      ]);
-      return found.flatMap((r) => (r.status === "fulfilled" ? r.value : []));
+      const found = await Promise.allSettled([this.resolver.resolve4(host), this.resolver.resolve6(host)]);
+      return found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
     } finally {
       this.lookups--;
     }
@@ -91,7 +80,7 @@ export class Destinations {
     if (this.ownAddresses().has(normal(address))) {
       return {
         ok: false,
-        why: "own_address",
+        why: 'own_address',
         message: `${host} resolves to ${address}, an address of the sandgate host itself`,
       };
     }
@@ -102,46 +91,34 @@ export class Destinations {
     } catch {
       return {
         ok: false,
-        why: "private_address",
+        why: 'private_address',
         message: `${host} resolves to ${address}, not an address`,
       };
     }
     const range = parsed.range();
-    const listed =
-      ["private", "uniqueLocal", "carrierGradeNat"].includes(range) &&
-      this.privateNets.some(
-        ([net, bits]) =>
-          net.kind() === parsed.kind() && parsed.match(net, bits),
-      );
+    const listed = ['private', 'uniqueLocal', 'carrierGradeNat'].includes(range) && this.privateNets.some(([net, bits]) => net.kind() === parsed.kind() && parsed.match(net, bits));
     if (listed) return undefined;
     return {
       ok: false,
-      why: "private_address",
-      message: `${host} resolves to ${address}, a ${range === "unicast" ? "reserved" : range} address, which sandboxes never reach`,
+      why: 'private_address',
+      message: `${host} resolves to ${address}, a ${range === 'unicast' ? 'reserved' : range} address, which sandboxes never reach`,
     };
   }
 
   /** Decides where a connection for host:port under `grant` may go, resolving the name once. */
   async decide(grant: Grant, rawHost: string, port: number): Promise<Verdict> {
-    const host = (
-      rawHost.startsWith("[") && rawHost.endsWith("]")
-        ? rawHost.slice(1, -1)
-        : rawHost
-    )
-      .toLowerCase()
-      .replace(/\.$/, "");
-    if (!host || !Number.isInteger(port) || port < 1 || port > 65535)
-      return { ok: false, why: "not_allowed", message: "not a host and port" };
+    const host = (rawHost.startsWith('[') && rawHost.endsWith(']') ? rawHost.slice(1, -1) : rawHost).toLowerCase().replace(/\.$/, '');
+    if (!host || !Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, why: 'not_allowed', message: 'not a host and port' };
     if (net.isIP(host))
       return {
         ok: false,
-        why: "ip_literal",
+        why: 'ip_literal',
         message: `${host} is an IP address: sandboxes reach hosts by name only`,
       };
     if (!this.granted(grant, host, port)) {
       return {
         ok: false,
-        why: "not_allowed",
+        why: 'not_allowed',
         message: `Requires net access to "${host}:${port}", run again with --allow-net=${host} (the permission ceiling of this run does not grant it; an admin can)`,
       };
     }
@@ -151,14 +128,14 @@ export class Destinations {
     } catch {
       return {
         ok: false,
-        why: "unresolved",
+        why: 'unresolved',
         message: `${host} could not be resolved now`,
       };
     }
     if (!addresses.length)
       return {
         ok: false,
-        why: "unresolved",
+        why: 'unresolved',
         message: `${host} has no address`,
       };
     for (const a of addresses) {

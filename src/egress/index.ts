@@ -10,35 +10,26 @@
  *   createEgress(deps) → { handler } → the sandbox manager's setEgressHandler
  *                      → { secrets }  → the settings page (a user's own secrets)
  */
-import fs from "node:fs";
-import type { Config } from "../config.js";
-import type { Logger } from "../logger.js";
-import type { AuditEntry } from "../audit/audit.js";
-import type { Db } from "../store/store.js";
-import type { EgressHandler } from "../sandboxes/egress-route.js";
-import { egressSettings } from "../sandboxes/run.js";
-import type { CredentialStore } from "../upstream/credentials.js";
-import { Destinations } from "./destinations.js";
-import { EgressLimits } from "./limits.js";
-import { EgressProxy, type EgressRecord } from "./proxy.js";
-import { EgressSecrets, parseTeamSecrets } from "./secrets.js";
+import fs from 'node:fs';
+import type { Config } from '../config.js';
+import type { Logger } from '../logger.js';
+import type { AuditEntry } from '../audit/audit.js';
+import type { Db } from '../store/store.js';
+import type { EgressHandler } from '../sandboxes/egress-route.js';
+import { egressSettings } from '../sandboxes/run.js';
+import type { CredentialStore } from '../upstream/credentials.js';
+import { Destinations } from './destinations.js';
+import { EgressLimits } from './limits.js';
+import { EgressProxy, type EgressRecord } from './proxy.js';
+import { EgressSecrets, parseTeamSecrets } from './secrets.js';
 
-export { EgressSecrets } from "./secrets.js";
-export type { EgressRecord } from "./proxy.js";
+export { EgressSecrets } from './secrets.js';
+export type { EgressRecord } from './proxy.js';
 
 export interface EgressDeps {
   config: Pick<
     Config,
-    | "egressPipIndex"
-    | "egressPipFiles"
-    | "egressNpmRegistry"
-    | "egressDns"
-    | "egressPrivateNets"
-    | "egressCaFile"
-    | "egressMaxConnections"
-    | "egressMbPerHour"
-    | "egressKbPerSec"
-    | "egressSecrets"
+    'egressPipIndex' | 'egressPipFiles' | 'egressNpmRegistry' | 'egressDns' | 'egressPrivateNets' | 'egressCaFile' | 'egressMaxConnections' | 'egressMbPerHour' | 'egressKbPerSec' | 'egressSecrets'
   >;
   db: Db;
   credentials: CredentialStore;
@@ -54,7 +45,7 @@ export interface Egress {
 
 const list = (s: string) =>
   s
-    .split(",")
+    .split(',')
     .map((x) => x.trim())
     .filter(Boolean);
 
@@ -63,14 +54,12 @@ const REFUSALS_EVERY_MS = 10_000;
 
 export function createEgress(deps: EgressDeps): Egress {
   const { config } = deps;
-  const log = deps.logger.child({ module: "egress" });
+  const log = deps.logger.child({ module: 'egress' });
   let team;
   try {
     team = parseTeamSecrets(config.egressSecrets);
   } catch (e) {
-    throw new Error(
-      `SANDGATE_EGRESS_SECRETS is not valid: ${(e as Error).message}`,
-    );
+    throw new Error(`SANDGATE_EGRESS_SECRETS is not valid: ${(e as Error).message}`);
   }
   const secrets = new EgressSecrets(team, deps.credentials, deps.db);
   const destinations = new Destinations({
@@ -83,13 +72,11 @@ export function createEgress(deps: EgressDeps): Egress {
     bytesPerHour: config.egressMbPerHour * 1048576,
     bytesPerSec: config.egressKbPerSec * 1024,
   });
-  const ca = config.egressCaFile
-    ? [fs.readFileSync(config.egressCaFile, "utf8")]
-    : undefined;
+  const ca = config.egressCaFile ? [fs.readFileSync(config.egressCaFile, 'utf8')] : undefined;
 
   const quiet = new Map<number, { until: number; dropped: number }>();
   const record = (r: EgressRecord) => {
-    if (r.outcome === "denied" || r.outcome === "rate_limited") {
+    if (r.outcome === 'denied' || r.outcome === 'rate_limited') {
       const q = quiet.get(r.userId);
       if (q && q.until > Date.now()) {
         q.dropped++;
@@ -109,7 +96,7 @@ export function createEgress(deps: EgressDeps): Egress {
     void deps
       .audit({
         userId: r.userId,
-        kind: "egress",
+        kind: 'egress',
         method: r.method,
         tool: `${r.host}/${r.port}`,
         argsShape: {
@@ -121,9 +108,7 @@ export function createEgress(deps: EgressDeps): Egress {
         outcome: r.outcome,
         errorClass: r.why ?? null,
       })
-      .catch((e: unknown) =>
-        log.warn({ err: e }, "could not write an egress audit row"),
-      );
+      .catch((e: unknown) => log.warn({ err: e }, 'could not write an egress audit row'));
 
   const proxy = new EgressProxy({
     destinations,

@@ -4,7 +4,7 @@
  * bucket), so one user's downloads cannot take the gateway's time from others' runs.
  * Kept in memory per gateway.
  */
-import type { Duplex, Readable, Writable } from "node:stream";
+import type { Duplex, Readable, Writable } from 'node:stream';
 
 export interface LimitSettings {
   maxConnections: number;
@@ -27,11 +27,7 @@ export interface Meter {
   readonly ended: boolean;
   sent(n: number): void;
   /** Copies `from` into `to`, counting, paced and with backpressure; `to` ends when `from` does. */
-  pipe(
-    from: Readable | Duplex,
-    to: Writable | Duplex,
-    direction: "sent" | "received",
-  ): void;
+  pipe(from: Readable | Duplex, to: Writable | Duplex, direction: 'sent' | 'received'): void;
   /** The connection is over: it no longer counts as open. */
   end(): void;
 }
@@ -64,9 +60,7 @@ export class EgressLimits {
   }
 
   /** A new connection for `userId`, or why not. */
-  admit(
-    userId: number,
-  ): { ok: true; meter: Meter } | { ok: false; message: string } {
+  admit(userId: number): { ok: true; meter: Meter } | { ok: false; message: string } {
     const u = this.use(userId);
     if (u.open >= this.settings.maxConnections) {
       return {
@@ -116,7 +110,7 @@ export class EgressLimits {
         pace(n);
       },
       pipe(from, to, direction) {
-        from.on("data", (chunk: Buffer) => {
+        from.on('data', (chunk: Buffer) => {
           counts[direction] += chunk.length;
           const wait = pace(chunk.length);
           if (u.hourBytes > perHour) {
@@ -133,10 +127,10 @@ export class EgressLimits {
               if (waited && drained && !ended) from.resume();
             };
             if (wait) setTimeout(() => ((waited = true), go()), wait).unref();
-            if (!more) to.once("drain", () => ((drained = true), go()));
+            if (!more) to.once('drain', () => ((drained = true), go()));
           }
         });
-        from.on("end", () => to.end());
+        from.on('end', () => to.end());
       },
       end() {
         if (ended) return;

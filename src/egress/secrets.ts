@@ -12,9 +12,9 @@
  * another host: the proxy picks the secret by the host it connects to, not by anything
  * the sandbox sends.
  */
-import type { Db } from "../store/store.js";
-import type { CredentialStore } from "../upstream/credentials.js";
-import { parseNetEntry } from "../sandboxes/net-grants.js";
+import type { Db } from '../store/store.js';
+import type { CredentialStore } from '../upstream/credentials.js';
+import { parseNetEntry } from '../sandboxes/net-grants.js';
 
 export interface HostSecret {
   name: string;
@@ -29,7 +29,7 @@ export interface HostSecret {
 }
 
 /** The namespace of egress secrets among a user's stored credentials. */
-export const SECRET_SERVER_PREFIX = "egress:";
+export const SECRET_SERVER_PREFIX = 'egress:';
 const NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
 const HEADER = /^[a-z0-9][a-z0-9-]{0,63}$/;
 
@@ -44,48 +44,16 @@ export function checkSecret(
     port?: unknown;
   },
 ): HostSecret {
-  if (!NAME.test(name))
-    throw new Error(
-      `secret name "${name}": use capitals, digits and _ (e.g. WEATHER_KEY)`,
-    );
-  const entry =
-    typeof raw.host === "string" ? parseNetEntry(raw.host) : undefined;
-  if (!entry || entry.host.startsWith("*.") || entry.port !== undefined)
-    throw new Error(
-      `secret ${name}: "host" must be one host name (api.example.com)`,
-    );
-  if (typeof raw.value !== "string" || !raw.value || /[\r\n\0]/.test(raw.value))
-    throw new Error(`secret ${name}: "value" must be a non-empty single line`);
-  const header =
-    raw.header === undefined
-      ? "authorization"
-      : typeof raw.header === "string"
-        ? raw.header.toLowerCase()
-        : "";
-  if (!HEADER.test(header) || header === "host" || header.startsWith("proxy-"))
-    throw new Error(
-      `secret ${name}: "header" must be a header name (authorization, x-api-key)`,
-    );
-  const prefix =
-    raw.prefix === undefined
-      ? header === "authorization"
-        ? "Bearer "
-        : ""
-      : raw.prefix;
-  if (
-    typeof prefix !== "string" ||
-    /[\r\n\0]/.test(prefix) ||
-    prefix.length > 64
-  )
-    throw new Error(`secret ${name}: "prefix" must be a short single line`);
+  if (!NAME.test(name)) throw new Error(`secret name "${name}": use capitals, digits and _ (e.g. WEATHER_KEY)`);
+  const entry = typeof raw.host === 'string' ? parseNetEntry(raw.host) : undefined;
+  if (!entry || entry.host.startsWith('*.') || entry.port !== undefined) throw new Error(`secret ${name}: "host" must be one host name (api.example.com)`);
+  if (typeof raw.value !== 'string' || !raw.value || /[\r\n\0]/.test(raw.value)) throw new Error(`secret ${name}: "value" must be a non-empty single line`);
+  const header = raw.header === undefined ? 'authorization' : typeof raw.header === 'string' ? raw.header.toLowerCase() : '';
+  if (!HEADER.test(header) || header === 'host' || header.startsWith('proxy-')) throw new Error(`secret ${name}: "header" must be a header name (authorization, x-api-key)`);
+  const prefix = raw.prefix === undefined ? (header === 'authorization' ? 'Bearer ' : '') : raw.prefix;
+  if (typeof prefix !== 'string' || /[\r\n\0]/.test(prefix) || prefix.length > 64) throw new Error(`secret ${name}: "prefix" must be a short single line`);
   const port = raw.port === undefined ? 443 : raw.port;
-  if (
-    typeof port !== "number" ||
-    !Number.isInteger(port) ||
-    port < 1 ||
-    port > 65535
-  )
-    throw new Error(`secret ${name}: "port" must be a TCP port`);
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`secret ${name}: "port" must be a TCP port`);
   return { name, host: entry.host, port, header, prefix, value: raw.value };
 }
 
@@ -93,15 +61,11 @@ export function checkSecret(
 export function parseTeamSecrets(text: string): HostSecret[] {
   if (!text.trim()) return [];
   const raw = JSON.parse(text) as unknown;
-  if (typeof raw !== "object" || raw === null || Array.isArray(raw))
-    throw new Error("expected an object of secrets by name");
-  const out = Object.entries(
-    raw as Record<string, Record<string, unknown>>,
-  ).map(([name, s]) => checkSecret(name, typeof s === "object" && s ? s : {}));
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new Error('expected an object of secrets by name');
+  const out = Object.entries(raw as Record<string, Record<string, unknown>>).map(([name, s]) => checkSecret(name, typeof s === 'object' && s ? s : {}));
   const hosts = new Set<string>();
   for (const s of out) {
-    if (hosts.has(s.host))
-      throw new Error(`two secrets for ${s.host}: one host has at most one`);
+    if (hosts.has(s.host)) throw new Error(`two secrets for ${s.host}: one host has at most one`);
     hosts.add(s.host);
   }
   return out;
@@ -120,7 +84,7 @@ export class EgressSecrets {
 
   /** The secret requests from `userId`'s sandbox to `host` carry, if any: their own, else the team's. */
   async forHost(userId: number, host: string): Promise<HostSecret | undefined> {
-    const h = host.toLowerCase().replace(/\.$/, "");
+    const h = host.toLowerCase().replace(/\.$/, '');
     const own = await this.store.get(userId, SECRET_SERVER_PREFIX + h);
     for (const [name, text] of Object.entries(own)) {
       try {
@@ -131,58 +95,5 @@ export class EgressSecrets {
       }
     }
     return this.team.get(h);
-  }
-
-  /** A user's own secret for a host (one per host: it replaces theirs). */
-  async set(
-    userId: number,
-    name: string,
-    fields: { host: string; value: string; header?: string; prefix?: string },
-  ): Promise<HostSecret> {
-    const s = checkSecret(name, fields);
-    await this.store.delete(userId, SECRET_SERVER_PREFIX + s.host);
-    await this.store.set(
-      userId,
-      SECRET_SERVER_PREFIX + s.host,
-      s.name,
-      JSON.stringify({
-        value: s.value,
-        header: s.header,
-        prefix: s.prefix,
-        port: s.port,
-      }),
-    );
-    return s;
-  }
-
-  async remove(userId: number, host: string): Promise<boolean> {
-    return (
-      (await this.store.delete(
-        userId,
-        SECRET_SERVER_PREFIX + host.toLowerCase(),
-      )) > 0
-    );
-  }
-
-  /** What a user's settings page lists: names and hosts, never values. */
-  async list(
-    userId: number,
-  ): Promise<{ name: string; host: string; own: boolean }[]> {
-    const rows = await this.db
-      .selectFrom("upstream_credentials")
-      .select(["server", "name"])
-      .where("user_id", "=", userId)
-      .where("server", "like", `${SECRET_SERVER_PREFIX}%`)
-      .orderBy("server")
-      .execute();
-    const out = rows.map((r) => ({
-      name: r.name,
-      host: r.server.slice(SECRET_SERVER_PREFIX.length),
-      own: true,
-    }));
-    for (const s of this.team.values())
-      if (!out.some((o) => o.host === s.host))
-        out.push({ name: s.name, host: s.host, own: false });
-    return out;
   }
 }

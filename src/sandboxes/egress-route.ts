@@ -10,10 +10,10 @@
  * the sandbox waits while the runner has not acknowledged enough. A runner that sends
  * past its window, or for a connection it did not open, loses the connection.
  */
-import { Duplex } from "node:stream";
-import type { UserSandbox } from "./live.js";
-import type { Grant } from "./permissions.js";
-import type { SandboxOwner } from "./types.js";
+import { Duplex } from 'node:stream';
+import type { UserSandbox } from './live.js';
+import type { Grant } from './permissions.js';
+import type { SandboxOwner } from './types.js';
 
 export const NET_WINDOW = 256 * 1024;
 /** Bytes per `net_data` sent to the runner (it reads its clients in 32 KiB). */
@@ -34,12 +34,7 @@ export interface SandboxConnection {
 /** Serves connections from sandboxes (the gateway's egress proxy). */
 export type EgressHandler = (conn: SandboxConnection) => void;
 
-type Send = (
-  req:
-    | { op: "net_data"; id: string; data: string }
-    | { op: "net_ack"; id: string; bytes: number }
-    | { op: "net_end" | "net_close"; id: string },
-) => void;
+type Send = (req: { op: 'net_data'; id: string; data: string } | { op: 'net_ack'; id: string; bytes: number } | { op: 'net_end' | 'net_close'; id: string }) => void;
 
 class RunnerStream extends Duplex {
   /** Bytes written towards the sandbox not yet acknowledged, and a write waiting for room. */
@@ -68,7 +63,7 @@ class RunnerStream extends Duplex {
 
   private ack(bytes: number): void {
     this.received -= bytes;
-    this.safeSend({ op: "net_ack", id: this.connId, bytes });
+    this.safeSend({ op: 'net_ack', id: this.connId, bytes });
   }
 
   acked(bytes: number): void {
@@ -96,17 +91,13 @@ class RunnerStream extends Duplex {
     }
   }
 
-  override _write(
-    chunk: Buffer,
-    _enc: BufferEncoding,
-    cb: (err?: Error | null) => void,
-  ): void {
+  override _write(chunk: Buffer, _enc: BufferEncoding, cb: (err?: Error | null) => void): void {
     for (let at = 0; at < chunk.length; at += FRAME) {
       const piece = chunk.subarray(at, at + FRAME);
       this.safeSend({
-        op: "net_data",
+        op: 'net_data',
         id: this.connId,
-        data: piece.toString("base64"),
+        data: piece.toString('base64'),
       });
     }
     this.unacked += chunk.length;
@@ -115,7 +106,7 @@ class RunnerStream extends Duplex {
   }
 
   override _final(cb: (err?: Error | null) => void): void {
-    if (!this.closedByRunner) this.safeSend({ op: "net_end", id: this.connId });
+    if (!this.closedByRunner) this.safeSend({ op: 'net_end', id: this.connId });
     cb();
   }
 
@@ -123,7 +114,7 @@ class RunnerStream extends Duplex {
     if (!this.closedByRunner) {
       this.closedByRunner = true;
       try {
-        this.send({ op: "net_close", id: this.connId });
+        this.send({ op: 'net_close', id: this.connId });
       } catch {
         /* the sandbox is gone */
       }
@@ -134,15 +125,12 @@ class RunnerStream extends Duplex {
 }
 
 /** Routes `sb`'s egress connections to whatever `handler()` is at the time. */
-export function routeEgress(
-  sb: UserSandbox,
-  handler: () => EgressHandler | undefined,
-): void {
+export function routeEgress(sb: UserSandbox, handler: () => EgressHandler | undefined): void {
   const conns = new Map<string, RunnerStream>();
   const send: Send = (req) => sb.handle.send(req);
   const refuse = (id: string) => {
     try {
-      send({ op: "net_close", id });
+      send({ op: 'net_close', id });
     } catch {
       /* gone */
     }
@@ -156,38 +144,32 @@ export function routeEgress(
   });
   sb.handle.onEvent((e) => {
     switch (e.type) {
-      case "net_open": {
+      case 'net_open': {
         // A run narrowed to no network still reaches the proxy, which refuses each request
         // naming what is missing; a connection from no run in flight is cut.
         const grant = sb.runNet ?? false;
         const serve = handler();
-        if (
-          e.execId !== sb.inFlight ||
-          !serve ||
-          conns.has(e.id) ||
-          conns.size >= MAX_NET_PER_SANDBOX
-        )
-          return refuse(e.id);
+        if (e.execId !== sb.inFlight || !serve || conns.has(e.id) || conns.size >= MAX_NET_PER_SANDBOX) return refuse(e.id);
         const stream = new RunnerStream(e.id, send);
         conns.set(e.id, stream);
-        stream.on("close", () => conns.delete(e.id));
+        stream.on('close', () => conns.delete(e.id));
         serve({ owner: sb.owner, execId: e.execId, grant, stream });
         return;
       }
-      case "net_data": {
+      case 'net_data': {
         const c = conns.get(e.id);
         if (c && !c.fromRunner(e.data)) {
-          c.destroy(new Error("the runner sent past its window"));
+          c.destroy(new Error('the runner sent past its window'));
         }
         return;
       }
-      case "net_ack":
+      case 'net_ack':
         conns.get(e.id)?.acked(e.bytes);
         return;
-      case "net_end":
+      case 'net_end':
         conns.get(e.id)?.push(null);
         return;
-      case "net_close": {
+      case 'net_close': {
         const c = conns.get(e.id);
         if (c) {
           c.closedByRunner = true;

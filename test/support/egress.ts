@@ -9,13 +9,13 @@
  *   gw.test                           the host's end of the pair: an address of the gateway's own
  *   private.test                      10.99.0.1, a private address nobody listed
  */
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import dgram from "node:dgram";
-import fs from "node:fs";
-import os from "node:os";
-import path from "node:path";
-import dnsPacket from "dns-packet";
-import { makeCertificates } from "./tls.js";
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import dgram from 'node:dgram';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import dnsPacket from 'dns-packet';
+import { makeCertificates } from './tls.js';
 
 export interface NetworkStandins {
   dir: string;
@@ -36,8 +36,8 @@ export interface NetworkStandins {
 }
 
 function ip(args: string[]): void {
-  const r = spawnSync("ip", args, { encoding: "utf8" });
-  if (r.status !== 0) throw new Error(`ip ${args.join(" ")}: ${r.stderr}`);
+  const r = spawnSync('ip', args, { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`ip ${args.join(' ')}: ${r.stderr}`);
 }
 
 /** A wheel of package `sgdemo` (sgdemo.VALUE == 42), built with Python's zipfile. */
@@ -54,99 +54,64 @@ with zipfile.ZipFile(sys.argv[1], 'w') as z:
     for n, t in files.items():
         z.writestr(n, t)
 `;
-  const r = spawnSync(
-    "python3",
-    ["-c", script, path.join(dir, "sgdemo-1.0-py3-none-any.whl")],
-    { encoding: "utf8" },
-  );
+  const r = spawnSync('python3', ['-c', script, path.join(dir, 'sgdemo-1.0-py3-none-any.whl')], { encoding: 'utf8' });
   if (r.status !== 0) throw new Error(`building the wheel failed: ${r.stderr}`);
   // An npm package: package/index.js exporting pad().
-  const pkg = path.join(dir, "npm-src", "package");
+  const pkg = path.join(dir, 'npm-src', 'package');
   fs.mkdirSync(pkg, { recursive: true });
-  fs.writeFileSync(
-    path.join(pkg, "package.json"),
-    JSON.stringify({ name: "sg-pad", version: "1.0.0", main: "index.js" }),
-  );
-  fs.writeFileSync(
-    path.join(pkg, "index.js"),
-    "module.exports = { pad: (s, n) => String(s).padStart(n, '*') };\n",
-  );
-  const t = spawnSync("tar", [
-    "-czf",
-    path.join(dir, "sg-pad-1.0.0.tgz"),
-    "-C",
-    path.join(dir, "npm-src"),
-    "package",
-  ]);
-  if (t.status !== 0) throw new Error("building the npm tarball failed");
+  fs.writeFileSync(path.join(pkg, 'package.json'), JSON.stringify({ name: 'sg-pad', version: '1.0.0', main: 'index.js' }));
+  fs.writeFileSync(path.join(pkg, 'index.js'), "module.exports = { pad: (s, n) => String(s).padStart(n, '*') };\n");
+  const t = spawnSync('tar', ['-czf', path.join(dir, 'sg-pad-1.0.0.tgz'), '-C', path.join(dir, 'npm-src'), 'package']);
+  if (t.status !== 0) throw new Error('building the npm tarball failed');
 }
 
 export async function startNetworkStandins(): Promise<NetworkStandins> {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sandgate-egress-"));
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-egress-'));
   const n = 10 + (process.pid % 200);
   const ns = `sgeg${process.pid}`;
   const hostIf = `sgh${process.pid}`.slice(0, 15);
   const nsIf = `sgn${process.pid}`.slice(0, 15);
   const hostSide = `10.231.${n}.1`;
   const outside = `10.231.${n}.2`;
-  spawnSync("ip", ["netns", "del", ns]);
-  ip(["netns", "add", ns]);
-  ip(["link", "add", hostIf, "type", "veth", "peer", "name", nsIf]);
-  ip(["link", "set", nsIf, "netns", ns]);
-  ip(["addr", "add", `${hostSide}/24`, "dev", hostIf]);
-  ip(["link", "set", hostIf, "up"]);
-  ip(["netns", "exec", ns, "ip", "addr", "add", `${outside}/24`, "dev", nsIf]);
-  ip(["netns", "exec", ns, "ip", "link", "set", nsIf, "up"]);
-  ip(["netns", "exec", ns, "ip", "link", "set", "lo", "up"]);
+  spawnSync('ip', ['netns', 'del', ns]);
+  ip(['netns', 'add', ns]);
+  ip(['link', 'add', hostIf, 'type', 'veth', 'peer', 'name', nsIf]);
+  ip(['link', 'set', nsIf, 'netns', ns]);
+  ip(['addr', 'add', `${hostSide}/24`, 'dev', hostIf]);
+  ip(['link', 'set', hostIf, 'up']);
+  ip(['netns', 'exec', ns, 'ip', 'addr', 'add', `${outside}/24`, 'dev', nsIf]);
+  ip(['netns', 'exec', ns, 'ip', 'link', 'set', nsIf, 'up']);
+  ip(['netns', 'exec', ns, 'ip', 'link', 'set', 'lo', 'up']);
 
   // The API's certificate, for api.test, from a throw-away CA.
-  const certs = makeCertificates(dir, "DNS:api.test");
-  fs.writeFileSync(path.join(dir, "ca.crt"), certs.ca);
-  fs.writeFileSync(path.join(dir, "api.key"), certs.key);
-  fs.writeFileSync(path.join(dir, "api.crt"), certs.cert);
+  const certs = makeCertificates(dir, 'DNS:api.test');
+  fs.writeFileSync(path.join(dir, 'ca.crt'), certs.ca);
+  fs.writeFileSync(path.join(dir, 'api.key'), certs.key);
+  fs.writeFileSync(path.join(dir, 'api.crt'), certs.cert);
   buildWheel(dir);
   const secret = `sk-test-${Math.random().toString(36).slice(2)}${Date.now()}`;
-  fs.writeFileSync(path.join(dir, "secret"), secret);
+  fs.writeFileSync(path.join(dir, 'secret'), secret);
 
-  const child: ChildProcess = spawn(
-    "ip",
-    [
-      "netns",
-      "exec",
-      ns,
-      process.execPath,
-      "--import",
-      "tsx",
-      path.resolve("test/support/egress-standins-main.ts"),
-      dir,
-      secret,
-    ],
-    {
-      stdio: ["ignore", "pipe", "pipe"],
-    },
-  );
-  let errors = "";
-  child.stderr!.on("data", (d: Buffer) => (errors += d.toString()));
+  const child: ChildProcess = spawn('ip', ['netns', 'exec', ns, process.execPath, '--import', 'tsx', path.resolve('test/support/egress-standins-main.ts'), dir, secret], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let errors = '';
+  child.stderr!.on('data', (d: Buffer) => (errors += d.toString()));
   await new Promise<void>((resolve, reject) => {
-    child.stdout!.on(
-      "data",
-      (d: Buffer) => d.toString().includes("ready") && resolve(),
-    );
-    child.on("exit", (code) =>
-      reject(new Error(`the stand-ins exited (${code}): ${errors}`)),
-    );
+    child.stdout!.on('data', (d: Buffer) => d.toString().includes('ready') && resolve());
+    child.on('exit', (code) => reject(new Error(`the stand-ins exited (${code}): ${errors}`)));
   });
 
   const names: Record<string, string> = {
-    "pkgs.test": outside,
-    "api.test": outside,
-    "other.test": outside,
-    "loop.test": "127.0.0.1",
-    "gw.test": hostSide,
-    "private.test": "10.99.0.1",
+    'pkgs.test': outside,
+    'api.test': outside,
+    'other.test': outside,
+    'loop.test': '127.0.0.1',
+    'gw.test': hostSide,
+    'private.test': '10.99.0.1',
   };
-  const dns = dgram.createSocket("udp4");
-  dns.on("message", (msg, rinfo) => {
+  const dns = dgram.createSocket('udp4');
+  dns.on('message', (msg, rinfo) => {
     let q: dnsPacket.Packet;
     try {
       q = dnsPacket.decode(msg);
@@ -156,21 +121,18 @@ export async function startNetworkStandins(): Promise<NetworkStandins> {
     const question = q.questions?.[0];
     if (!question) return;
     const address = names[question.name.toLowerCase()];
-    const answers =
-      question.type === "A" && address
-        ? [{ type: "A" as const, name: question.name, ttl: 1, data: address }]
-        : [];
+    const answers = question.type === 'A' && address ? [{ type: 'A' as const, name: question.name, ttl: 1, data: address }] : [];
     const reply = dnsPacket.encode({
       id: q.id,
-      type: "response",
+      type: 'response',
       flags: dnsPacket.RECURSION_DESIRED | dnsPacket.RECURSION_AVAILABLE,
       questions: q.questions,
       answers,
-      ...(address || question.type !== "A" ? {} : { rcode: "NXDOMAIN" }),
+      ...(address || question.type !== 'A' ? {} : { rcode: 'NXDOMAIN' }),
     } as dnsPacket.Packet);
     dns.send(reply, rinfo.port, rinfo.address);
   });
-  await new Promise<void>((resolve) => dns.bind(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => dns.bind(0, '127.0.0.1', resolve));
 
   return {
     dir,
@@ -178,25 +140,25 @@ export async function startNetworkStandins(): Promise<NetworkStandins> {
     hostSide,
     subnet: `10.231.${n}.0/24`,
     dns: `127.0.0.1:${dns.address().port}`,
-    caFile: path.join(dir, "ca.crt"),
+    caFile: path.join(dir, 'ca.crt'),
     requests() {
-      const f = path.join(dir, "requests.jsonl");
+      const f = path.join(dir, 'requests.jsonl');
       return fs.existsSync(f)
         ? fs
-            .readFileSync(f, "utf8")
+            .readFileSync(f, 'utf8')
             .trim()
-            .split("\n")
+            .split('\n')
             .filter(Boolean)
             .map((l) => JSON.parse(l))
         : [];
     },
     async close() {
       dns.close();
-      child.kill("SIGKILL");
-      spawnSync("ip", ["link", "del", hostIf]);
-      spawnSync("ip", ["netns", "del", ns]);
+      child.kill('SIGKILL');
+      spawnSync('ip', ['link', 'del', hostIf]);
+      spawnSync('ip', ['netns', 'del', ns]);
       // The stand-in's node runs under `ip netns exec`: ended with the namespace's processes.
-      spawnSync("ip", ["netns", "pids", ns]);
+      spawnSync('ip', ['netns', 'pids', ns]);
       fs.rmSync(dir, { recursive: true, force: true });
     },
   };
