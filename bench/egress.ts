@@ -26,14 +26,25 @@ const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(
 const f = (ms: number) => `${ms.toFixed(2)} ms`;
 const line = (name: string, xs: number[]) => console.log(`${name.padEnd(52)} p50 ${f(pct(xs, 50)).padStart(10)}  p95 ${f(pct(xs, 95)).padStart(10)}  (n=${xs.length})`);
 
-const timing = (url: string, n: number, proxy: boolean) => `
+/**
+ * Python timing n GETs: through the proxy (absolute URIs to 127.0.0.1:3128, as
+ * HTTP_PROXY makes urllib send them) or straight to the stand-in; a connection each, or
+ * one kept alive for all (as requests.Session does).
+ */
+const timing = (target: { proxy: true } | { host: string }, n: number, keepAlive: boolean) => `
 import http.client, time, json
 ts = []
+def connect():
+    return http.client.HTTPConnection(${'proxy' in target ? "'127.0.0.1', 3128" : `'${'host' in target ? target.host : ''}', 8080`}, timeout=10)
+c = connect()
 for i in range(${n}):
     t = time.perf_counter()
-    c = http.client.HTTPConnection(${proxy ? "'127.0.0.1', 3128" : `'${'HOST'}', 8080`}, timeout=10)
-    c.request('GET', ${proxy ? `'${url}'` : "'/t'"}, headers={'Host': 'other.test:8080'})
-    r = c.getresponse(); r.read(); c.close()
+    if ${keepAlive ? 'False' : 'True'}:
+        c = connect()
+    c.request('GET', ${'proxy' in target ? "'http://other.test:8080/t'" : "'/t'"}, headers={'Host': 'other.test:8080'})
+    r = c.getresponse(); r.read()
+    if ${keepAlive ? 'False' : 'True'}:
+        c.close()
     ts.append((time.perf_counter() - t) * 1000)
 print(json.dumps(ts))
 `;
@@ -43,10 +54,7 @@ async function main() {
   const gw = await startGateway({
     env: {
       SANDGATE_DEFAULT_PERMISSIONS: JSON.stringify(READ),
-      SANDGATE_EGRESS_DNS: outside.dns,
-      SANDGATE_EGRESS_PRIVATE_NETS: outside.subnet,
-      SANDGATE_EGRESS_PIP_INDEX: 'http://pkgs.test:8080/simple/',
-      SANDGATE_EGRESS_PIP_FILES: '',
+      ...outside.settings,
       SANDGATE_EGRESS_MAX_CONNECTIONS: '64',
       ...(process.env.BENCH_KB_PER_SEC && {
         SANDGATE_EGRESS_KB_PER_SEC: process.env.BENCH_KB_PER_SEC,
@@ -61,12 +69,14 @@ async function main() {
     await run(ann, 'python', '1');
     await run(bob, 'python', '1');
 
-    const through = JSON.parse((await run(ann, 'python', timing('http://other.test:8080/t', REQUESTS, true))).stdout) as number[];
-    const direct = JSON.parse(spawnSync('python3', ['-c', timing('', REQUESTS, false).replace('HOST', outside.outside)], { encoding: 'utf8' }).stdout) as number[];
-    console.log(`egress proxy, ${REQUESTS} GETs of a few bytes, one connection each`);
-    line('  host → stand-in, straight', direct.slice(10));
-    line('  sandbox → relay → gateway proxy → stand-in', through.slice(10));
-    console.log(`  added p50: ${f(pct(through.slice(10), 50) - pct(direct.slice(10), 50))}`);
+    for (const keepAlive of [false, true]) {
+      const through = JSON.parse((await run(ann, 'python', timing({ proxy: true }, REQUESTS, keepAlive))).stdout) as number[];
+      const direct = JSON.parse(spawnSync('python3', ['-c', timing({ host: outside.outside }, REQUESTS, keepAlive)], { encoding: 'utf8' }).stdout) as number[];
+      console.log(`egress proxy, ${REQUESTS} GETs of a few bytes, ${keepAlive ? 'one connection kept alive' : 'one connection each'}`);
+      line('  host → stand-in, straight', direct.slice(10));
+      line('  sandbox → relay → gateway proxy → stand-in', through.slice(10));
+      console.log(`  added p50: ${f(pct(through.slice(10), 50) - pct(direct.slice(10), 50))}`);
+    }
 
     const installs: number[] = [];
     for (let i = 0; i < 5; i++) {

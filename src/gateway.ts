@@ -238,7 +238,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
 
   // One budget per user, whichever token or page a request comes through (or gateway, on a shared Postgres).
   const rateLimiter = rateLimiterFor(store.db, { perMinute: config.rateLimitPerMin, burst: config.rateLimitBurst }, 'requests');
-  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, rateLimiter, preflight: () => preflight, pgPool: store.pgPool, liveKey });
+  const web = webApp({ config, db: store.db, logger, agent, boundary, sandboxes: manager, keys: providerKeys, upstream, egressSecrets: egress.secrets, rateLimiter, preflight: () => preflight, pgPool: store.pgPool, liveKey });
   // MCP clients' OAuth: the gateway is its own authorization server, signing users in with the web app's sessions.
   const oauthClients = config.oauth ? new ClientStore(store.db, {
         maxPending: config.oauthMaxPendingClients,

@@ -138,6 +138,8 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.post('/settings/keys/:provider/delete', signedIn, form, csrf, settings.deleteKey);
     app.post('/settings/credentials', signedIn, form, csrf, settings.saveCredential);
     app.post('/settings/credentials/delete', signedIn, form, csrf, settings.deleteCredential);
+    app.post('/settings/secrets', signedIn, form, csrf, settings.saveSecret);
+    app.post('/settings/secrets/delete', signedIn, form, csrf, settings.deleteSecret);
 
     // admin: the gate first, on all of /admin, so that no admin path can miss it
     app.use('/admin', admin.gate);
@@ -158,6 +160,7 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.get('/admin/audit.csv', admin.auditCsv);
     app.get('/admin/usage', admin.usage);
     app.get('/admin/upstream', admin.upstream);
+    app.get('/admin/network', admin.network);
     app.post('/admin/upstream/:name/reconnect', form, csrf, admin.reconnectUpstream);
     app.get('/admin/api/sandboxes', admin.apiSandboxes);
     app.get('/admin/api/users', admin.apiUsers);

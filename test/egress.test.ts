@@ -9,12 +9,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { setUserPermissions } from '../src/accounts/accounts.js';
+import { ensureUser, getUser, setUserPermissions } from '../src/accounts/accounts.js';
 import { queryAudit } from '../src/audit/audit.js';
 import type { SandboxOwner } from '../src/sandboxes/types.js';
 import { startNetworkStandins, type NetworkStandins } from './support/egress.js';
 import { startGateway, type Gateway } from './support/mcp.js';
 import { modernRequest } from './support/raw-request.js';
+import { webSession } from './support/web-session.js';
 
 const READ = {
   read: ['/workspace', '/skills', '/tools'],
@@ -42,12 +43,7 @@ describe('egress from sandboxes', () => {
     served = await startGateway({
       env: {
         SANDGATE_DEFAULT_PERMISSIONS: JSON.stringify(READ),
-        SANDGATE_EGRESS_DNS: outside.dns,
-        SANDGATE_EGRESS_PRIVATE_NETS: outside.subnet,
-        SANDGATE_EGRESS_PIP_INDEX: 'http://pkgs.test:8080/simple/',
-        SANDGATE_EGRESS_PIP_FILES: '',
-        SANDGATE_EGRESS_NPM_REGISTRY: 'http://pkgs.test:8080/npm/',
-        SANDGATE_EGRESS_CA_FILE: outside.caFile,
+        ...outside.settings,
         SANDGATE_EGRESS_SECRETS: JSON.stringify({
           API_KEY: { host: 'api.test', value: secret, port: 8443 },
         }),
@@ -82,6 +78,17 @@ describe('egress from sandboxes', () => {
     // And removed the same way.
     expect((await run(ann, 'bash', 'pip uninstall -y sgdemo 2>&1 | tail -n 1')).stdout).toMatch(/Successfully uninstalled sgdemo-1.0/);
   }, 180_000);
+
+  it('imports an npm package in TypeScript through the registry, and keeps it in the workspace', async () => {
+    const code = "import { pad } from 'npm:sg-pad@1.0.0';\nconsole.log(pad('x', 4));";
+    const first = await run(ann, 'typescript', code);
+    expect(first.stdout.trim(), first.stderr).toBe('***x');
+    await served.harness.manager.stopUser(ann.userId);
+    // After a restart, with no network for the run: from Deno's cache in the workspace.
+    const again = await run(ann, 'typescript', code, { net: false });
+    expect(again.stdout.trim(), again.stderr).toBe('***x');
+    expect((await run(ann, 'bash', 'ls /workspace/.cache/deno/npm/pkgs.test_8080/npm/sg-pad 2>&1 || find /workspace/.cache/deno -maxdepth 4 -name "sg-pad*"')).stdout).toMatch(/1\.0\.0|sg-pad/);
+  }, 120_000);
 
   it('refuses the same install without a grant, naming the missing one as Deno does', async () => {
     // Over https, as from PyPI: pip prints the refused tunnel's reason when it retries.
@@ -138,6 +145,11 @@ for u in ['http://other.test:8080/hello', 'http://pkgs.test:8080/simple/', 'http
     });
     expect((other?.argsShape as { received: number }).received).toBeGreaterThan(0);
     expect(rows.some((r) => r.outcome === 'denied' && ['ip_literal', 'private_address', 'own_address', 'not_allowed'].includes(r.errorClass ?? ''))).toBe(true);
+    // And on the admin page: each connection with its user, host, port, bytes, outcome and why.
+    const admin = await webSession(served, await ensureUser(served.harness.store.db, 'egress-admin', { isAdmin: true }));
+    const network = await (await admin.get('/admin/network', { htmx: false })).text();
+    expect(network).toMatch(/<td>egress-ann<\/td><td>http<\/td><td>other\.test<\/td><td class="num">8080<\/td>/);
+    expect(network).toMatch(/<td>egress-ann<\/td><td>http<\/td><td>gw\.test<\/td><td class="num">8080<\/td><td class="num">0\.0<\/td><td class="num">0\.0<\/td><td>denied<\/td><td>own_address<\/td>|<td>denied<\/td><td>(ip_literal|private_address|not_allowed)<\/td>/);
   }, 120_000);
 
   it("adds a host's secret to requests for that host only, and code never sees it", async () => {
@@ -173,6 +185,31 @@ print(urllib.request.urlopen(req, timeout=10).read().decode())
     // Nor in the workspace, the audit log, or the gateway's own files.
     const audit = JSON.stringify(await queryAudit(served.harness.store.db, { limit: 1000 }));
     expect(audit).not.toContain(secret);
+  }, 120_000);
+
+  it('lets a user store a secret of their own on the settings page, which wins over the team\'s for them', async () => {
+    const cara = await served.harness.user('egress-cara');
+    await setUserPermissions(served.harness.store.db, 'egress-cara', JSON.stringify({ ...READ, net: ['api.test'] }));
+    const web = await webSession(served, (await getUser(served.harness.store.db, cara.userId))!);
+    const whoami = async () => (await run(cara, 'python', "import urllib.request, urllib.error\ntry:\n    print(urllib.request.urlopen('http://api.test/v1/whoami', timeout=10).read().decode())\nexcept urllib.error.HTTPError as e:\n    print(e.read().decode())")).stdout.trim();
+    expect(await whoami()).toBe('{"authorized":true,"path":"/v1/whoami"}');
+    expect(await (await web.get('/settings', { htmx: false })).text()).toMatch(/<code>API_KEY<\/code> for <code>api\.test<\/code>/);
+    const own = 'cara-own-value-0d2f';
+    const saved = await web.post('/settings/secrets', { name: 'MY_API', host: 'api.test', port: '8443', header: 'authorization', prefix: 'Bearer ', value: own });
+    expect(saved.status).toBe(200);
+    const page = await saved.text();
+    expect(page).toMatch(/MY_API for api\.test is saved/);
+    expect(page).not.toContain(own);
+    // Hers is sent now (the stand-in accepts only the team's), and only for her.
+    expect(await whoami()).toBe('{"authorized":false,"path":"/v1/whoami"}');
+    expect(outside.requests().some((q) => q.port === 8443 && q.headers.authorization === `Bearer ${own}`)).toBe(true);
+    expect((await run(ann, 'python', "import urllib.request\nprint(urllib.request.urlopen('http://api.test/v1/whoami', timeout=10).read().decode())")).stdout).toMatch(/"authorized":true/);
+    // A malformed one is refused, saying why; removing hers brings back the team's.
+    const bad = await web.post('/settings/secrets', { name: 'lower', host: 'api.test', value: 'x' });
+    expect(bad.status).toBe(400);
+    expect(await bad.text()).toMatch(/use capitals, digits and _/);
+    expect(await (await web.post('/settings/secrets/delete', { host: 'api.test' })).text()).toMatch(/Your secret for api\.test is removed/);
+    expect(await whoami()).toBe('{"authorized":true,"path":"/v1/whoami"}');
   }, 120_000);
 
   it('bounds the connections one user has open at once; another user runs meanwhile', async () => {

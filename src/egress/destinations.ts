@@ -24,6 +24,13 @@ export type Verdict = { ok: true; address: string; port: number } | Refusal;
 
 /** Host lookups the proxy waits for at once (c-ares, off libuv's thread pool). */
 const MAX_LOOKUPS = 32;
+/**
+ * Answers are kept for their TTL, at most this long, and at most this many names: a
+ * connection costs no lookup when the last one is fresh. The addresses are checked again
+ * at every connection whatever the cache holds, so a cached answer cannot bypass a check.
+ */
+const CACHE_MAX_MS = 10_000;
+const CACHE_NAMES = 1000;
 
 export interface DestinationOptions {
   /** DNS servers (ip or ip:port); empty: the host's. */
@@ -40,6 +47,7 @@ export class Destinations {
   private own = new Set<string>();
   private ownAt = 0;
   private lookups = 0;
+  private readonly answers = new Map<string, { addresses: string[]; until: number }>();
 
   constructor(private readonly opts: DestinationOptions) {
     if (opts.dns.length) this.resolver.setServers(opts.dns);
@@ -65,11 +73,20 @@ export class Destinations {
   }
 
   private async addressesOf(host: string): Promise<string[]> {
+    const cached = this.answers.get(host);
+    if (cached && cached.until > Date.now()) return cached.addresses;
     if (this.lookups >= MAX_LOOKUPS) throw new Error('too many lookups at once');
     this.lookups++;
     try {
-      const found = await Promise.allSettled([this.resolver.resolve4(host), this.resolver.resolve6(host)]);
-      return found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
+      const found = await Promise.allSettled([this.resolver.resolve4(host, { ttl: true }), this.resolver.resolve6(host, { ttl: true })]);
+      const records = found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
+      const addresses = records.map((r) => r.address);
+      if (records.length) {
+        const ttlMs = Math.min(CACHE_MAX_MS, ...records.map((r) => r.ttl * 1000));
+        if (this.answers.size >= CACHE_NAMES) this.answers.clear();
+        if (ttlMs > 0) this.answers.set(host, { addresses, until: Date.now() + ttlMs });
+      }
+      return addresses;
     } finally {
       this.lookups--;
     }

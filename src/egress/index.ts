@@ -49,8 +49,13 @@ const list = (s: string) =>
     .map((x) => x.trim())
     .filter(Boolean);
 
-/** Refusals recorded per user at most this often (with their count): a loop of refused connections cannot flood the audit log. */
-const REFUSALS_EVERY_MS = 10_000;
+/**
+ * Refusals each user's rows may hold per window: every one, up to this many; past it, a
+ * loop of refused connections is counted, not written, and the count goes into the next
+ * row written for that user (`refusedBefore`), so the audit log cannot be flooded.
+ */
+const REFUSALS_PER_WINDOW = 30;
+const REFUSAL_WINDOW_MS = 10_000;
 
 export function createEgress(deps: EgressDeps): Egress {
   const { config } = deps;
@@ -74,23 +79,24 @@ export function createEgress(deps: EgressDeps): Egress {
   });
   const ca = config.egressCaFile ? [fs.readFileSync(config.egressCaFile, 'utf8')] : undefined;
 
-  const quiet = new Map<number, { until: number; dropped: number }>();
+  const refusals = new Map<number, { until: number; written: number; dropped: number }>();
   const record = (r: EgressRecord) => {
+    let q = refusals.get(r.userId);
+    if (!q || q.until <= Date.now()) {
+      if (refusals.size > 10_000) refusals.clear();
+      q = { until: Date.now() + REFUSAL_WINDOW_MS, written: 0, dropped: q?.dropped ?? 0 };
+      refusals.set(r.userId, q);
+    }
     if (r.outcome === 'denied' || r.outcome === 'rate_limited') {
-      const q = quiet.get(r.userId);
-      if (q && q.until > Date.now()) {
+      if (q.written >= REFUSALS_PER_WINDOW) {
         q.dropped++;
         return;
       }
-      const dropped = q?.dropped ?? 0;
-      quiet.set(r.userId, {
-        until: Date.now() + REFUSALS_EVERY_MS,
-        dropped: 0,
-      });
-      if (quiet.size > 10_000) quiet.clear();
-      return write(r, dropped);
+      q.written++;
     }
-    write(r, 0);
+    const dropped = q.dropped;
+    q.dropped = 0;
+    write(r, dropped);
   };
   const write = (r: EgressRecord, refusedBefore: number) =>
     void deps

@@ -96,4 +96,31 @@ export class EgressSecrets {
     }
     return this.team.get(h);
   }
+
+  /** Stores a user's own secret for a host (one per host: it replaces theirs). */
+  async set(userId: number, name: string, fields: { host: string; value: string; header?: string; prefix?: string; port?: number }): Promise<HostSecret> {
+    const s = checkSecret(name, fields);
+    await this.store.delete(userId, SECRET_SERVER_PREFIX + s.host);
+    await this.store.set(userId, SECRET_SERVER_PREFIX + s.host, s.name, JSON.stringify({ value: s.value, header: s.header, prefix: s.prefix, port: s.port }));
+    return s;
+  }
+
+  /** Removes a user's own secret for a host; whether there was one. */
+  async remove(userId: number, host: string): Promise<boolean> {
+    return (await this.store.delete(userId, SECRET_SERVER_PREFIX + host.toLowerCase())) > 0;
+  }
+
+  /** What a user's settings page lists: names and hosts, never values (their own first, then the team's they do not replace). */
+  async list(userId: number): Promise<{ name: string; host: string; own: boolean }[]> {
+    const rows = await this.db
+      .selectFrom('upstream_credentials')
+      .select(['server', 'name'])
+      .where('user_id', '=', userId)
+      .where('server', 'like', `${SECRET_SERVER_PREFIX}%`)
+      .orderBy('server')
+      .execute();
+    const out = rows.map((r) => ({ name: r.name, host: r.server.slice(SECRET_SERVER_PREFIX.length), own: true }));
+    for (const s of this.team.values()) if (!out.some((o) => o.host === s.host)) out.push({ name: s.name, host: s.host, own: false });
+    return out;
+  }
 }

@@ -23,7 +23,7 @@ import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
 import { grants, type Permissions } from './permissions.js';
-import { claimOne, denoRunFlags, EGRESS_PORT, egressEnv, egressSettings, keptRunsOf } from './run.js';
+import { claimOne, DENO_PACKAGES_DIR, denoRunFlags, EGRESS_PORT, egressEnv, egressSettings, keptRunsOf } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
 import type { BridgeHandler, SandboxHandle, SandboxInfo, SandboxOwner } from './types.js';
@@ -479,7 +479,15 @@ export class Lifecycle implements SandboxLifecycle {
       denoCeiling: denoRunFlags(ceiling, egressSettings(this.deps.config).registries),
       // The relay for connections out: carrying them to the gateway's proxy only when the
       // ceiling grants `net`, else refusing each itself, naming the missing grant.
-      egress: { port: EGRESS_PORT, open: grants(ceiling.net), env: egressEnv(egressSettings(this.deps.config)) },
+      egress: {
+        port: EGRESS_PORT,
+        open: grants(ceiling.net),
+        env: {
+          ...egressEnv(egressSettings(this.deps.config)),
+          // What `npm:` imports fetch lasts in the workspace, as pip's packages do (Deno's cache).
+          ...(grants(ceiling.net) && mounts.workspaceWritable && { DENO_DIR: DENO_PACKAGES_DIR }),
+        },
+      },
       denoHostOnFirstUse: this.deps.config.denoHost === 'first-use',
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool', ...(this.deps.replica && { [LABEL_REPLICA]: this.deps.replica.id }) },
     });

@@ -30,6 +30,8 @@ export const BRIDGE_SOCKET = '/tmp/.sandgate/bridge.sock';
 /** The egress relay's port on the sandbox's own loopback (a sandbox whose ceiling grants `net`). */
 export const EGRESS_PORT = 3128;
 const PROXY_URL = `http://127.0.0.1:${EGRESS_PORT}`;
+/** The Deno host's cache in a sandbox that may reach the network and write its workspace: `npm:` packages outlive the sandbox. */
+export const DENO_PACKAGES_DIR = '/workspace/.cache/deno';
 
 /** The environment every process in a sandbox starts with; nothing from the host. */
 const BASE_ENV: Record<string, string> = {

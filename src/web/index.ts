@@ -29,6 +29,7 @@ import { filesPage, type FilesPage } from './files/page.js';
 import { LiveHub } from './live/hub.js';
 import { securityHeaders, vendorFile } from './render.js';
 import { settingsPage, type SettingsPage } from './settings/page.js';
+import type { EgressSecrets } from '../egress/index.js';
 import { tokensPage, type TokensPage } from './tokens/page.js';
 import { chatStoreRoom, webRateLimit } from './limits.js';
 
@@ -41,6 +42,8 @@ export interface WebAppDeps {
   sandboxes: SandboxExecution & SandboxStops & SandboxInspection;
   keys: ProviderKeys;
   upstream: Upstream;
+  /** Secrets for one host each, which users add for their own code's requests. */
+  egressSecrets: EgressSecrets;
   /** The users' request budget, shared with /mcp and /v1 (chat messages and file routes take from it). */
   rateLimiter: RateLimiter;
   /** The sandbox preflight's last verdict, for the admin page. */
@@ -117,7 +120,7 @@ export function webApp(deps: WebAppDeps): WebApp {
   const chat = chatPage({ db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live });
   const files = filesPage({ config: deps.config, sandboxes: deps.sandboxes, auth });
   const tokens = tokensPage({ config: deps.config, db: deps.db, auth });
-  const settings = settingsPage({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, auth });
+  const settings = settingsPage({ db: deps.db, agent: deps.agent, keys: deps.keys, upstream: deps.upstream, secrets: deps.egressSecrets, auth });
   const admin = adminPage({ config: deps.config, db: deps.db, logger: deps.logger, sandboxes: deps.sandboxes, agent: deps.agent, upstream: deps.upstream, auth, live, preflight: deps.preflight });
   return {
     auth,

@@ -25,6 +25,8 @@ export interface NetworkStandins {
   subnet: string;
   dns: string;
   caFile: string;
+  /** The gateway's settings that point its egress proxy here: its DNS, the namespace's network, the stand-in registries. */
+  settings: Record<string, string>;
   /** Every request the stand-ins saw, with its headers. */
   requests(): {
     port: number;
@@ -141,6 +143,14 @@ export async function startNetworkStandins(): Promise<NetworkStandins> {
     subnet: `10.231.${n}.0/24`,
     dns: `127.0.0.1:${dns.address().port}`,
     caFile: path.join(dir, 'ca.crt'),
+    settings: {
+      SANDGATE_EGRESS_DNS: `127.0.0.1:${dns.address().port}`,
+      SANDGATE_EGRESS_PRIVATE_NETS: `10.231.${n}.0/24`,
+      SANDGATE_EGRESS_PIP_INDEX: 'http://pkgs.test:8080/simple/',
+      SANDGATE_EGRESS_PIP_FILES: '',
+      SANDGATE_EGRESS_NPM_REGISTRY: 'http://pkgs.test:8080/npm/',
+      SANDGATE_EGRESS_CA_FILE: path.join(dir, 'ca.crt'),
+    },
     requests() {
       const f = path.join(dir, 'requests.jsonl');
       return fs.existsSync(f)

@@ -27,6 +27,21 @@ class WorkspaceChangesTest(RunnerCase):
         _, _, done = self.r.run('echo more >> keep2.txt', language='bash')
         self.assertEqual(done['files'], [{'path': 'keep2.txt', 'size': 6, 'change': 'modified'}])
 
+    def test_installed_packages_are_not_file_changes(self):
+        # What pip puts in ~/.local/lib (HOME is the workspace) and caches in ~/.cache are
+        # not reported, and do not count against the scan's bounds; ~/.local/bin and the
+        # run's own files are.
+        _, _, done = self.r.run(
+            'import os\nfor d in (".local/lib/python3/site-packages/pkg", ".cache/deno/npm", ".local/bin"):\n'
+            '    os.makedirs(d)\n'
+            'open(".local/lib/python3/site-packages/pkg/__init__.py", "w").write("x")\n'
+            'open(".cache/deno/npm/index.js", "w").write("x")\n'
+            'open(".local/bin/tool", "w").write("x")\nopen("mine.txt", "w").write("x")')
+        self.assertEqual(done['files'], [
+            {'path': '.local/bin/tool', 'size': 1, 'change': 'created'},
+            {'path': 'mine.txt', 'size': 1, 'change': 'created'},
+        ])
+
     def test_deep_workspace_scan_is_bounded(self):
         # Folders nested far deeper than the scan goes: the run is reported, changes deep
         # down are not, and the result says why.

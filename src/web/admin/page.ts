@@ -32,7 +32,7 @@ import type { WebSessions } from '../../auth/session-middleware.js';
 import { sendRefusal } from '../../http/errors.js';
 import type { LiveHub } from '../live/hub.js';
 import { renderPage, renderPartial } from '../render.js';
-import { AUDIT_CSV_MAX, AUDIT_PAGE, PERIODS, auditFilter, auditRow, pageNumber, sandboxView, str, strays, tokensView, upstreamView, usageOf, userNames, usersView } from './view.js';
+import { AUDIT_CSV_MAX, AUDIT_PAGE, PERIODS, auditFilter, auditRow, pageNumber, sandboxView, str, strays, tokensView, upstreamView, networkView, usageOf, userNames, usersView } from './view.js';
 
 export interface AdminDeps {
   config: Config;
@@ -73,6 +73,8 @@ export interface AdminPage {
   usage: RequestHandler;
   // GET /admin/upstream, POST /admin/upstream/:name/reconnect
   upstream: RequestHandler;
+  // GET /admin/network: connections out of sandboxes
+  network: RequestHandler;
   reconnectUpstream: RequestHandler;
   // GET /admin/api/{sandboxes,users,usage}
   apiSandboxes: RequestHandler;
@@ -291,6 +293,10 @@ export function adminPage(deps: AdminDeps): AdminPage {
 
     async usage(req, res) {
       renderPage(res, 'admin/usage', page(req), { title: 'Admin · usage', tab: 'usage', periods: Object.keys(PERIODS), ...(await usageOf(deps, str(req.query.period))) });
+    },
+
+    async network(req, res) {
+      renderPage(res, 'admin/network', page(req), { title: 'Admin · network', tab: 'network', ...(await networkView(deps.db)) });
     },
 
     async upstream(req, res) {

@@ -5,7 +5,7 @@
  * ./page.ts act. The JSON under /admin/api is built from the same rows.
  */
 import { usageByUserAndModel } from '../../agent/conversations.js';
-import { AUDIT_KINDS, AUDIT_OUTCOMES, upstreamCallCounts, type AuditKind, type AuditOutcome, type AuditRecord } from '../../audit/audit.js';
+import { AUDIT_KINDS, AUDIT_OUTCOMES, queryAudit, upstreamCallCounts, type AuditKind, type AuditOutcome, type AuditRecord } from '../../audit/audit.js';
 import type { Config } from '../../config.js';
 import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
@@ -197,4 +197,33 @@ export async function upstreamView(deps: { db: Db; upstream: Upstream }) {
       lastCall: when(c?.lastAt),
     };
   });
+}
+
+/** The network of sandboxes: the last connections out (from the audit log) and each user's traffic over the last hour. */
+export async function networkView(db: Db) {
+  const since = Date.now() - 3_600_000;
+  const rows = await queryAudit(db, { kind: 'egress', limit: 200 });
+  const who = await userNames(db);
+  const bytes = (shape: unknown, key: 'sent' | 'received') => {
+    const v = shape && typeof shape === 'object' ? (shape as Record<string, unknown>)[key] : undefined;
+    return typeof v === 'number' ? v : 0;
+  };
+  const perUser = new Map<number, { connections: number; refused: number; sent: number; received: number }>();
+  for (const r of rows) {
+    if (r.ts < since) continue;
+    const u = perUser.get(r.userId) ?? { connections: 0, refused: 0, sent: 0, received: 0 };
+    u.connections++;
+    if (r.outcome !== 'ok') u.refused++;
+    u.sent += bytes(r.argsShape, 'sent');
+    u.received += bytes(r.argsShape, 'received');
+    perUser.set(r.userId, u);
+  }
+  const kib = (n: number) => (n / 1024).toFixed(1);
+  return {
+    users: [...perUser].map(([id, u]) => ({ user: who.get(id) ?? `#${id}`, connections: u.connections, refused: u.refused, sent: kib(u.sent), received: kib(u.received) })),
+    connections: rows.map((r) => {
+      const [host, port] = (r.tool ?? '?/').split('/');
+      return { time: when(r.ts), user: who.get(r.userId) ?? `#${r.userId}`, method: r.method, host, port, sent: kib(bytes(r.argsShape, 'sent')), received: kib(bytes(r.argsShape, 'received')), outcome: r.outcome, why: r.errorClass ?? '', ms: r.durationMs.toFixed(0) };
+    }),
+  };
 }

@@ -13,6 +13,7 @@ import { GatewayError } from '../../errors.js';
 import type { Db } from '../../store/store.js';
 import { setDefaultModel } from '../../accounts/accounts.js';
 import type { Upstream } from '../../upstream/index.js';
+import type { EgressSecrets } from '../../egress/index.js';
 import { userOf, type WebSessions } from '../../auth/session-middleware.js';
 import { renderPage, renderPartial } from '../render.js';
 import { ownerOf, providersFor, serversFor, settingsView } from './view.js';
@@ -30,6 +31,10 @@ export interface SettingsPage {
   saveCredential: RequestHandler;
   /** POST /settings/credentials/delete */
   deleteCredential: RequestHandler;
+  /** POST /settings/secrets: a secret the egress proxy adds to the user's code's requests for one host. */
+  saveSecret: RequestHandler;
+  /** POST /settings/secrets/delete */
+  deleteSecret: RequestHandler;
 }
 
 const field = (req: Request, name: string) => {
@@ -42,8 +47,9 @@ const provider = (p: string): ProviderId => {
   return p as ProviderId;
 };
 
-export function settingsPage(deps: { db: Db; agent: Agent; keys: ProviderKeys; upstream: Upstream; auth: WebSessions }): SettingsPage {
-  const { db, agent, keys, upstream, auth } = deps;
+export function settingsPage(deps: { db: Db; agent: Agent; keys: ProviderKeys; upstream: Upstream; secrets: EgressSecrets; auth: WebSessions }): SettingsPage {
+  const { db, agent, keys, upstream, secrets, auth } = deps;
+  const secretsPartial = async (user: { id: number }, saved: string) => renderPartial('settings/secrets', { secrets: await secrets.list(user.id), savedSecret: saved });
 
   return {
     index: async (req, res) => {
@@ -84,6 +90,30 @@ export function settingsPage(deps: { db: Db; agent: Agent; keys: ProviderKeys; u
       if (!(await upstream.hub.serversFor(ownerOf(user))).some((s) => s.name === field(req, 'server'))) throw new GatewayError('No such server.', { reason: 'not_found', status: 404 });
       await upstream.hub.deleteUserCredential(ownerOf(user), field(req, 'server'), field(req, 'name'));
       res.type('html').send(renderPartial('settings/credentials', { servers: await serversFor(deps, user), savedCredential: `${field(req, 'name')} for ${field(req, 'server')} is removed.` }));
+    },
+
+    saveSecret: async (req, res) => {
+      const user = userOf(req);
+      let saved;
+      try {
+        saved = await secrets.set(user.id, field(req, 'name').trim(), {
+          host: field(req, 'host').trim(),
+          value: field(req, 'value'),
+          ...(field(req, 'header').trim() && { header: field(req, 'header').trim() }),
+          ...(field(req, 'port').trim() && { port: Number(field(req, 'port').trim()) }),
+          ...(req.body && typeof (req.body as Record<string, unknown>).prefix === 'string' && { prefix: field(req, 'prefix') }),
+        });
+      } catch (e) {
+        throw new GatewayError(e instanceof Error ? e.message : String(e), { reason: 'invalid_request', status: 400 });
+      }
+      res.type('html').send(await secretsPartial(user, `${saved.name} for ${saved.host} is saved: requests your code makes to http://${saved.host}/ carry it.`));
+    },
+
+    deleteSecret: async (req, res) => {
+      const user = userOf(req);
+      const host = field(req, 'host').trim().toLowerCase();
+      const removed = await secrets.remove(user.id, host);
+      res.type('html').send(await secretsPartial(user, removed ? `Your secret for ${host} is removed.` : `You had no secret for ${host}.`));
     },
   };
 }

@@ -8,11 +8,13 @@ import { KEYED_PROVIDERS, providerLabel } from '../../agent/models.js';
 import type { ProviderKeys } from '../../agent/provider-keys.js';
 import type { User } from '../../accounts/accounts.js';
 import type { Upstream } from '../../upstream/index.js';
+import type { EgressSecrets } from '../../egress/index.js';
 
 export interface SettingsViewDeps {
   agent: Agent;
   keys: ProviderKeys;
   upstream: Upstream;
+  secrets: EgressSecrets;
 }
 
 /** The user as the upstream hub knows an owner. */
@@ -37,5 +39,6 @@ export async function settingsView(deps: SettingsViewDeps, user: User) {
     defaultModel: user.defaultModel ?? (await deps.agent.catalog.defaultFor(user.id))?.id,
     providers: await providersFor(deps, user),
     servers: await serversFor(deps, user),
+    secrets: await deps.secrets.list(user.id),
   };
 }

@@ -26,6 +26,10 @@ class Scan:
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Where package managers keep what they install (pip's user site, Deno's and others'
+# caches): thousands of files no run means to report, which would otherwise use up the
+# scan's entries and hide the run's own changes.
+PACKAGE_DIRS = frozenset(('.local/lib', '.cache'))
 
 
 def snapshot(root, limit=SCAN_LIMIT, max_depth=SCAN_MAX_DEPTH, max_seconds=SCAN_MAX_SECONDS):
@@ -56,6 +60,8 @@ def snapshot(root, limit=SCAN_LIMIT, max_depth=SCAN_MAX_DEPTH, max_seconds=SCAN_
             path = rel + '/' + entry.name if rel else entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
+                    if path in PACKAGE_DIRS:
+                        continue
                     if depth >= max_depth:
                         scan.depth_cut = True
                         continue
