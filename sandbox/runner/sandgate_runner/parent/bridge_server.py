@@ -5,12 +5,11 @@ import _socket
 from collections import deque
 import os
 import selectors
-import threading
 
 from .. import wire
 from ..wire import json_line
-from .procs import set_nonblocking
-from .settings import READ_CHUNK, SEPARATED, STATE_DIR_MODE, diag
+from .selector_loop import SelectorLoop
+from .settings import READ_CHUNK, SEPARATED, STATE_DIR_MODE
 
 
 class _Conn:
@@ -25,7 +24,7 @@ class _Conn:
         self.closed = False
 
 
-class Bridge:
+class Bridge(SelectorLoop):
     """Unix socket through which code in the sandbox calls the gateway.
 
     A client sends one line {"execId", "method", "params"} and receives one line
@@ -38,19 +37,16 @@ class Bridge:
     MAX_CONNECTIONS = 256
     MAX_PENDING = 8          # calls of one execution waiting for the gateway at once
 
+    NAME = 'bridge'
+
     def __init__(self, path, emitter):
+        super().__init__()
         self.path = path
         self.emitter = emitter
-        self.lock = threading.Lock()
-        self.active_exec = None
         self.pending = {}       # call id -> _Conn
         self.replies = deque()  # (_Conn, bytes) queued by other threads
         self.conns = set()
         self.seq = 0
-        self.sel = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe()
-        set_nonblocking(self.wake_r, self.wake_w)
-        self.server = None
 
     def bind(self):
         os.makedirs(os.path.dirname(self.path), mode=STATE_DIR_MODE, exist_ok=True)
@@ -66,32 +62,9 @@ class Bridge:
             server.bind(self.path)
         finally:
             os.umask(old)
-        server.listen(64)
-        server.setblocking(False)
-        self.server = server
-
-    def serve_forever(self):
-        self.sel.register(self.server, selectors.EVENT_READ, None)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, 'wake')
-        while True:
-            for key, mask in self.sel.select():
-                try:
-                    if key.data is None:
-                        self._accept()
-                    elif key.data == 'wake':
-                        self._send_replies()
-                    else:
-                        self._service(key.data, mask)
-                except Exception as exc:  # one bad connection must not stop the bridge
-                    diag('bridge: %r' % (exc,))
-                    if isinstance(key.data, _Conn):
-                        self._close(key.data)
+        self.listen(server)
 
     # --- called by other threads
-
-    def open_exec(self, exec_id):
-        with self.lock:
-            self.active_exec = exec_id
 
     def close_exec(self, exec_id):
         with self.lock:
@@ -117,10 +90,7 @@ class Bridge:
 
     def _queue_reply(self, conn, obj):
         self.replies.append((conn, json_line(obj)))
-        try:
-            os.write(self.wake_w, b'x')
-        except BlockingIOError:
-            pass  # already awake
+        self.wake()
 
     # --- bridge thread only
 
@@ -195,12 +165,11 @@ class Bridge:
                      'no running execution %r: calls are accepted only while it runs' % (exec_id,))
             self._start_write(conn, json_line({'ok': False, 'error': error}))
 
-    def _send_replies(self):
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+    def _failed(self, conn):
+        self._close(conn)
+
+    def _woken(self):
+        """Sends the replies other threads queued."""
         while self.replies:
             conn, data = self.replies.popleft()
             if not conn.closed:

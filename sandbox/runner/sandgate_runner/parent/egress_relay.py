@@ -17,11 +17,9 @@ filling memory. One thread multiplexes every connection, as the bridge does."""
 import _socket
 import binascii
 from collections import deque
-import os
 import selectors
-import threading
 
-from .procs import set_nonblocking
+from .selector_loop import SelectorLoop
 from .settings import diag
 
 WINDOW = 256 * 1024       # bytes in flight each way, per connection
@@ -66,34 +64,25 @@ class _Conn:
         self.refusing = None      # closed door: the request line read so far
 
 
-class EgressRelay:
+class EgressRelay(SelectorLoop):
+    NAME = 'egress relay'
+
     def __init__(self, port, emitter, open_door=True):
+        super().__init__()
         self.port = port
         self.open_door = open_door
         self.emitter = emitter
-        self.lock = threading.Lock()
-        self.active_exec = None
         self.conns = {}           # id -> _Conn (relay thread only)
         self.ops = deque()        # ('data'|'end'|'close'|'ack'|'exec_end', ...) from other threads
         self.seq = 0
-        self.sel = selectors.DefaultSelector()
-        self.wake_r, self.wake_w = os.pipe()
-        set_nonblocking(self.wake_r, self.wake_w)
-        self.server = None
 
     def bind(self):
         server = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
         server.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
         server.bind(('127.0.0.1', self.port))
-        server.listen(64)
-        server.setblocking(False)
-        self.server = server
+        self.listen(server)
 
     # --- other threads
-
-    def open_exec(self, exec_id):
-        with self.lock:
-            self.active_exec = exec_id
 
     def close_exec(self, exec_id):
         with self.lock:
@@ -126,29 +115,12 @@ class EgressRelay:
 
     def _queue(self, item):
         self.ops.append(item)
-        try:
-            os.write(self.wake_w, b'x')
-        except BlockingIOError:
-            pass
+        self.wake()
 
     # --- relay thread only
 
-    def serve_forever(self):
-        self.sel.register(self.server, selectors.EVENT_READ, None)
-        self.sel.register(self.wake_r, selectors.EVENT_READ, 'wake')
-        while True:
-            for key, mask in self.sel.select():
-                try:
-                    if key.data is None:
-                        self._accept()
-                    elif key.data == 'wake':
-                        self._run_ops()
-                    else:
-                        self._service(key.data, mask)
-                except Exception as exc:  # one bad connection must not stop the relay
-                    diag('egress relay: %r' % (exc,))
-                    if isinstance(key.data, _Conn):
-                        self._close(key.data, tell=True)
+    def _failed(self, conn):
+        self._close(conn, tell=True)
 
     def _accept(self):
         try:
@@ -269,12 +241,8 @@ class EgressRelay:
                 return
         self._interest(conn)
 
-    def _run_ops(self):
-        try:
-            while os.read(self.wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
+    def _woken(self):
+        """Applies what the gateway sent (dispatch queued it) and the ends of executions."""
         while self.ops:
             item = self.ops.popleft()
             kind = item[0]

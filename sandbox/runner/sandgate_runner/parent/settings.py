@@ -20,7 +20,7 @@ PYCACHE = os.path.join(STATE_DIR, 'pycache')
 OWN_MODULES = tuple('sandgate_runner.' + name for name in (
     'wire', 'parent', 'parent.settings', 'parent.gateway_channel', 'parent.output', 'parent.workspace_scan',
     'parent.procs', 'parent.sweeper', 'parent.narrowing', 'parent.kernel_handle', 'parent.script_files',
-    'parent.deno_host', 'parent.bash_shell', 'parent.bridge_server', 'parent.egress_relay', 'parent.jobs', 'parent.outcomes',
+    'parent.deno_host', 'parent.bash_shell', 'parent.selector_loop', 'parent.bridge_server', 'parent.egress_relay', 'parent.jobs', 'parent.outcomes',
     'parent.pump', 'parent.kernel_execs', 'parent.host_execs', 'parent.process_execs', 'parent.worker',
     'parent.main', 'kernel.main'))
 WORKSPACE = os.path.abspath(os.environ.get('SANDGATE_WORKSPACE') or '/workspace')
