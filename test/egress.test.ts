@@ -241,6 +241,29 @@ print(sorted(codes, key=str))
     expect(out).toMatch(/429/);
   }, 120_000);
 
+  it('records pipelined requests on a connection closed early, and gives their slots back', async () => {
+    const before = (await queryAudit(served.harness.store.db, { userId: ann.userId, kind: 'egress', limit: 1000 })).length;
+    const r = await run(
+      ann,
+      'python',
+      `
+import socket, time, urllib.request
+for _ in range(6):
+    s = socket.create_connection(('127.0.0.1', 3128))
+    s.sendall(b''.join(b'GET http://other.test:8080/p%d HTTP/1.1\\r\\nHost: other.test:8080\\r\\n\\r\\n' % i for i in range(3)))
+    s.close()
+time.sleep(0.5)
+# With slots leaked, these two (SANDGATE_EGRESS_MAX_CONNECTIONS=2) would be refused.
+print(urllib.request.urlopen('http://other.test:8080/after', timeout=10).read().decode().strip())
+print(urllib.request.urlopen('http://other.test:8080/after2', timeout=10).read().decode().strip())
+`,
+    );
+    expect(r.stdout + r.stderr).toMatch(/hello from other\.test:8080\/after\nhello from other\.test:8080\/after2/);
+    const rows = (await queryAudit(served.harness.store.db, { userId: ann.userId, kind: 'egress', limit: 1000 })).length;
+    // Every request that was read is a row (each connection's first at least), the two after them too.
+    expect(rows - before).toBeGreaterThanOrEqual(8);
+  }, 60_000);
+
   it("carries an MCP client's run end to end", async () => {
     const token = await served.tokenFor('egress-ann');
     const m = await modernRequest(served.mcpUrl, token, 'tools/call', {

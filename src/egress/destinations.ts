@@ -22,8 +22,20 @@ import type { Grant } from '../sandboxes/permissions.js';
 export type Refusal = { ok: false; why: EgressReason; message: string };
 export type Verdict = { ok: true; address: string; port: number } | Refusal;
 
-/** Host lookups the proxy waits for at once (c-ares, off libuv's thread pool). */
-const MAX_LOOKUPS = 32;
+/**
+ * Host lookups the proxy waits for at once (c-ares, off libuv's thread pool), in all and
+ * per user: names whose servers never answer hold a lookup for seconds, and one user's
+ * cannot use up everyone's.
+ */
+const MAX_LOOKUPS = 64;
+const MAX_LOOKUPS_PER_USER = 4;
+/**
+ * Metadata services that sit in ranges an admin may list as private networks (AWS's over
+ * IPv6 in unique-local space, Alibaba's in carrier-grade NAT space) or in public space
+ * (Azure's wire server), refused whatever the settings say; link-local (169.254.169.254
+ * and the rest) is never allowed anyway.
+ */
+const METADATA = new Set(['fd00:ec2::254', '100.100.100.200', '168.63.129.16'].map((a) => ipaddr.parse(a).toNormalizedString()));
 /**
  * Answers are kept for their TTL, at most this long, and at most this many names: a
  * connection costs no lookup when the last one is fresh. The addresses are checked again
@@ -47,6 +59,7 @@ export class Destinations {
   private own = new Set<string>();
   private ownAt = 0;
   private lookups = 0;
+  private readonly lookupsBy = new Map<number, number>();
   private readonly answers = new Map<string, { addresses: string[]; until: number }>();
 
   constructor(private readonly opts: DestinationOptions) {
@@ -61,6 +74,14 @@ export class Destinations {
     return expandNet(grant, this.opts.registries).some((e) => entryCovers(e, host, port));
   }
 
+  /** Whether a run's grant names `host` at all, on any port (a secret is looked up only then). */
+  grantedHost(grant: Grant, host: string): boolean {
+    if (grant === true) return true;
+    if (grant === false) return false;
+    const h = host.toLowerCase().replace(/\.$/, '');
+    return expandNet(grant, this.opts.registries).some((e) => entryCovers({ host: e.host }, h, 0));
+  }
+
   /** The gateway host's own addresses (every interface), looked at again every minute. */
   private ownAddresses(): Set<string> {
     if (Date.now() - this.ownAt > 60_000) {
@@ -72,11 +93,13 @@ export class Destinations {
     return this.own;
   }
 
-  private async addressesOf(host: string): Promise<string[]> {
+  private async addressesOf(host: string, who: number): Promise<string[]> {
     const cached = this.answers.get(host);
     if (cached && cached.until > Date.now()) return cached.addresses;
-    if (this.lookups >= MAX_LOOKUPS) throw new Error('too many lookups at once');
+    const mine = this.lookupsBy.get(who) ?? 0;
+    if (this.lookups >= MAX_LOOKUPS || mine >= MAX_LOOKUPS_PER_USER) throw new Error('too many lookups at once');
     this.lookups++;
+    this.lookupsBy.set(who, mine + 1);
     try {
       const found = await Promise.allSettled([this.resolver.resolve4(host, { ttl: true }), this.resolver.resolve6(host, { ttl: true })]);
       const records = found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
@@ -89,11 +112,17 @@ export class Destinations {
       return addresses;
     } finally {
       this.lookups--;
+      const left = (this.lookupsBy.get(who) ?? 1) - 1;
+      if (left > 0) this.lookupsBy.set(who, left);
+      else this.lookupsBy.delete(who);
     }
   }
 
   /** Whether an address may be reached at all (whatever name led to it). */
   addressRefusal(address: string, host: string): Refusal | undefined {
+    if (METADATA.has(normal(address))) {
+      return { ok: false, why: 'private_address', message: `${host} resolves to ${address}, a cloud metadata service, which sandboxes never reach` };
+    }
     if (this.ownAddresses().has(normal(address))) {
       return {
         ok: false,
@@ -123,7 +152,7 @@ export class Destinations {
   }
 
   /** Decides where a connection for host:port under `grant` may go, resolving the name once. */
-  async decide(grant: Grant, rawHost: string, port: number): Promise<Verdict> {
+  async decide(grant: Grant, rawHost: string, port: number, who = 0): Promise<Verdict> {
     const host = (rawHost.startsWith('[') && rawHost.endsWith(']') ? rawHost.slice(1, -1) : rawHost).toLowerCase().replace(/\.$/, '');
     if (!host || !Number.isInteger(port) || port < 1 || port > 65535) return { ok: false, why: 'not_allowed', message: 'not a host and port' };
     if (net.isIP(host))
@@ -141,13 +170,10 @@ export class Destinations {
     }
     let addresses: string[];
     try {
-      addresses = await this.addressesOf(host);
-    } catch {
-      return {
-        ok: false,
-        why: 'unresolved',
-        message: `${host} could not be resolved now`,
-      };
+      addresses = await this.addressesOf(host, who);
+    } catch (e) {
+      const busy = (e as Error).message === 'too many lookups at once';
+      return { ok: false, why: 'unresolved', message: `${host} could not be resolved now${busy ? ' (too many lookups at once: try again)' : ''}` };
     }
     if (!addresses.length)
       return {

@@ -50,12 +50,12 @@ const list = (s: string) =>
     .filter(Boolean);
 
 /**
- * Refusals each user's rows may hold per window: every one, up to this many; past it, a
- * loop of refused connections is counted, not written, and the count goes into the next
- * row written for that user (`refusedBefore`), so the audit log cannot be flooded.
+ * Rows each user's connections may write per window: every one, up to this many; past
+ * it, a loop of connections (reached or refused) is counted, not written, and one row at
+ * the window's end says how many (`method: summary`), so the audit log cannot be flooded.
  */
-const REFUSALS_PER_WINDOW = 30;
-const REFUSAL_WINDOW_MS = 10_000;
+const ROWS_PER_WINDOW = 60;
+const ROW_WINDOW_MS = 10_000;
 
 export function createEgress(deps: EgressDeps): Egress {
   const { config } = deps;
@@ -79,37 +79,38 @@ export function createEgress(deps: EgressDeps): Egress {
   });
   const ca = config.egressCaFile ? [fs.readFileSync(config.egressCaFile, 'utf8')] : undefined;
 
-  const refusals = new Map<number, { until: number; written: number; dropped: number }>();
+  const windows = new Map<number, { until: number; written: number; dropped: number; refused: number }>();
   const record = (r: EgressRecord) => {
-    let q = refusals.get(r.userId);
-    if (!q || q.until <= Date.now()) {
-      if (refusals.size > 10_000) refusals.clear();
-      q = { until: Date.now() + REFUSAL_WINDOW_MS, written: 0, dropped: q?.dropped ?? 0 };
-      refusals.set(r.userId, q);
+    let w = windows.get(r.userId);
+    if (!w || w.until <= Date.now()) {
+      if (windows.size > 10_000) windows.clear();
+      w = { until: Date.now() + ROW_WINDOW_MS, written: 0, dropped: 0, refused: 0 };
+      windows.set(r.userId, w);
     }
-    if (r.outcome === 'denied' || r.outcome === 'rate_limited') {
-      if (q.written >= REFUSALS_PER_WINDOW) {
-        q.dropped++;
-        return;
-      }
-      q.written++;
+    if (w.written < ROWS_PER_WINDOW) {
+      w.written++;
+      return write(r);
     }
-    const dropped = q.dropped;
-    q.dropped = 0;
-    write(r, dropped);
+    if (!w.dropped) {
+      const counted = w;
+      setTimeout(() => summary(r.userId, counted), Math.max(0, counted.until - Date.now())).unref();
+    }
+    w.dropped++;
+    if (r.outcome !== 'ok') w.refused++;
   };
-  const write = (r: EgressRecord, refusedBefore: number) =>
+  const summary = (userId: number, w: { dropped: number; refused: number }) =>
+    void deps
+      .audit({ userId, kind: 'egress', method: 'summary', tool: null, argsShape: { connections: w.dropped, refused: w.refused }, durationMs: ROW_WINDOW_MS, outcome: 'ok' })
+      .catch((e: unknown) => log.warn({ err: e }, 'could not write an egress audit row'));
+  const write = (r: EgressRecord) =>
     void deps
       .audit({
         userId: r.userId,
         kind: 'egress',
         method: r.method,
-        tool: `${r.host}/${r.port}`,
-        argsShape: {
-          sent: r.sent,
-          received: r.received,
-          ...(refusedBefore ? { refusedBefore } : {}),
-        },
+        // The audit log keeps tool names to 64 characters: a longer host is cut (the row still says who, when and how much).
+        tool: `${r.host.slice(0, 64)}/${r.port}`,
+        argsShape: { sent: r.sent, received: r.received },
         durationMs: r.durationMs,
         outcome: r.outcome,
         errorClass: r.why ?? null,

@@ -26,6 +26,7 @@ export interface Meter {
   readonly receivedBytes: number;
   readonly ended: boolean;
   sent(n: number): void;
+  received(n: number): void;
   /** Copies `from` into `to`, counting, paced and with backpressure; `to` ends when `from` does. */
   pipe(from: Readable | Duplex, to: Writable | Duplex, direction: 'sent' | 'received'): void;
   /** The connection is over: it no longer counts as open. */
@@ -107,6 +108,10 @@ export class EgressLimits {
       },
       sent(n) {
         counts.sent += n;
+        pace(n);
+      },
+      received(n) {
+        counts.received += n;
         pace(n);
       },
       pipe(from, to, direction) {

@@ -114,7 +114,7 @@ export class EgressProxy {
       outcome,
       why: r.why,
     });
-    this.deps.log.info({ user: ctx.conn.owner.name, destination: `${host}:${port}`, why: r.why }, 'egress refused');
+    this.deps.log.debug({ user: ctx.conn.owner.name, destination: `${host.slice(0, 253)}:${port}`, why: r.why }, 'egress refused');
     return `sandgate refused this connection: ${r.message}\n`;
   }
 
@@ -122,81 +122,89 @@ export class EgressProxy {
     const ctx = this.context(req.socket);
     const { host, port } = hostPort(req.url ?? '', 443);
     if (!ctx) return void client.destroy();
+    const userId = ctx.conn.owner.userId;
     // The reason phrase carries the message: it is what pip and curl print of a refused tunnel.
     const answer = (status: string, text: string): void => {
       const [code] = status.split(' ');
-      const phrase =
-        code === '200'
-          ? status
-          : `${code} ${text
-              .replace(/^sandgate refused this connection: /, '')
-              .replace(/[^\x20-\x7e]/g, ' ')
-              .trim()
-              .slice(0, 400)}`;
+      const phrase = `${code} ${text
+        .replace(/^sandgate refused this connection: /, '')
+        .replace(/[^\x20-\x7e]/g, ' ')
+        .trim()
+        .slice(0, 400)}`;
       client.end(`HTTP/1.1 ${phrase}\r\ncontent-type: text/plain\r\nconnection: close\r\n\r\n${text}`);
     };
-    const limit = this.deps.limits.admit(ctx.conn.owner.userId);
+    const limit = this.deps.limits.admit(userId);
     if (!limit.ok) return answer('429 Too Many Requests', this.refused(ctx, 'connect', host, port, { why: 'limit', message: limit.message }, 'rate_limited'));
     const meter = limit.meter;
-    const verdict = await this.deps.destinations.decide(ctx.conn.grant, host, port);
-    if (!verdict.ok) {
-      meter.end();
-      return answer('403 Forbidden', this.refused(ctx, 'connect', host, port, verdict));
-    }
-    const secret = await this.deps.secrets.forHost(ctx.conn.owner.userId, host);
-    if (secret) {
-      meter.end();
-      return answer(
-        '403 Forbidden',
-        this.refused(ctx, 'connect', host, port, {
-          why: 'secret_host',
-          message: `sandgate adds the secret ${secret.name} to requests for ${host}: request http://${host}${port === 443 ? '' : `:${port}`}/… (plain http to the proxy; sandgate makes the TLS connection to ${host} itself)`,
-        }),
-      );
-    }
+    meter.sent(headerBytes(req));
     const started = Date.now();
-    const upstream = net.connect({ host: verdict.address, port: verdict.port });
     let outcome: EgressRecord['outcome'] = 'ok';
     let why: EgressReason | undefined;
-    upstream.once('connect', () => {
-      client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-      if (head.length) {
-        meter.sent(head.length);
-        upstream.write(head);
-      }
-      meter.pipe(client, upstream, 'sent');
-      meter.pipe(upstream, client, 'received');
-    });
-    upstream.setTimeout(this.idleMs, () => upstream.destroy());
-    upstream.on('error', () => {
-      outcome = 'error';
-      why = 'unreachable';
-      if (!client.destroyed) answer('502 Bad Gateway', `sandgate: ${host}:${port} did not answer\n`);
-    });
+    let recorded = false;
+    let established = false;
+    let upstream: net.Socket | undefined;
+    // Registered before anything waits: however the connection ends, its slot is given back and it is recorded once.
     const finish = () => {
       if (meter.ended) return;
       meter.end();
-      upstream.destroy();
+      upstream?.destroy();
       client.destroy();
-      this.deps.record({
-        userId: ctx.conn.owner.userId,
-        method: 'connect',
-        host,
-        port,
-        sent: meter.sentBytes,
-        received: meter.receivedBytes,
-        durationMs: Date.now() - started,
-        outcome,
-        why,
-      });
+      if (!recorded) {
+        recorded = true;
+        this.deps.record({ userId, method: 'connect', host, port, sent: meter.sentBytes, received: meter.receivedBytes, durationMs: Date.now() - started, outcome, why });
+      }
     };
-    upstream.on('close', finish);
-    client.on('close', finish);
+    const refuse = (status: string, r: Pick<Refusal, 'why' | 'message'>) => {
+      recorded = true;
+      meter.end();
+      answer(status, this.refused(ctx, 'connect', host, port, r));
+    };
+    client.once('close', finish);
+    try {
+      const verdict = await this.deps.destinations.decide(ctx.conn.grant, host, port, userId);
+      if (meter.ended) return;
+      if (!verdict.ok) return refuse('403 Forbidden', verdict);
+      const secret = await this.deps.secrets.forHost(userId, host);
+      if (meter.ended) return;
+      if (secret) {
+        return refuse('403 Forbidden', {
+          why: 'secret_host',
+          message: `sandgate adds the secret ${secret.name} to requests for ${host}: request http://${host}${port === 443 ? '' : `:${port}`}/… (plain http to the proxy; sandgate makes the TLS connection to ${host} itself)`,
+        });
+      }
+      const socket = (upstream = net.connect({ host: verdict.address, port: verdict.port }));
+      socket.once('connect', () => {
+        established = true;
+        client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
+        if (head.length) {
+          meter.sent(head.length);
+          socket.write(head);
+        }
+        meter.pipe(client, socket, 'sent');
+        meter.pipe(socket, client, 'received');
+      });
+      socket.setTimeout(this.idleMs, () => socket.destroy());
+      socket.on('error', () => {
+        outcome = 'error';
+        why = 'unreachable';
+        // After the 200 the client speaks TLS: no more words of ours in its stream.
+        if (!established && !client.destroyed) answer('502 Bad Gateway', `sandgate: ${host}:${port} did not answer\n`);
+        else client.destroy();
+      });
+      socket.on('close', finish);
+    } catch (e) {
+      outcome = 'error';
+      why = 'unreachable';
+      this.deps.log.warn({ err: e, user: ctx.conn.owner.name }, 'egress tunnel failed');
+      if (!established && !client.destroyed) answer('502 Bad Gateway', 'sandgate: the connection could not be made\n');
+      finish();
+    }
   }
 
   private async plain(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
     const ctx = this.context(req.socket);
     if (!ctx) return void res.destroy();
+    const userId = ctx.conn.owner.userId;
     let url: URL;
     try {
       url = new URL(req.url ?? '');
@@ -206,73 +214,105 @@ export class EgressProxy {
       return;
     }
     const host = url.hostname;
-    const secret = await this.deps.secrets.forHost(ctx.conn.owner.userId, host);
-    // With a secret, plain http from the sandbox is https from here, to the host's TLS port.
-    const port = url.port ? Number(url.port) : secret ? secret.port : 80;
-    const limit = this.deps.limits.admit(ctx.conn.owner.userId);
+    const limit = this.deps.limits.admit(userId);
     if (!limit.ok) {
-      res.writeHead(429, { 'content-type': 'text/plain' }).end(this.refused(ctx, 'http', host, port, { why: 'limit', message: limit.message }, 'rate_limited'));
+      res.writeHead(429, { 'content-type': 'text/plain' }).end(this.refused(ctx, 'http', host, Number(url.port) || 80, { why: 'limit', message: limit.message }, 'rate_limited'));
       return;
     }
     const meter = limit.meter;
-    const verdict = await this.deps.destinations.decide(ctx.conn.grant, host, port);
-    if (!verdict.ok) {
-      meter.end();
-      res.writeHead(403, { 'content-type': 'text/plain' }).end(this.refused(ctx, 'http', host, port, verdict));
-      return;
-    }
+    meter.sent(headerBytes(req));
     const started = Date.now();
-    const headers: http.OutgoingHttpHeaders = {};
-    for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.includes(k) && v !== undefined) headers[k] = v;
-    headers.host = url.host;
-    if (secret) applySecret(headers, secret);
+    let port = Number(url.port) || 80;
     let outcome: EgressRecord['outcome'] = 'ok';
-    const options: https.RequestOptions = {
-      host: verdict.address,
-      port: verdict.port,
-      method: req.method,
-      path: `${url.pathname}${url.search}`,
-      headers,
-      setHost: false,
-      agent: false,
-    };
-    const upstream = secret ? https.request({ ...options, servername: host, ...(this.ca ? { ca: this.ca } : {}) }, respond) : http.request(options, respond);
-    function respond(r: http.IncomingMessage) {
-      const out: http.OutgoingHttpHeaders = {};
-      for (const [k, v] of Object.entries(r.headers)) if (!HOP_HEADERS.includes(k) && v !== undefined) out[k] = v;
-      res.writeHead(r.statusCode ?? 502, out);
-      meter.pipe(r, res, 'received');
-    }
-    upstream.setTimeout(this.idleMs, () => upstream.destroy(new Error('idle')));
-    upstream.on('error', (e) => {
-      outcome = 'error';
-      const tlsFailure = secret && /certificate|self.signed|unable to verify/i.test(e.message);
-      if (!res.headersSent) {
-        res.writeHead(502, { 'content-type': 'text/plain' }).end(`sandgate: ${host}:${port} ${tlsFailure ? `did not show a certificate sandgate trusts (${e.message})` : 'did not answer'}\n`);
-      } else res.destroy();
-    });
-    meter.pipe(req, upstream, 'sent');
-    res.on('close', () => {
+    let recorded = false;
+    let upstream: http.ClientRequest | undefined;
+    const socket = req.socket;
+    // Registered before anything waits (a pipelined request's response may never be
+    // written, and its connection can close meanwhile): the slot is given back and the
+    // request recorded once, however it ends.
+    const finish = () => {
+      socket.off('close', finish);
       if (meter.ended) return;
       meter.end();
-      upstream.destroy();
-      this.deps.record({
-        userId: ctx.conn.owner.userId,
-        method: 'http',
-        host,
-        port,
-        sent: meter.sentBytes,
-        received: meter.receivedBytes,
-        durationMs: Date.now() - started,
-        outcome: res.writableFinished && outcome === 'ok' ? 'ok' : outcome === 'ok' ? 'error' : outcome,
+      upstream?.destroy();
+      if (!recorded) {
+        recorded = true;
+        this.deps.record({
+          userId,
+          method: 'http',
+          host,
+          port,
+          sent: meter.sentBytes,
+          received: meter.receivedBytes,
+          durationMs: Date.now() - started,
+          outcome: res.writableFinished && outcome === 'ok' ? 'ok' : outcome === 'ok' ? 'error' : outcome,
+        });
+      }
+    };
+    res.once('close', finish);
+    socket.once('close', finish);
+    const refuse = (status: number, r: Pick<Refusal, 'why' | 'message'>) => {
+      recorded = true;
+      meter.end();
+      if (!res.headersSent) res.writeHead(status, { 'content-type': 'text/plain' }).end(this.refused(ctx, 'http', host, port, r));
+    };
+    try {
+      // A secret is looked up only for a host the grant names at all.
+      const secret = this.deps.destinations.grantedHost(ctx.conn.grant, host) ? await this.deps.secrets.forHost(userId, host) : undefined;
+      // With a secret, plain http from the sandbox is https from here, to the host's TLS port.
+      if (!url.port && secret) port = secret.port;
+      const verdict = await this.deps.destinations.decide(ctx.conn.grant, host, port, userId);
+      if (meter.ended) return;
+      if (!verdict.ok) return refuse(403, verdict);
+      const headers: http.OutgoingHttpHeaders = {};
+      for (const [k, v] of Object.entries(req.headers)) if (!HOP_HEADERS.includes(k) && v !== undefined) headers[k] = v;
+      headers.host = url.host;
+      if (secret) applySecret(headers, secret);
+      const options: https.RequestOptions = {
+        host: verdict.address,
+        port: verdict.port,
+        method: req.method,
+        path: `${url.pathname}${url.search}`,
+        headers,
+        setHost: false,
+        agent: false,
+      };
+      const respond = (r: http.IncomingMessage) => {
+        const out: http.OutgoingHttpHeaders = {};
+        for (const [k, v] of Object.entries(r.headers)) if (!HOP_HEADERS.includes(k) && v !== undefined) out[k] = v;
+        meter.received(headerBytes(r));
+        res.writeHead(r.statusCode ?? 502, out);
+        meter.pipe(r, res, 'received');
+      };
+      const request = (upstream = secret ? https.request({ ...options, servername: host, ...(this.ca ? { ca: this.ca } : {}) }, respond) : http.request(options, respond));
+      request.setTimeout(this.idleMs, () => request.destroy(new Error('idle')));
+      request.on('error', (e) => {
+        outcome = 'error';
+        const tlsFailure = secret && /certificate|self.signed|unable to verify/i.test(e.message);
+        if (!res.headersSent) {
+          res.writeHead(502, { 'content-type': 'text/plain' }).end(`sandgate: ${host}:${port} ${tlsFailure ? `did not show a certificate sandgate trusts (${e.message})` : 'did not answer'}\n`);
+        } else res.destroy();
       });
-    });
+      meter.pipe(req, request, 'sent');
+    } catch (e) {
+      outcome = 'error';
+      this.deps.log.warn({ err: e, user: ctx.conn.owner.name }, 'egress request failed');
+      if (!res.headersSent) res.writeHead(502, { 'content-type': 'text/plain' }).end('sandgate: the request could not be made\n');
+      finish();
+    }
   }
 
   async close(): Promise<void> {
     for (const s of this.open) s.destroy();
     this.server.closeAllConnections();
   }
+}
+
+/** The bytes of a message's header lines, counted like its body. */
+function headerBytes(m: http.IncomingMessage): number {
+  let n = 0;
+  for (const h of m.rawHeaders) n += h.length + 2;
+  return n + (m.url?.length ?? 0) + 16;
 }
 
 /** Sets the secret's header on a request for its host, whatever the sandbox sent in its place. */

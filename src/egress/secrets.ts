@@ -32,6 +32,7 @@ export interface HostSecret {
 export const SECRET_SERVER_PREFIX = 'egress:';
 const NAME = /^[A-Z][A-Z0-9_]{0,63}$/;
 const HEADER = /^[a-z0-9][a-z0-9-]{0,63}$/;
+const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
 
 /** Checks one secret's fields (the settings' or a form's); throws a readable Error. */
 export function checkSecret(
@@ -47,11 +48,12 @@ export function checkSecret(
   if (!NAME.test(name)) throw new Error(`secret name "${name}": use capitals, digits and _ (e.g. WEATHER_KEY)`);
   const entry = typeof raw.host === 'string' ? parseNetEntry(raw.host) : undefined;
   if (!entry || entry.host.startsWith('*.') || entry.port !== undefined) throw new Error(`secret ${name}: "host" must be one host name (api.example.com)`);
-  if (typeof raw.value !== 'string' || !raw.value || /[\r\n\0]/.test(raw.value)) throw new Error(`secret ${name}: "value" must be a non-empty single line`);
+  // What a header may carry (visible ASCII, spaces and tabs): anything else would be refused when the request is made.
+  if (typeof raw.value !== 'string' || !raw.value || raw.value.length > 8192 || !HEADER_VALUE.test(raw.value)) throw new Error(`secret ${name}: "value" must be one line of printable ASCII`);
   const header = raw.header === undefined ? 'authorization' : typeof raw.header === 'string' ? raw.header.toLowerCase() : '';
   if (!HEADER.test(header) || header === 'host' || header.startsWith('proxy-')) throw new Error(`secret ${name}: "header" must be a header name (authorization, x-api-key)`);
   const prefix = raw.prefix === undefined ? (header === 'authorization' ? 'Bearer ' : '') : raw.prefix;
-  if (typeof prefix !== 'string' || /[\r\n\0]/.test(prefix) || prefix.length > 64) throw new Error(`secret ${name}: "prefix" must be a short single line`);
+  if (typeof prefix !== 'string' || !HEADER_VALUE.test(prefix) || prefix.length > 64) throw new Error(`secret ${name}: "prefix" must be a short line of printable ASCII`);
   const port = raw.port === undefined ? 443 : raw.port;
   if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) throw new Error(`secret ${name}: "port" must be a TCP port`);
   return { name, host: entry.host, port, header, prefix, value: raw.value };

@@ -48,6 +48,7 @@ class RunnerStream extends Duplex {
 
   constructor(
     readonly connId: string,
+    readonly execId: string,
     private readonly send: Send,
   ) {
     super({ allowHalfOpen: true, readableHighWaterMark: 64 * 1024 });
@@ -66,13 +67,16 @@ class RunnerStream extends Duplex {
     this.safeSend({ op: 'net_ack', id: this.connId, bytes });
   }
 
-  acked(bytes: number): void {
-    this.unacked = Math.max(0, this.unacked - bytes);
+  /** False when the runner acknowledges more than was sent: not the protocol. */
+  acked(bytes: number): boolean {
+    if (bytes > this.unacked) return false;
+    this.unacked -= bytes;
     if (this.unacked < NET_WINDOW && this.waiting) {
       const go = this.waiting;
       this.waiting = undefined;
       go();
     }
+    return true;
   }
 
   private safeSend(req: Parameters<Send>[0]): void {
@@ -135,6 +139,11 @@ export function routeEgress(sb: UserSandbox, handler: () => EgressHandler | unde
       /* gone */
     }
   };
+  // The gateway ends a run's connections itself when the run ends (the relay does too):
+  // a connection keeps the grant of the run that opened it, and no run outlives its own.
+  sb.endEgress = (execId) => {
+    for (const c of conns.values()) if (c.execId === execId) c.destroy();
+  };
   sb.handle.onExit(() => {
     for (const c of conns.values()) {
       c.closedByRunner = true;
@@ -150,7 +159,7 @@ export function routeEgress(sb: UserSandbox, handler: () => EgressHandler | unde
         const grant = sb.runNet ?? false;
         const serve = handler();
         if (e.execId !== sb.inFlight || !serve || conns.has(e.id) || conns.size >= MAX_NET_PER_SANDBOX) return refuse(e.id);
-        const stream = new RunnerStream(e.id, send);
+        const stream = new RunnerStream(e.id, e.execId, send);
         conns.set(e.id, stream);
         stream.on('close', () => conns.delete(e.id));
         serve({ owner: sb.owner, execId: e.execId, grant, stream });
@@ -163,9 +172,11 @@ export function routeEgress(sb: UserSandbox, handler: () => EgressHandler | unde
         }
         return;
       }
-      case 'net_ack':
-        conns.get(e.id)?.acked(e.bytes);
+      case 'net_ack': {
+        const c = conns.get(e.id);
+        if (c && !c.acked(e.bytes)) c.destroy(new Error('the runner acknowledged bytes never sent'));
         return;
+      }
       case 'net_end':
         conns.get(e.id)?.push(null);
         return;

@@ -38,6 +38,8 @@ export interface UserSandbox extends Live {
   inFlight?: string;
   /** The `net` grant of the run in flight, when it has one: what its connections out may reach. */
   runNet?: Grant;
+  /** Ends the connections out that run `execId` opened (set by routeEgress). */
+  endEgress?: (execId: string) => void;
   /** The run in flight: its language and when it began (for the admin page). */
   run?: { language: string; startedAt: number };
   /** Set when an admin stops the sandbox: what its runs report instead of a plain stop. */

@@ -179,6 +179,7 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
     return (await follow(sb, id, request, opts, timeoutSec, settings, opts.onStart))!;
   } finally {
     sb.runNet = undefined;
+    sb.endEgress?.(id);
   }
 }
 

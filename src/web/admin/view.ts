@@ -199,31 +199,71 @@ export async function upstreamView(deps: { db: Db; upstream: Upstream }) {
   });
 }
 
-/** The network of sandboxes: the last connections out (from the audit log) and each user's traffic over the last hour. */
+/** The network of sandboxes: each user's connections out over the last hour (counted in the database), and the last 200. */
 export async function networkView(db: Db) {
   const since = Date.now() - 3_600_000;
-  const rows = await queryAudit(db, { kind: 'egress', limit: 200 });
   const who = await userNames(db);
-  const bytes = (shape: unknown, key: 'sent' | 'received') => {
+  const totals = await db
+    .selectFrom('audit_log')
+    .select((eb) => [
+      'user_id',
+      eb.fn.countAll<number>().as('rows'),
+      eb.fn.sum<number | null>(eb.case().when('outcome', '!=', 'ok').then(eb.lit(1)).else(eb.lit(0)).end()).as('refused'),
+    ])
+    .where('kind', '=', 'egress')
+    .where('method', '!=', 'summary')
+    .where('ts', '>=', since)
+    .groupBy('user_id')
+    .execute();
+  // Bytes are in each row's shape: read back for the hour, at most 20,000 rows.
+  const shapes = await db.selectFrom('audit_log').select(['user_id', 'args_shape']).where('kind', '=', 'egress').where('ts', '>=', since).orderBy('id', 'desc').limit(20_000).execute();
+  const bytesOf = (shape: unknown, key: 'sent' | 'received' | 'connections' | 'refused') => {
     const v = shape && typeof shape === 'object' ? (shape as Record<string, unknown>)[key] : undefined;
     return typeof v === 'number' ? v : 0;
   };
-  const perUser = new Map<number, { connections: number; refused: number; sent: number; received: number }>();
-  for (const r of rows) {
-    if (r.ts < since) continue;
-    const u = perUser.get(r.userId) ?? { connections: 0, refused: 0, sent: 0, received: 0 };
-    u.connections++;
-    if (r.outcome !== 'ok') u.refused++;
-    u.sent += bytes(r.argsShape, 'sent');
-    u.received += bytes(r.argsShape, 'received');
-    perUser.set(r.userId, u);
+  const moved = new Map<number, { sent: number; received: number; more: number; moreRefused: number }>();
+  for (const r of shapes) {
+    let shape: unknown;
+    try {
+      shape = r.args_shape ? JSON.parse(r.args_shape) : null;
+    } catch {
+      shape = null;
+    }
+    const m = moved.get(Number(r.user_id)) ?? { sent: 0, received: 0, more: 0, moreRefused: 0 };
+    m.sent += bytesOf(shape, 'sent');
+    m.received += bytesOf(shape, 'received');
+    // Summary rows: the connections of a window past its rows.
+    m.more += bytesOf(shape, 'connections');
+    m.moreRefused += bytesOf(shape, 'refused');
+    moved.set(Number(r.user_id), m);
   }
   const kib = (n: number) => (n / 1024).toFixed(1);
+  const rows = await queryAudit(db, { kind: 'egress', limit: 200 });
   return {
-    users: [...perUser].map(([id, u]) => ({ user: who.get(id) ?? `#${id}`, connections: u.connections, refused: u.refused, sent: kib(u.sent), received: kib(u.received) })),
+    users: totals.map((t) => {
+      const m = moved.get(Number(t.user_id));
+      return {
+        user: who.get(Number(t.user_id)) ?? `#${t.user_id}`,
+        connections: Number(t.rows) + (m?.more ?? 0),
+        refused: Number(t.refused ?? 0) + (m?.moreRefused ?? 0),
+        sent: kib(m?.sent ?? 0),
+        received: kib(m?.received ?? 0),
+      };
+    }),
     connections: rows.map((r) => {
-      const [host, port] = (r.tool ?? '?/').split('/');
-      return { time: when(r.ts), user: who.get(r.userId) ?? `#${r.userId}`, method: r.method, host, port, sent: kib(bytes(r.argsShape, 'sent')), received: kib(bytes(r.argsShape, 'received')), outcome: r.outcome, why: r.errorClass ?? '', ms: r.durationMs.toFixed(0) };
+      const [host, port] = (r.tool ?? (r.method === 'summary' ? `(${bytesOf(r.argsShape, 'connections')} more connections)/` : '?/')).split('/');
+      return {
+        time: when(r.ts),
+        user: who.get(r.userId) ?? `#${r.userId}`,
+        method: r.method,
+        host,
+        port,
+        sent: kib(bytesOf(r.argsShape, 'sent')),
+        received: kib(bytesOf(r.argsShape, 'received')),
+        outcome: r.outcome,
+        why: r.errorClass ?? '',
+        ms: r.durationMs.toFixed(0),
+      };
     }),
   };
 }
