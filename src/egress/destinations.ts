@@ -29,6 +29,7 @@ export type Verdict = { ok: true; address: string; port: number } | Refusal;
  */
 const MAX_LOOKUPS = 64;
 const MAX_LOOKUPS_PER_USER = 4;
+const LOOKUP_WAIT_MS = 3000;
 /**
  * Metadata services that sit in ranges an admin may list as private networks (AWS's over
  * IPv6 in unique-local space, Alibaba's in carrier-grade NAT space) or in public space
@@ -60,6 +61,7 @@ export class Destinations {
   private ownAt = 0;
   private lookups = 0;
   private readonly lookupsBy = new Map<number, number>();
+  private readonly pending = new Map<string, Promise<string[]>>();
   private readonly answers = new Map<string, { addresses: string[]; until: number }>();
 
   constructor(private readonly opts: DestinationOptions) {
@@ -96,10 +98,26 @@ export class Destinations {
   private async addressesOf(host: string, who: number): Promise<string[]> {
     const cached = this.answers.get(host);
     if (cached && cached.until > Date.now()) return cached.addresses;
-    const mine = this.lookupsBy.get(who) ?? 0;
-    if (this.lookups >= MAX_LOOKUPS || mine >= MAX_LOOKUPS_PER_USER) throw new Error('too many lookups at once');
+    // Connections that ask for the same name at once share one lookup.
+    const pending = this.pending.get(host);
+    if (pending) return pending;
+    // A user past their lookups waits a little for one of theirs to end, then is refused.
+    for (let waited = 0; (this.lookupsBy.get(who) ?? 0) >= MAX_LOOKUPS_PER_USER || this.lookups >= MAX_LOOKUPS; waited += 50) {
+      if (waited >= LOOKUP_WAIT_MS) throw new Error('too many lookups at once');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const lookup = this.lookup(host, who);
+    this.pending.set(host, lookup);
+    try {
+      return await lookup;
+    } finally {
+      this.pending.delete(host);
+    }
+  }
+
+  private async lookup(host: string, who: number): Promise<string[]> {
     this.lookups++;
-    this.lookupsBy.set(who, mine + 1);
+    this.lookupsBy.set(who, (this.lookupsBy.get(who) ?? 0) + 1);
     try {
       const found = await Promise.allSettled([this.resolver.resolve4(host, { ttl: true }), this.resolver.resolve6(host, { ttl: true })]);
       const records = found.flatMap((r) => (r.status === 'fulfilled' ? r.value : []));
