@@ -269,7 +269,8 @@ describe('chat', () => {
       await send(page, `plot the trend (${viewport})`);
       // The first message names the conversation at once: its header, its entry in the list, the window's title.
       const name = `plot the trend (${viewport})`;
-      await page.waitForFunction((n) => document.getElementById('conversation-title')?.textContent === n, name);
+      // Three updates, each applied as it arrives: wait for the last before looking.
+      await page.waitForFunction((n) => document.getElementById('conversation-title')?.textContent === n && document.title === `${n} · sandgate`, name);
       expect(await page.title()).toBe(`${name} · sandgate`);
       expect(await page.locator(`#conv-link-${id}`).textContent()).toBe(name);
       // Live: the tool call with its code appears, then the plot, then the answer.
