@@ -58,8 +58,10 @@ case "$cmd" in
     command -v go >/dev/null 2>&1 || need+=(golang-go)
     [ -d /usr/share/gocode/src/github.com/Masterminds/sprig ] || need+=(golang-github-masterminds-sprig-dev)
     [ -d /usr/share/gocode/src/gopkg.in/yaml.v3 ] || need+=(golang-gopkg-yaml.v3-dev)
-    # The stand-in Kubernetes API server's certificates.
+    # The stand-in Kubernetes API server's certificates, and the egress stand-ins' test CA.
     command -v openssl >/dev/null 2>&1 || need+=(openssl)
+    # The egress stand-ins run in a network namespace of their own (test/support/egress.ts).
+    command -v ip >/dev/null 2>&1 || need+=(iproute2)
     [ ${#need[@]} -eq 0 ] || apt_install "${need[@]}"
     t0=$(date +%s)
     log "type check"
