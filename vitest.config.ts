@@ -28,6 +28,8 @@ export const POSTGRES_SUITES = [
   'src/web/live/hub.test.ts',
   'test/api-store.test.ts',
   'test/db-copy.test.ts',
+  // Egress audit rows, users' secrets and the admin page's hourly counts are stored.
+  'test/egress.test.ts',
   'test/replicas.test.ts',
   'test/replicas-rolling.test.ts',
   'test/replicas-web.test.ts',
