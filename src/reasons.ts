@@ -37,5 +37,5 @@ export const UPSTREAM_ERROR_REASONS = ['unknown_server', 'denied', 'unknown_tool
 export type UpstreamErrorReason = (typeof UPSTREAM_ERROR_REASONS)[number];
 
 /** Why a connection out of a sandbox was refused or ended (src/egress). */
-export const EGRESS_REASONS = ['not_allowed', 'ip_literal', 'unresolved', 'private_address', 'own_address', 'secret_host', 'limit', 'unreachable'] as const;
+export const EGRESS_REASONS = ['not_allowed', 'ip_literal', 'unresolved', 'private_address', 'own_address', 'secret_host', 'limit', 'unreachable', 'sni_mismatch'] as const;
 export type EgressReason = (typeof EGRESS_REASONS)[number];

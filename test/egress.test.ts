@@ -58,7 +58,7 @@ describe('egress from sandboxes', () => {
       'egress-ann',
       JSON.stringify({
         ...READ,
-        net: ['registries', 'api.test', 'other.test:8080', 'loop.test', 'gw.test', 'private.test', 'nowhere.test'],
+        net: ['registries', 'api.test', 'pkgs.test:8443', 'other.test:8080', 'loop.test', 'gw.test', 'private.test', 'nowhere.test'],
       }),
     );
   }, 120_000);
@@ -150,6 +150,40 @@ for u in ['http://other.test:8080/hello', 'http://pkgs.test:8080/simple/', 'http
     const network = await (await admin.get('/admin/network', { htmx: false })).text();
     expect(network).toMatch(/<td>egress-ann<\/td><td>http<\/td><td>other\.test<\/td><td class="num">8080<\/td>/);
     expect(network).toMatch(/<td>egress-ann<\/td><td>http<\/td><td>gw\.test<\/td><td class="num">8080<\/td><td class="num">0\.0<\/td><td class="num">0\.0<\/td><td>denied<\/td><td>own_address<\/td>|<td>denied<\/td><td>(ip_literal|private_address|not_allowed)<\/td>/);
+  }, 120_000);
+
+  it('refuses a tunnel to an allowed host whose TLS asks for another name on the same address', async () => {
+    // pkgs.test, api.test and other.test share one address, as names on one CDN do: a
+    // tunnel opened to pkgs.test:8443 must not become a TLS session with api.test.
+    const code = `
+import os, socket, ssl, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ.get('HTTPS_PROXY') or os.environ['https_proxy'])
+def hello(name):
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=10)
+    s.sendall(b'CONNECT pkgs.test:8443 HTTP/1.1\\r\\nHost: pkgs.test:8443\\r\\n\\r\\n')
+    answer = b''
+    while b'\\r\\n\\r\\n' not in answer:
+        answer += s.recv(1)
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        t = ctx.wrap_socket(s, server_hostname=name)
+        return 'TLS ' + t.version()
+    except Exception as e:
+        return 'ERR ' + str(e)
+    finally:
+        s.close()
+for name in ['pkgs.test', 'PKGS.test.', 'api.test']:
+    print(name, '=>', hello(name))
+`;
+    const out = (await run(ann, 'python', code)).stdout;
+    expect(out).toMatch(/^pkgs\.test => TLS TLSv1\.3$/m);
+    expect(out).toMatch(/^PKGS\.test\. => TLS TLSv1\.3$/m);
+    expect(out).toMatch(/^api\.test => ERR .*ALERT_ACCESS_DENIED/m);
+    const rows = (await queryAudit(served.harness.store.db, { userId: ann.userId, kind: 'egress', limit: 200 })).filter((r) => r.tool === 'pkgs.test/8443');
+    expect(rows.filter((r) => r.outcome === 'denied' && r.errorClass === 'sni_mismatch')).toHaveLength(1);
+    expect(rows.filter((r) => r.outcome === 'ok')).toHaveLength(2);
   }, 120_000);
 
   it("adds a host's secret to requests for that host only, and code never sees it", async () => {

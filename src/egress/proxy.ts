@@ -26,6 +26,7 @@ import type { SandboxConnection } from '../sandboxes/egress-route.js';
 import type { Destinations, Refusal } from './destinations.js';
 import type { EgressLimits, Meter } from './limits.js';
 import type { EgressSecrets, HostSecret } from './secrets.js';
+import { readClientHello, sameHost } from './client-hello.js';
 
 export interface EgressRecord {
   userId: number;
@@ -55,6 +56,9 @@ interface Context {
   conn: SandboxConnection;
   meter?: Meter;
 }
+
+/** A TLS alert record: fatal (2), access_denied (49). */
+const ACCESS_DENIED_ALERT = Buffer.from([0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
 
 function hostPort(authority: string, defaultPort: number): { host: string; port: number } {
   const m = /^(\[[^\]]+\]|[^:[\]]+)(?::(\d{1,5}))?$/.exec(authority);
@@ -176,12 +180,40 @@ export class EgressProxy {
       socket.once('connect', () => {
         established = true;
         client.write('HTTP/1.1 200 Connection Established\r\n\r\n');
-        if (head.length) {
-          meter.sent(head.length);
-          socket.write(head);
-        }
-        meter.pipe(client, socket, 'sent');
+        // The host's answers flow at once (a server may speak first); the client's first
+        // bytes wait until their ClientHello names this host.
         meter.pipe(socket, client, 'received');
+        let first = head;
+        const passOn = () => {
+          client.off('data', peek);
+          client.off('end', endEarly);
+          meter.sent(first.length);
+          if (first.length) socket.write(first);
+          meter.pipe(client, socket, 'sent');
+        };
+        const endEarly = () => socket.end();
+        const peek = (chunk?: Buffer) => {
+          if (chunk) first = Buffer.concat([first, chunk]);
+          const hello = readClientHello(first);
+          if (hello.kind === 'more') return;
+          // Not TLS: the bytes go to the address checked above, like any other.
+          if (hello.kind === 'not-tls' || (hello.kind === 'hello' && (hello.serverName === undefined || sameHost(hello.serverName, host)))) return passOn();
+          outcome = 'denied';
+          why = 'sni_mismatch';
+          client.off('data', peek);
+          this.deps.log.debug(
+            { user: ctx.conn.owner.name, destination: `${host}:${port}`, hello: hello.kind === 'hello' ? hello.serverName?.slice(0, 253) : hello.detail },
+            'egress tunnel refused: its TLS names another host',
+          );
+          // Nothing more from the host; a TLS alert (fatal, access_denied) is what the
+          // client's TLS library can show.
+          socket.removeAllListeners('data');
+          socket.pause();
+          client.end(ACCESS_DENIED_ALERT, () => socket.destroy());
+        };
+        client.on('data', peek);
+        client.once('end', endEarly);
+        if (first.length) peek();
       });
       socket.setTimeout(this.idleMs, () => socket.destroy());
       socket.on('error', () => {
