@@ -24,7 +24,7 @@ const shippedPatterns = [
  * the picture holds for a reader and not only at run time.
  */
 export const LAYERS = [
-  ['src/{errors,reasons,logger,dates,paths,bounded-json,text,config,addresses}.ts', 'src/host/**', 'src/secrets/**'],
+  ['src/{errors,reasons,logger,dates,paths,bounded-json,text,config,addresses}.ts', 'src/host/**', 'src/secrets/**', 'src/telemetry/**'],
   ['src/store/**'],
   ['src/accounts/**', 'src/tokens/**', 'src/limits/**', 'src/replicas/**', 'src/oauth/**'],
   ['src/auth/**', 'src/audit/**', 'src/pii/**'],

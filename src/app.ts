@@ -12,6 +12,8 @@ import type { ReadinessCheck } from './http/health.js';
 import type { OpenAiApi } from './http/openai-api.js';
 import { errorHandler, notFound, setOwnOrigin } from './http/errors.js';
 import { requestContext } from './http/request-context.js';
+import { requestMetrics } from './http/metrics.js';
+import { requestSpans } from './http/traces.js';
 import { routes } from './routes.js';
 import type { WebApp } from './web/index.js';
 import type { OAuthRoutes } from './http/oauth.js';
@@ -43,6 +45,8 @@ export function createApp(deps: AppDeps): express.Express {
   setOwnOrigin(app, deps.config);
   // First, so that everything a request starts can be traced back to it.
   app.use(requestContext());
+  app.use(requestMetrics());
+  app.use(requestSpans());
   deps.mount?.(app);
   routes(app, deps);
   app.use(notFound());

@@ -41,6 +41,10 @@ export const SETTINGS = [
   setting('replicaKey', 'SANDGATE_REPLICA_KEY', '', z.string(), 'Key the gateways on one database sign and seal their internal hops and live updates with (32 bytes, base64 or hex), the same on every one: a gateway whose key is not the running ones\' does not start. Empty: generated once in <data dir>/replicas.key with mode 0600: copy that file to every gateway host.'),
   setting('databaseCaFile', 'SANDGATE_DATABASE_CA_FILE', '', z.string(), 'PEM file of the certificate authority that signed the Postgres server\'s certificate; set, the connection uses TLS and checks the server against it.'),
   setting('logLevel', 'SANDGATE_LOG_LEVEL', 'info', z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']), 'pino log level.'),
+  setting('metricsListen', 'SANDGATE_METRICS_LISTEN', '', z.union([z.literal(''), z.string().regex(/^(?:\[[0-9a-fA-F:.]+\]|[^:[\]\s]+):\d{1,5}$/, 'must be host:port, e.g. 127.0.0.1:9464')]), 'host:port of a listener of its own serving Prometheus metrics at GET /metrics, without authentication: loopback or a private network only (any other address is warned at start). Empty: none; an admin\'s API token reads the same at /admin/metrics.'),
+  setting('tracesUrl', 'SANDGATE_TRACES_URL', '', optionalUrl, 'OpenTelemetry: the OTLP/HTTP endpoint traces are sent to (e.g. http://collector:4318/v1/traces). Each request, its tool calls, sandbox runs and model rounds are spans, continuing a traceparent the client sends. Empty: no traces, and no cost.'),
+  setting('tracesHeaders', 'SANDGATE_TRACES_HEADERS', '', z.string(), 'Headers sent with every export to SANDGATE_TRACES_URL, comma-separated name=value (e.g. authorization=Bearer abc).'),
+  setting('tracesSampleRatio', 'SANDGATE_TRACES_SAMPLE_RATIO', '1', z.coerce.number().min(0).max(1), 'The share of new traces recorded (0 to 1) when SANDGATE_TRACES_URL is set; a request continuing a client\'s trace follows its sampled flag.'),
   setting('sandboxDriver', 'SANDGATE_SANDBOX_DRIVER', 'docker', z.enum(['docker', 'kubernetes']), 'Where sandboxes run. docker: containers under runsc on this host\'s dockerd. kubernetes: a Pod per sandbox on a cluster, under a gVisor RuntimeClass, each workspace a PersistentVolumeClaim (see the SANDGATE_K8S_ settings and deploy/helm/sandgate).'),
   setting('k8sNamespace', 'SANDGATE_K8S_NAMESPACE', 'sandgate-sandboxes', z.string().regex(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/, 'must be a Kubernetes namespace name'), 'With the kubernetes driver: the namespace sandbox pods, their workspace claims and their NetworkPolicy live in (its own, with the RBAC the Helm chart gives).'),
   setting('k8sKubeconfig', 'SANDGATE_K8S_KUBECONFIG', '', z.string(), 'With the kubernetes driver: a kubeconfig file to reach the cluster with. Empty: the pod\'s service account when the gateway runs on the cluster, else $KUBECONFIG or ~/.kube/config.'),
@@ -214,6 +218,9 @@ export function loadConfig(env: Record<string, string | undefined> = readEnv()):
   }
   if (config.oauth && config.oauthClientDocumentsPrivate) {
     warnings.push('SANDGATE_OAUTH_CLIENT_DOCUMENTS_PRIVATE=true: an app connecting with OAuth can make the gateway fetch its client metadata document from loopback and private addresses (the gateway\'s own network).');
+  }
+  if (config.metricsListen && !/^(127\.|\[::1\]:|localhost:)/.test(config.metricsListen)) {
+    warnings.push(`SANDGATE_METRICS_LISTEN=${config.metricsListen}: metrics are served without authentication to whoever reaches that address (they name routes, upstream servers and counts of users' sandboxes). Keep it on loopback or a private network.`);
   }
   if (!config.piiTokenize) {
     warnings.push('SANDGATE_PII_TOKENIZE=false: personal data and secrets in tool results reach models as they are.');

@@ -26,7 +26,7 @@ import { rateLimiterFor } from './limits/store-rate-limit.js';
 import type { Logger } from './logger.js';
 import type { McpDeps } from './mcp/context.js';
 import { connectInProcess, type InProcessConnection } from './mcp/serve.js';
-import { instructionsFor, toolContext } from './mcp/server.js';
+import { instructionsFor, SERVER_INFO, toolContext } from './mcp/server.js';
 import { forCall, textResult } from './mcp/context.js';
 import { presentExecution } from './mcp/tools/execute-code.js';
 import { Tasks } from './mcp/tasks/tasks.js';
@@ -52,6 +52,8 @@ import { MemoryRateLimiter } from './limits/rate-limit.js';
 import { purgeOAuth } from './oauth/grants.js';
 import { oauthServer } from './http/oauth.js';
 import { createUpstream, type Upstream } from './upstream/index.js';
+import * as metrics from './telemetry/metrics.js';
+import { startTracing } from './telemetry/traces.js';
 
 /** What a gateway is built from, besides its configuration; each defaults to the real one. */
 export interface GatewayParts {
@@ -181,6 +183,12 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const liveKey = replicaKey && replicaSubkey(replicaKey, 'live updates');
   const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
+  // Its sandboxes in the metrics' gauges, read at each scrape.
+  const unobserve = metrics.observe(() => manager.counts());
+  // Traces only when asked for: otherwise no span is ever made.
+  const stopTracing = config.tracesUrl
+    ? startTracing({ url: config.tracesUrl, headers: config.tracesHeaders, sampleRatio: config.tracesSampleRatio, instance: replica?.id ?? os.hostname(), version: SERVER_INFO.version })
+    : undefined;
   const egress = createEgress({ config, db: store.db, credentials: upstream.credentials, audit: (e) => recordAudit(store.db, e), logger });
   manager.setEgressHandler(egress.handler);
 
@@ -371,6 +379,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     },
     async close(opts = {}) {
       closed = true;
+      unobserve();
       await agent.close();
       await web.close();
       await oauthClients?.close();
@@ -386,6 +395,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       await egress.close();
       await Promise.all(sweeping);
       await store.close();
+      await stopTracing?.();
     },
   };
   return { gateway, hop: hop || undefined };

@@ -12,6 +12,7 @@ import { ensureUser } from './accounts/accounts.js';
 import { createLoginLink } from './auth/login-links.js';
 import { createLogger } from './logger.js';
 import { guardStrayRejections } from './http/request-context.js';
+import { metricsListener } from './http/metrics.js';
 import { loopBackendProblem } from './sandboxes/volumes.js';
 
 async function main(): Promise<void> {
@@ -103,6 +104,8 @@ async function main(): Promise<void> {
         `  connect a client: docs/mcp-clients.md   health: ${url}/readyz\n\n`,
     );
   };
+  // Metrics on a listener of their own, when asked for (else behind the admin gate only).
+  const metricsServer = config.metricsListen ? await metricsListener(config.metricsListen, logger) : undefined;
   server.listen(config.port, config.host, () => {
     greet().catch((e: unknown) => logger.error({ err: e }, 'could not make the sign-in link: run npx sandgate users login-link to get one'));
   });
@@ -126,6 +129,7 @@ async function main(): Promise<void> {
       .then(async () => {
         server.close();
         server.closeIdleConnections();
+        void metricsServer?.close();
         // Requests under way (runs, and runs this one sends on to another replica) finish first.
         for (const end = Date.now() + 10_000; inflight > 0 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 25));
         return gateway.close();

@@ -8,6 +8,7 @@
  *   /.well-known/oauth-*, /oauth   MCP clients' OAuth: metadata, token, registration, revocation
  *                 (no cookies); /oauth/authorize is a page (src/http/oauth.ts)
  *   pages         the web app, session cookie (src/web/, one folder per page)
+ *   /admin/metrics  Prometheus metrics, behind the admin gate (or SANDGATE_METRICS_LISTEN, a listener of its own: src/http/metrics.ts)
  *   /healthz, /readyz, /static
  *   /internal     runs, stops and listings another replica asks for, signed with the replica key (src/http/internal.ts)
  *
@@ -28,6 +29,7 @@ import type { RequestHandler } from 'express';
 import { health, type ReadinessCheck } from './http/health.js';
 import type { OpenAiApi } from './http/openai-api.js';
 import { staticFiles } from './http/static.js';
+import { metricsEndpoint } from './http/metrics.js';
 import type { Store } from './store/store.js';
 import type { Logger } from './logger.js';
 import type { OAuthRoutes } from './http/oauth.js';
@@ -165,6 +167,7 @@ export function routes(app: express.Express, parts: RouteParts): void {
     app.get('/admin/api/sandboxes', admin.apiSandboxes);
     app.get('/admin/api/users', admin.apiUsers);
     app.get('/admin/api/usage', admin.apiUsage);
+    app.get('/admin/metrics', metricsEndpoint());
   }
 
   // --- health and static files

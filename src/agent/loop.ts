@@ -20,6 +20,9 @@
  * the model sees tokens; tool results are tokenized by the tools themselves. What the
  * user is shown (the events) has the values back. The store keeps the model side only.
  */
+import type { Span } from '@opentelemetry/api';
+import * as metrics from '../telemetry/metrics.js';
+import { failed, openSpan, SpanKind } from '../telemetry/traces.js';
 import { jsonSchema, streamText, type LanguageModel, type ModelMessage, type ToolSet } from 'ai';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Config } from '../config.js';
@@ -242,6 +245,11 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
       let droppedCalls = 0;
       const calls: ToolCallPart[] = [];
       const roundUsage: Usage = { inputTokens: 0, outputTokens: 0, cachedInputTokens: 0 };
+      const roundStarted = performance.now();
+      const roundSpan = openSpan(`chat ${choice.model}`, {
+        kind: SpanKind.CLIENT,
+        attributes: { 'gen_ai.operation.name': 'chat', 'gen_ai.provider.name': choice.provider, 'gen_ai.request.model': choice.model, 'sandgate.round': rounds },
+      })?.span;
       try {
         const result = streamText({
           model: input.model,
@@ -294,6 +302,7 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
           text += cutNote(cutChars);
           emit({ type: 'text', delta: cutNote(cutChars) });
         }
+        countRound(choice.provider, signal.aborted ? 'aborted' : 'error', roundStarted, roundUsage, roundSpan);
         if (text) await save({ role: 'assistant', content: [{ type: 'text', text }] }, roundUsage);
         if (signal.aborted) return await cancelled();
         const d = describeProviderError(err, choice, deps.catalog, { timeoutSec: config.agentTimeoutSec, retries: config.agentRetries });
@@ -301,6 +310,7 @@ export async function runTurn(deps: TurnDeps, input: TurnInput, modelToolset: Mo
         emit({ type: 'error', code: d.code, message: d.message });
         return await finish('failed', 'failed', d.message);
       }
+      countRound(choice.provider, 'ok', roundStarted, roundUsage, roundSpan);
       const tail = await display.end();
       if (tail) emit({ type: 'text', delta: tail });
       if (cutChars) {
@@ -420,4 +430,17 @@ async function callTool(deps: TurnDeps, input: TurnInput, c: ToolCallPart, emit:
     emit({ type: 'tool_result', id: c.toolCallId, name: c.toolName, text: value, isError: true });
     return { output: { type: 'error-text', value } };
   }
+}
+
+/** A model round in the metrics: its outcome, its time and the tokens the provider reported. */
+function countRound(provider: string, outcome: 'ok' | 'error' | 'aborted', started: number, usage: Usage, span?: Span): void {
+  if (span) {
+    span.setAttributes({ 'gen_ai.usage.input_tokens': usage.inputTokens, 'gen_ai.usage.output_tokens': usage.outputTokens, 'sandgate.outcome': outcome });
+    if (outcome === 'error') failed(span, new Error('model request failed'));
+    span.end();
+  }
+  metrics.modelRounds.inc({ provider, outcome });
+  metrics.modelRoundSeconds.observe({ provider }, metrics.secondsSince(started));
+  if (usage.inputTokens) metrics.modelTokens.inc({ provider, direction: 'input' }, usage.inputTokens);
+  if (usage.outputTokens) metrics.modelTokens.inc({ provider, direction: 'output' }, usage.outputTokens);
 }

@@ -10,6 +10,7 @@
  *   createEgress(deps) → { handler } → the sandbox manager's setEgressHandler
  *                      → { secrets }  → the settings page (a user's own secrets)
  */
+import * as metrics from '../telemetry/metrics.js';
 import fs from 'node:fs';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
@@ -81,6 +82,9 @@ export function createEgress(deps: EgressDeps): Egress {
 
   const windows = new Map<number, { until: number; written: number; dropped: number; refused: number }>();
   const record = (r: EgressRecord) => {
+    metrics.egressConnections.inc({ outcome: r.outcome });
+    if (r.sent) metrics.egressBytes.inc({ direction: 'sent' }, r.sent);
+    if (r.received) metrics.egressBytes.inc({ direction: 'received' }, r.received);
     let w = windows.get(r.userId);
     if (!w || w.until <= Date.now()) {
       if (windows.size > 10_000) windows.clear();

@@ -5,7 +5,8 @@
  * caller's user, never to an MCP session, so a new server per request (stateless
  * Streamable HTTP) sees exactly the same sandbox and files as a long-lived one.
  */
-import { McpServer, type Transport } from '@modelcontextprotocol/server';
+import { traceTransport } from './traced-transport.js';
+import { McpServer, ProtocolError, ProtocolErrorCode, Server, type Transport } from '@modelcontextprotocol/server';
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/server/validators/ajv';
 import { toModel, type McpDeps, type ToolContext } from './context.js';
 import { buildInstructions } from '../skills/instructions.js';
@@ -24,6 +25,43 @@ export const SERVER_INFO = { name: 'sandgate', title: 'sandgate', version: '0.1.
 
 /** One validator for every per-request server: building an Ajv instance costs ~1 ms. */
 const SHARED_VALIDATOR = new AjvJsonSchemaValidator();
+
+type Dispatch = (request: unknown, ctx: unknown) => Promise<unknown>;
+type WrapsHandlers = { _wrapHandler(method: string, handler: Dispatch): Dispatch };
+
+/**
+ * A request whose params do not fit its method's schema is the client's mistake: -32602
+ * Invalid params. The SDK (2.4) answers it -32603 Internal error for MCP's own methods
+ * (resources/read without a uri, logging/setLevel with no level…): its parse throws a
+ * plain Error out of the dispatch step it hands `_wrapHandler`
+ * (modelcontextprotocol/typescript-sdk#2284). That step throws at once only for the
+ * parse (every handler it goes on to call here is async or cannot throw); a handler's own
+ * failure rejects and stays an internal error. Patched on the prototype, as the Server
+ * registers initialize and logging/setLevel in its constructor. Remove once the SDK
+ * answers -32602 itself.
+ */
+const sdkWrap = (Server.prototype as unknown as WrapsHandlers)._wrapHandler;
+(Server.prototype as unknown as WrapsHandlers)._wrapHandler = function wrapHandler(this: WrapsHandlers, method, handler) {
+  return sdkWrap.call(this, method, (request, ctx) => {
+    try {
+      return handler(request, ctx);
+    } catch (e) {
+      if (e instanceof ProtocolError) throw e;
+      throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Invalid params for ${method}: ${issuesOf(e)}`);
+    }
+  });
+};
+
+/** A schema failure's issues as one line (`params.uri: Invalid input…`), or its message as it is. */
+function issuesOf(e: unknown): string {
+  const message = e instanceof Error ? e.message : String(e);
+  try {
+    const issues = JSON.parse(message) as { path?: unknown[]; message?: string }[];
+    return issues.map((i) => `${(i.path ?? []).join('.') || '(request)'}: ${i.message}`).join('; ');
+  } catch {
+    return message;
+  }
+}
 
 export const TOOL_NAMES = ['execute_code', 'read_file', 'write_file', 'list_files', 'search_tools'] as const;
 export type ToolName = (typeof TOOL_NAMES)[number];
@@ -84,6 +122,7 @@ class ObservedMcpServer extends McpServer {
   override async connect(transport: Transport): Promise<void> {
     this.beforeConnect?.(transport);
     await super.connect(transport);
+    traceTransport(transport);
   }
 }
 

@@ -5,6 +5,8 @@
  * user's sandbox (started if needed: lifecycle.ts); what the gateway keeps of it is
  * logged in batches (usage.ts), and listeners hear of the files it changed.
  */
+import * as metrics from '../telemetry/metrics.js';
+import { span } from '../telemetry/traces.js';
 import { admittedAccount } from './admission.js';
 import { ceilingFrom, ceilingOf } from './ceilings.js';
 import { cpuMsNow } from './cgroup.js';
@@ -197,17 +199,27 @@ export class Execution implements SandboxExecution {
       const ts = Date.now();
       sb.run = { language: opts.language, startedAt: ts };
       try {
-        const result = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus, egress: egressSettings(cfg) });
+        const result = await span('sandbox.run', { 'sandgate.language': opts.language, 'sandgate.user.id': owner.userId, 'sandgate.container.id': sb.handle.id.slice(0, 12) }, async (s) => {
+          const r = await runOne(sb, opts, effective, timeoutSec, { driver: this.deps.driver, log, outputLimitKb: cfg.outputLimitKb, cpus: cfg.sandboxCpus, egress: egressSettings(cfg) });
+          s?.setAttributes({ 'sandgate.exit_code': r.exitCode ?? -1, 'sandgate.timed_out': !!r.timedOut, 'sandgate.duration_ms': r.durationMs });
+          return r;
+        }).catch((e: unknown) => {
+          metrics.executions.inc({ language: opts.language, outcome: 'failed' });
+          throw e;
+        });
         sb.run = undefined;
         const cpuAfter = cpuMsNow(sb.handle.id);
+        const outcome = result.timedOut ? 'timeout' : result.killed ? 'killed' : result.exitCode === 0 ? 'ok' : 'error';
         this.deps.executions.add({
           userId: owner.userId,
           ts,
           language: opts.language,
           durationMs: result.durationMs,
           cpuMs: cpuBefore !== undefined && cpuAfter !== undefined ? Math.max(0, cpuAfter - cpuBefore) : null,
-          outcome: result.timedOut ? 'timeout' : result.killed ? 'killed' : result.exitCode === 0 ? 'ok' : 'error',
+          outcome,
         });
+        metrics.executions.inc({ language: opts.language, outcome });
+        metrics.executionSeconds.observe({ language: opts.language, outcome }, result.durationMs / 1000);
         if (result.files.length) this.filesChanged(owner, result.files);
         return result;
       } finally {

@@ -6,6 +6,7 @@
  * anything talks to it. While dockerd is away nothing freezes (dockerd could neither stop
  * nor restart a frozen container). The warm pool's sandboxes freeze the same way.
  */
+import * as metrics from '../telemetry/metrics.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../logger.js';
 import { freeze, thaw, thawLeftFrozen } from './freezer.js';
@@ -73,6 +74,7 @@ export class Idle implements SandboxIdle {
     if (!live.frozen) return;
     live.frozen = false;
     thaw(live.handle.id);
+    metrics.thaws.inc();
   }
 
   /** No freeze and no warm-up comes for `live` any more, unless something rests it again. */
@@ -114,7 +116,10 @@ export class Idle implements SandboxIdle {
     void freeze(live.handle.id, { owner: this.deps.gatewayId }).then((ok) => {
       // Not frozen after all (no freezer here, or it did not settle): it stays awake.
       if (!ok) live.frozen = false;
-      else if (live.frozen) this.keepWarm(live);
+      else {
+        metrics.freezes.inc();
+        if (live.frozen) this.keepWarm(live);
+      }
     });
   }
 
@@ -140,6 +145,7 @@ export class Idle implements SandboxIdle {
     live.rewarming = claim;
     live.frozen = false;
     thaw(live.handle.id);
+    metrics.thaws.inc();
     await this.warmUp(live);
     // Woken meanwhile (a run, a stop): whoever woke it decides what comes next.
     if (live.rewarming !== claim) return;

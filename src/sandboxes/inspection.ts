@@ -5,6 +5,7 @@
  * container is gone), with the clean-up of the latter. Reads only what the other parts
  * hold; changes nothing but what `removeOrphans` removes.
  */
+import type { SandboxCounts } from '../telemetry/metrics.js';
 import type { Held, PartDeps } from './held.js';
 import type { Live } from './live.js';
 import { removeRuntimeLeftovers, runtimeLeftovers, type RuntimeLeftover } from './runtime-leftovers.js';
@@ -71,6 +72,8 @@ export interface SandboxInspection {
   listEverywhere(opts?: { stats?: boolean }): Promise<EverywhereSummary>;
   /** Users whose sandbox is starting now (no container to show yet). */
   startingUsers(): number[];
+  /** This gateway's sandboxes by state, and the runs waiting: read at once (a metrics scrape). */
+  counts(): SandboxCounts;
   /** Bytes a workspace uses and its quota. */
   workspaceUsage(workspaceId: string): Promise<{ usedBytes: number; limitBytes: number | null }>;
   /**
@@ -143,6 +146,17 @@ export class Inspection implements SandboxInspection {
     );
     out.sandboxes.sort((a, b) => a.user.localeCompare(b.user));
     return out;
+  }
+
+  counts(): SandboxCounts {
+    const byState = { starting: this.deps.held.starting.size, idle: 0, frozen: 0, running: 0, pooled: 0 };
+    let queued = 0;
+    for (const sb of this.deps.held.users.values()) {
+      byState[sb.running > 0 ? 'running' : sb.frozen ? 'frozen' : 'idle']++;
+      queued += sb.queue.waiting;
+    }
+    byState.pooled = this.deps.pooledLives().length;
+    return { byState, queued };
   }
 
   startingUsers(): number[] {

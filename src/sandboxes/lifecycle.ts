@@ -8,6 +8,7 @@
  * A sandbox that dies (OOM, a fork bomb, `stop`) is replaced on the next execution; the
  * workspace lives on the host and is never lost with it.
  */
+import * as metrics from '../telemetry/metrics.js';
 import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { recordSandboxStarted } from './records.js';
@@ -130,6 +131,7 @@ export class Lifecycle implements SandboxLifecycle {
   /** Makes a container found running for `user` (left by an earlier gateway) their sandbox. */
   private adopted(user: User, handle: SandboxHandle, startedAt: number): UserSandbox {
     const ceiling = ceilingFrom(user, this.deps.config);
+    metrics.sandboxStarts.inc({ kind: 'adopted' });
     return this.followKept(this.keep({
       owner: { userId: user.id, name: user.name },
       handle,
@@ -421,6 +423,7 @@ export class Lifecycle implements SandboxLifecycle {
       });
       if (claimed === pooled.workspaceId) {
         await this.deps.prepareTools(pooled.toolsDir, owner);
+        metrics.sandboxStarts.inc({ kind: 'pool' });
         log.info({ user: owner.name }, 'sandbox taken from the warm pool');
       } else {
         // The user was given a workspace since the read above (their file browser opened
@@ -468,6 +471,7 @@ export class Lifecycle implements SandboxLifecycle {
 
   /** Starts a container for a workspace; `owner` undefined makes a pooled one. */
   private async startLive(owner: SandboxOwner | undefined, workspaceId: string, ceiling: Permissions): Promise<Live> {
+    const started = performance.now();
     const workspace = await this.deps.volumes.ensure(workspaceId);
     const toolsDir = path.join(this.deps.toolsMountsDir, workspaceId);
     await fsp.mkdir(toolsDir, { recursive: true });
@@ -492,6 +496,11 @@ export class Lifecycle implements SandboxLifecycle {
       labels: { [LABEL_WORKSPACE]: workspaceId, [LABEL_ROLE]: owner ? 'user' : 'pool', ...(this.deps.replica && { [LABEL_REPLICA]: this.deps.replica.id }) },
     });
     const now = Date.now();
+    // For a user who waits on it: a cold start (the pool's own starts wait for nobody).
+    if (owner) {
+      metrics.sandboxStarts.inc({ kind: 'cold' });
+      metrics.coldStartSeconds.observe(metrics.secondsSince(started));
+    }
     return { handle, workspaceId, toolsDir, startedAt: now, lastActivity: now, workspaceWritable: mounts.workspaceWritable, hostWrote: true };
   }
 

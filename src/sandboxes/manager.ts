@@ -32,6 +32,7 @@ import { Stops, type SandboxStops, type StopOptions } from './stops.js';
 import type { BridgeHandler, ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { ExecutionLog } from './usage.js';
 import type { Workspace } from './workspace.js';
+import type { SandboxCounts } from '../telemetry/metrics.js';
 
 export type { SandboxManagerDeps };
 
@@ -142,6 +143,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   }
   listEverywhere(opts?: { stats?: boolean }): Promise<EverywhereSummary> {
     return this.inspection.listEverywhere(opts);
+  }
+  counts(): SandboxCounts {
+    return this.inspection.counts();
   }
   startingUsers(): number[] {
     return this.inspection.startingUsers();

@@ -17,7 +17,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import Database from 'better-sqlite3';
-import { Kysely, PostgresDialect, SqliteDialect, sql, type SqliteDatabase } from 'kysely';
+import { Kysely, PostgresDialect, SqliteDialect, sql, type LogEvent, type SqliteDatabase } from 'kysely';
+import * as metrics from '../telemetry/metrics.js';
 import pg from 'pg';
 import { parseIntoClientConfig } from 'pg-connection-string';
 import type { Migration } from './migrations.js';
@@ -149,7 +150,7 @@ export async function openStoreFile(file: string, migrations: readonly Migration
     raw.close();
     throw e;
   }
-  const db = new Kysely<Tables>({ dialect: new SqliteDialect({ database: preparingOnce(raw) }) });
+  const db = new Kysely<Tables>({ dialect: new SqliteDialect({ database: preparingOnce(raw) }), log: queryMetrics('sqlite') });
   dialects.set(db, 'sqlite');
   return {
     db,
@@ -281,7 +282,7 @@ async function openPostgres(o: StoreOptions, migrations: readonly Migration[]): 
     await pool.end().catch(() => {});
     throw e;
   }
-  const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }) });
+  const db = new Kysely<Tables>({ dialect: new PostgresDialect({ pool }), log: queryMetrics('postgres') });
   dialects.set(db, 'postgres');
   return {
     db,
@@ -352,4 +353,15 @@ async function migratePostgres(pool: pg.Pool, migrations: readonly Migration[], 
   } finally {
     client.release();
   }
+}
+
+const STATEMENTS = new Set(['select', 'insert', 'update', 'delete']);
+
+/** Each query's time in the metrics, by its statement's first word. */
+function queryMetrics(dialect: 'sqlite' | 'postgres'): (event: LogEvent) => void {
+  return (event) => {
+    const word = /^\s*(\w+)/.exec(event.query.sql)?.[1]?.toLowerCase() ?? '';
+    metrics.dbQuerySeconds.observe({ dialect, statement: STATEMENTS.has(word) ? word : 'other' }, event.queryDurationMillis / 1000);
+    if (event.level === 'error') metrics.dbQueryErrors.inc({ dialect });
+  };
 }

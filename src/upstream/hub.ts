@@ -6,6 +6,7 @@
  * Nothing here throws past a call: a dead or misbehaving upstream never takes the
  * gateway down.
  */
+import * as metrics from '../telemetry/metrics.js';
 import crypto from 'node:crypto';
 import path from 'node:path';
 import type { Tool, CallToolResult } from '@modelcontextprotocol/sdk/types.js';
@@ -147,10 +148,21 @@ export class UpstreamHub {
    * throws UpstreamError.
    */
   async callTool(owner: SandboxOwner, serverName: string, toolName: string, args: Record<string, unknown> = {}): Promise<CallToolResult> {
-    const server = await this.usable(owner, serverName);
-    await this.findTool(owner, server, toolName);
-    const conn = await this.connectionFor(owner, server);
-    return conn.callTool(toolName, args, server.timeoutMs);
+    const started = performance.now();
+    // A configured server's name only: a name code made up would grow the metrics without end.
+    let server: UpstreamServerConfig | undefined;
+    try {
+      server = await this.usable(owner, serverName);
+      await this.findTool(owner, server, toolName);
+      const conn = await this.connectionFor(owner, server);
+      const result = await conn.callTool(toolName, args, server.timeoutMs);
+      metrics.upstreamCalls.inc({ server: server.name, outcome: result.isError ? 'tool_error' : 'ok' });
+      metrics.upstreamSeconds.observe({ server: server.name }, metrics.secondsSince(started));
+      return result;
+    } catch (e) {
+      metrics.upstreamCalls.inc({ server: server?.name ?? '(unknown)', outcome: e instanceof UpstreamError ? e.reason : 'failed' });
+      throw e;
+    }
   }
 
   /** Names the server needs from the user and whether each is stored (never the values). */
