@@ -96,7 +96,8 @@ describe('tasks on one gateway', () => {
   });
 
   it('shows a task only to its own caller: another user, and an unknown id, get "not found"', async () => {
-    const mine = await execute(served.url, alice, { code: 'print("mine")', background: true });
+    // Long enough that the run is still going when `background` makes it a task.
+    const mine = await execute(served.url, alice, { code: 'import time\ntime.sleep(1)\nprint("mine")', background: true });
     const taskId = mine.result!.taskId as string;
     for (const [token, tid] of [
       [bob, taskId],
