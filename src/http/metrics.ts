@@ -32,14 +32,15 @@ export function routeTemplate(req: Request): string {
 
 const METHODS = new Set(['GET', 'HEAD', 'POST', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']);
 
-/** Counts each request, by method, route template and status, when its answer is written. */
+/** Counts each request, by method, route template and status ('aborted': the client left first), once it is over. */
 export function requestMetrics(): RequestHandler {
   return function requestMetrics(req, res, next) {
     const started = performance.now();
-    res.once('finish', () => {
+    // 'close' comes after 'finish', and alone when the client left before the answer ended.
+    res.once('close', () => {
       const method = METHODS.has(req.method) ? req.method : 'other';
       const route = routeTemplate(req);
-      metrics.httpRequests.inc({ method, route, status: String(res.statusCode) });
+      metrics.httpRequests.inc({ method, route, status: res.writableFinished ? String(res.statusCode) : 'aborted' });
       metrics.httpSeconds.observe({ method, route }, metrics.secondsSince(started));
     });
     next();

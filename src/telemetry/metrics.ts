@@ -90,7 +90,7 @@ export const modelTokens = new client.Counter({
 
 export const httpRequests = new client.Counter({
   name: 'sandgate_http_requests_total',
-  help: "HTTP requests answered, by method, route template (e.g. '/c/:id'; 'unmatched' for no route) and status.",
+  help: "HTTP requests, by method, route template (e.g. '/c/:id'; 'unmatched' for no route) and status ('aborted': the client left before the answer ended).",
   labelNames: ['method', 'route', 'status'] as const,
   registers: [registry],
 });
