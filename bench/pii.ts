@@ -15,7 +15,8 @@ import { usSocialSecurityNumber, emailAddress, phoneNumber, creditCardNumber, ip
 import { generateCorpus, type CorpusDoc, type CorpusKind } from '../test/support/pii-corpus.js';
 import { createDetector, resolveOverlaps } from '../src/pii/detector.js';
 import type { PiiEntityType, Span } from '../src/pii/entities.js';
-import { formatScores, scoreCorpus } from '../test/support/pii-metrics.js';
+import { formatErrors, formatScores, scoreCorpus } from '../test/support/pii-metrics.js';
+import { generateHeldOut } from '../test/support/pii-heldout.js';
 import { preloadWordKnowledge } from '../src/pii/recognizers/word-knowledge.js';
 import { openTestVault } from '../test/support/pii.js';
 import { createPiiBoundary } from '../src/pii/pii-boundary.js';
@@ -142,6 +143,21 @@ function report(seed: number, label: string): void {
 }
 report(TUNING_SEED, 'tuning');
 report(HELD_OUT_SEED, 'held-out');
+
+// ---- names, addresses, dates of birth: the held-out split (test/support/pii-heldout.ts) ----
+
+for (const split of ['train', 'test'] as const) {
+  const corpus = generateHeldOut(split);
+  const chars = corpus.reduce((n, d) => n + d.text.length, 0);
+  const detail = scoreCorpus(corpus, (t) => detector.detect(t), split === 'test' ? 15 : 0);
+  console.log(`\nnames, addresses, dates of birth: ${split} split (${corpus.length} documents, ${(chars / 1e6).toFixed(2)} MB; decoys: look-alikes that must stay):`);
+  console.log(formatScores(detail.scores.filter((s) => s.truePositives + s.falseNegatives + s.falsePositives > 0)));
+  if (split === 'test') console.log(`where it fails (up to 15 per type):\n${formatErrors(detail)}`);
+  if (split === 'test') {
+    const text = corpus.map((d) => d.text).join('\n');
+    console.log(`detect on this split: ${(await throughput(text, (t) => detector.detect(t))).toFixed(1)} MB/s`);
+  }
+}
 
 // ---- baseline: redact-pii ----
 

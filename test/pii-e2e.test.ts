@@ -273,6 +273,29 @@ describe('PII tokenization over MCP', () => {
     }
   });
 
+  it('names of many origins, street addresses and dates of birth in a CSV reach the client as one token each', async () => {
+    const people = [
+      ['Nguyễn Văn An', '1984-03-14', '10 Downing Street, London SW1A 2AA'],
+      ['María José García López', '14/03/1979', 'Calle Mayor 10, 28013 Madrid'],
+      ['Chinedu Okafor', '3 March 1990', '1600 Pennsylvania Ave NW, Washington, DC 20500'],
+      ['Fatima al-Rashid', '02.11.1968', 'Hauptstraße 5, 10115 Berlin'],
+      ['Rose Grant', '1975-07-01', '12 rue de la Paix, 75002 Paris'],
+    ];
+    const csv = ['customer_id,full_name,date_of_birth,address,created_at', ...people.map(([n, d, a], i) => `${i + 1},${n},${d},"${a}",2026-05-0${i + 1}`)].join('\n') + '\n';
+    await aliceWs.write('people.csv', csv);
+    const out = text(await python(laptop, "print(open('people.csv').read())"));
+    const shown = out.slice(0, out.indexOf('\n[python'));
+    // The text the model gets: every name, birthday and address a token, the row's other dates as they were.
+    for (const [n, d, a] of people) for (const v of [n, d, a]) expect(shown).not.toContain(v);
+    const rows = shown.split('\n').filter((l) => /^\d/.test(l));
+    expect(rows).toHaveLength(people.length);
+    rows.forEach((row, i) => expect(row).toMatch(new RegExp(`^${i + 1},\\[NAME_\\d+\\],\\[DOB_\\d+\\],"\\[ADDRESS_\\d+\\]",2026-05-0${i + 1}$`)));
+    // Code using the tokens reaches the sandbox with the real values.
+    const [, name, dob, address] = /^1,(\[NAME_\d+\]),(\[DOB_\d+\]),"(\[ADDRESS_\d+\])"/.exec(rows[0])!;
+    await python(laptop, `open('out/first.txt', 'w').write("${name}|${dob}|${address}")`);
+    expect((await aliceWs.read('out/first.txt')).data.toString()).toBe(people[0].join('|'));
+  });
+
   it('the same value keeps its token across requests and connections with the same API token', async () => {
     const again = await connect(tokens.laptop);
     const out = text(await python(again, "print(open('customers.csv').read())"));

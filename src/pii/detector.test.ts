@@ -123,7 +123,8 @@ describe('names', () => {
 
   it('not ordinary capitalized text, companies, places or streets', () => {
     expect(found('500 Internal Server Error from Acme Group in New York; Senior Data Engineer')).toEqual([]);
-    expect(found('"street": "340 Prohaska Dale", "company": {"name": "Adams Group"}')).toEqual([]);
+    // The street is an address (one value, house number and all), not a name.
+    expect(found('"street": "340 Prohaska Dale", "company": {"name": "Adams Group"}')).toEqual([['ADDRESS', '340 Prohaska Dale']]);
     expect(found('at UserService.notify (/srv/app/UserService.js:12:5) TypeError: Cannot read')).toEqual([]);
   });
 });

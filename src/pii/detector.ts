@@ -6,7 +6,9 @@
  */
 import { PII_ENTITY_TYPES, TYPE_PRIORITY, type PiiEntityType, type Span } from './entities.js';
 import { MAX_RECORD, nextRecord } from './records.js';
+import { ADDRESS_VALUE, addressRecognizer, isAddressField } from './recognizers/address.js';
 import { cardRecognizer } from './recognizers/card.js';
+import { dobRecognizer, isBirthField, WHOLE_DATE } from './recognizers/dob.js';
 import { emailRecognizer } from './recognizers/email.js';
 import { ibanRecognizer } from './recognizers/iban.js';
 import { ipRecognizer } from './recognizers/ip.js';
@@ -50,8 +52,17 @@ export interface Detector {
 }
 
 const ALL_RECOGNIZERS: readonly Recognizer[] = [
-  emailRecognizer, phoneRecognizer, cardRecognizer, ibanRecognizer, ipRecognizer, ssnRecognizer, secretRecognizer,
+  emailRecognizer, phoneRecognizer, cardRecognizer, ibanRecognizer, ipRecognizer, ssnRecognizer, secretRecognizer, addressRecognizer, dobRecognizer,
 ];
+
+type ColumnRole = 'phone' | 'id' | 'dob' | 'address' | undefined;
+
+function columnRole(field: string): ColumnRole {
+  if (isPhoneField(field)) return 'phone';
+  if (isBirthField(field)) return 'dob';
+  if (isAddressField(field)) return 'address';
+  return isIdentifierField(field) ? 'id' : undefined;
+}
 
 const byRank = (a: Span, b: Span) =>
   TYPE_PRIORITY[a.type] - TYPE_PRIORITY[b.type] || b.end - b.start - (a.end - a.start) || a.start - b.start;
@@ -123,11 +134,11 @@ class Session implements DetectionSession {
   private bufHasNewline = false;
   private readonly names: NameFinder | undefined;
   private readonly tables = new TableTracker();
-  private columnRoles: { fields: readonly string[]; roles: Array<'phone' | 'id' | undefined> } | undefined;
+  private columnRoles: { fields: readonly string[]; roles: ColumnRole[] } | undefined;
 
   constructor(
     private readonly recognizers: readonly Recognizer[],
-    private readonly options: { names: boolean; secrets: boolean; phones: boolean; allow: ReadonlySet<string> },
+    private readonly options: { names: boolean; secrets: boolean; phones: boolean; dobs: boolean; addresses: boolean; allow: ReadonlySet<string> },
   ) {
     this.names = options.names ? new NameFinder() : undefined;
   }
@@ -180,17 +191,28 @@ class Session implements DetectionSession {
 
   /**
    * Column context in a table row: a cell under a phone column is a phone number when it
-   * has a phone's digits (`500893004` is one only there), and cards or phones found in
-   * an identifier column (`order_number`) are taken back.
+   * has a phone's digits (`500893004` is one only there), a date under a birth column is
+   * a date of birth, a cell under an address column with a house number is one address,
+   * and cards or phones found in an identifier column (`order_number`) are taken back.
    */
   private readColumns(line: string, base: number, row: readonly TableCell[], out: Span[], idCells: Array<[number, number]>): void {
     const fields = this.tables.fields!;
     if (this.columnRoles?.fields !== fields) {
-      this.columnRoles = { fields, roles: fields.map((f) => (isPhoneField(f) ? 'phone' : isIdentifierField(f) ? 'id' : undefined)) };
+      this.columnRoles = { fields, roles: fields.map(columnRole) };
     }
     row.forEach((cell, i) => {
       const role = this.columnRoles!.roles[i];
       if (role === 'id') idCells.push([base + cell.start, base + cell.end]);
+      if (role === 'dob' || role === 'address') {
+        if (!(role === 'dob' ? this.options.dobs : this.options.addresses)) return;
+        const raw = line.slice(cell.start, cell.end);
+        const value = raw.trim();
+        if (role === 'dob' ? WHOLE_DATE.test(value) : ADDRESS_VALUE.test(value)) {
+          const start = base + cell.start + raw.indexOf(value);
+          out.push({ type: role === 'dob' ? 'DOB' : 'ADDRESS', start, end: start + value.length });
+        }
+        return;
+      }
       if (role !== 'phone' || !this.options.phones) return;
       const value = line.slice(cell.start, cell.end).trim();
       const digits = value.replace(/\D/g, '').length;
@@ -217,6 +239,8 @@ export function createDetector(options: DetectorOptions = {}): Detector {
     names: entities.has('NAME'),
     secrets: entities.has('SECRET'),
     phones: entities.has('PHONE'),
+    dobs: entities.has('DOB'),
+    addresses: entities.has('ADDRESS'),
     allow: new Set((options.allow ?? []).map((v) => v.toLowerCase())),
   };
   const session = () => new Session(recognizers, sessionOptions);

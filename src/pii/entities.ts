@@ -5,7 +5,7 @@
  */
 
 /** Entity types a deployment can switch on or off (SANDGATE_PII_ENTITIES). */
-export const PII_ENTITY_TYPES = ['EMAIL', 'PHONE', 'CARD', 'IBAN', 'IP', 'SSN', 'SECRET', 'NAME'] as const;
+export const PII_ENTITY_TYPES = ['EMAIL', 'PHONE', 'CARD', 'IBAN', 'IP', 'SSN', 'SECRET', 'NAME', 'ADDRESS', 'DOB'] as const;
 export type PiiEntityType = (typeof PII_ENTITY_TYPES)[number];
 
 /**
@@ -28,8 +28,9 @@ export interface Span {
 /**
  * Which span wins when two overlap (lower wins). An escaped token literal must always
  * win (round-trip exactness depends on it); a secret beats the email-shaped
- * `password@host` inside a connection string; names come last because they are the
- * least certain.
+ * `password@host` inside a connection string; a street address beats a number in it
+ * that could pass for a phone, and the name in it (`12 Grant Street`); names come last because they are the least
+ * certain.
  */
 export const TYPE_PRIORITY: Readonly<Record<TokenType, number>> = {
   TOKEN: 0,
@@ -38,7 +39,9 @@ export const TYPE_PRIORITY: Readonly<Record<TokenType, number>> = {
   IBAN: 3,
   CARD: 4,
   SSN: 5,
-  PHONE: 6,
-  IP: 7,
-  NAME: 8,
+  ADDRESS: 6,
+  DOB: 7,
+  PHONE: 8,
+  IP: 9,
+  NAME: 10,
 };

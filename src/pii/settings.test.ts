@@ -18,6 +18,9 @@ describe('PII settings', () => {
 
   it('rejects unknown entity types and bad TTLs, naming the field', () => {
     expect(() => parsePiiSettings({ entities: 'EMAIL,PASSPORT' })).toThrow(/entities/);
+    // Addresses and dates of birth are on by default and can be left out like any type.
+    expect(PII_ENTITY_TYPES).toEqual(expect.arrayContaining(['ADDRESS', 'DOB']));
+    expect(parsePiiSettings({ entities: 'name,address,dob' }).entities).toEqual(['NAME', 'ADDRESS', 'DOB']);
     expect(() => parsePiiSettings({ ttlHours: '-1' })).toThrow(/ttlHours/);
     expect(() => parsePiiSettings({ ttlHours: 'soon' })).toThrow(/ttlHours/);
   });

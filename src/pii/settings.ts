@@ -3,7 +3,7 @@
  *
  * | setting  | env                    | default | meaning |
  * |----------|------------------------|---------|---------|
- * | entities | SANDGATE_PII_ENTITIES  | all     | comma-separated entity types to tokenize (EMAIL, PHONE, CARD, IBAN, IP, SSN, SECRET, NAME), or `all` |
+ * | entities | SANDGATE_PII_ENTITIES  | all     | comma-separated entity types to tokenize (EMAIL, PHONE, CARD, IBAN, IP, SSN, SECRET, NAME, ADDRESS, DOB), or `all` |
  * | allow    | SANDGATE_PII_ALLOW     | (empty) | comma-separated values never tokenized (compared case-insensitively), e.g. the team's support address |
  * | ttlHours | SANDGATE_PII_TTL_HOURS | 168     | a vault value unused this long is forgotten; its token stops resolving |
  *

@@ -10,6 +10,8 @@
  * first line that has another count ends the table.
  */
 import { keyWords } from './recognizers/context.js';
+import { isAddressField } from './recognizers/address.js';
+import { isBirthField } from './recognizers/dob.js';
 import { fieldCue } from './recognizers/name-context.js';
 
 export interface TableCell {
@@ -66,7 +68,7 @@ export function splitCells(line: string, sep: string): Array<{ start: number; en
 
 function isKnownField(field: string): boolean {
   const cue = fieldCue(field);
-  return cue !== 'none' || isPhoneField(field) || isIdentifierField(field) || /e-?mail/i.test(field);
+  return cue !== 'none' || isPhoneField(field) || isIdentifierField(field) || isBirthField(field) || isAddressField(field) || /e-?mail/i.test(field);
 }
 
 interface Header {

@@ -30,26 +30,38 @@ export interface CorpusDoc {
 }
 
 /** A labelled value inside a template. */
-class Pii {
+export class Pii {
   constructor(
     readonly type: PiiEntityType,
     readonly value: string,
   ) {}
 }
-const P = (type: PiiEntityType, value: string) => new Pii(type, value);
-type Piece = string | number | Pii;
+export const P = (type: PiiEntityType, value: string) => new Pii(type, value);
+/**
+ * A decoy inside a template: text that looks like a value of `type` and is not one
+ * (a product named like a person, a date that is not a birthday). Detection must leave it.
+ */
+export class Decoy {
+  constructor(
+    readonly type: PiiEntityType,
+    readonly value: string,
+  ) {}
+}
+export const D = (type: PiiEntityType, value: string) => new Decoy(type, value);
+export type Piece = string | number | Pii | Decoy;
 /** A template's literal parts and labelled values, in order. */
-const L = (strings: TemplateStringsArray, ...values: Piece[]): Piece[] => strings.flatMap((s, i) => (i < values.length ? [s, values[i]] : [s]));
-type Json = string | number | boolean | null | Pii | Json[] | { [k: string]: Json };
+export const L = (strings: TemplateStringsArray, ...values: Piece[]): Piece[] => strings.flatMap((s, i) => (i < values.length ? [s, values[i]] : [s]));
+export type Json = string | number | boolean | null | Pii | Decoy | Json[] | { [k: string]: Json };
 
-class DocBuilder {
+export class DocBuilder {
   text = '';
   spans: LabelledSpan[] = [];
+  decoys: LabelledSpan[] = [];
 
   add(...pieces: Piece[]): this {
     for (const p of pieces) {
-      if (p instanceof Pii) {
-        this.spans.push({ type: p.type, start: this.text.length, end: this.text.length + p.value.length });
+      if (p instanceof Pii || p instanceof Decoy) {
+        (p instanceof Pii ? this.spans : this.decoys).push({ type: p.type, start: this.text.length, end: this.text.length + p.value.length });
         this.text += p.value;
       } else {
         this.text += String(p);
@@ -69,6 +81,7 @@ class DocBuilder {
     const close = indent ? '\n' + indent.repeat(level) : '';
     const colon = indent ? ': ' : ':';
     if (v instanceof Pii) return this.add('"', P(v.type, JSON.stringify(v.value).slice(1, -1)), '"');
+    if (v instanceof Decoy) return this.add('"', D(v.type, JSON.stringify(v.value).slice(1, -1)), '"');
     if (Array.isArray(v)) {
       if (!v.length) return this.add('[]');
       this.add('[');
@@ -94,9 +107,10 @@ class DocBuilder {
   csvRow(cells: Piece[], sep = ','): this {
     cells.forEach((c, i) => {
       if (i) this.add(sep);
-      const s = c instanceof Pii ? c.value : String(c);
+      const labelled = c instanceof Pii || c instanceof Decoy;
+      const s = labelled ? c.value : String(c);
       const quote = s.includes(sep) || s.includes('"');
-      if (quote && !(c instanceof Pii)) this.add('"', s.replaceAll('"', '""'), '"');
+      if (quote && !labelled) this.add('"', s.replaceAll('"', '""'), '"');
       else if (quote) this.add('"', c, '"');
       else this.add(c);
     });
@@ -163,7 +177,7 @@ function userRecord(fk: Fakers): Json {
     full_name: name(p),
     email: email(p),
     phone: P('PHONE', phone(fk)),
-    address: { street: fk.f.location.streetAddress(), city: fk.f.location.city(), zip: fk.f.location.zipCode('#####'), country: fk.f.location.countryCode() },
+    address: { street: P('ADDRESS', fk.f.location.streetAddress()), city: fk.f.location.city(), zip: fk.f.location.zipCode('#####'), country: fk.f.location.countryCode() },
     company: { name: fk.f.company.name(), department: fk.f.commerce.department() },
     last_login_ip: P('IP', ip(fk)),
     created_at: isoTime(fk),

@@ -50,10 +50,11 @@ export function fieldCue(field: string): Cue {
 }
 
 /** Words right before a name that introduce a person. */
-const STRONG_PRECEDERS = new Set([
+export const STRONG_PRECEDERS: ReadonlySet<string> = new Set([
   'customer', 'user', 'holder', 'cardholder', 'applicant', 'assignee', 'author', 'owner', 'manager', 'contact', 'employee',
   'patient', 'recipient', 'sender', 'reviewer', 'approver', 'agent', 'driver', 'member', 'mr', 'mrs', 'ms', 'mx', 'dr', 'prof',
-  'sir', 'madam', 'attn', 'colleague', 'client', 'tenant', 'landlord', 'candidate', 'signed',
+  'sir', 'madam', 'attn', 'colleague', 'client', 'tenant', 'landlord', 'candidate', 'signed', 'called', 'emailed', 'phoned', 'met',
+  'contacted', 'told', 'asked', 'invited', 'spoke', 'visited', 'thanked', 'escalated', 'ask', 'tell', 'call', 'email', 'ping', 'cc',
 ]);
 const GREETINGS = new Set(['hi', 'hello', 'hey', 'dear', 'thanks', 'thank', 'morning', 'afternoon', 'evening', 'welcome', 'congratulations']);
 /** Prepositions and conjunctions often before a name, and as often before anything else. */
@@ -69,6 +70,8 @@ export function precedingCue(line: string, pos: number): PrecedingCue {
   let end = pos;
   while (end > 0 && (line[end - 1] === ' ' || line[end - 1] === '\t')) end--;
   // `Dr. Roe`, `Attn: Roe`, `Hi, Roe`; but in `Agent, Cole, Renner` the comma separates.
+  // `TODO(ann)`, `FIXME(Ann Roe)`: the person who owns the note.
+  if (line[end - 1] === '(' && /(?:TODO|FIXME|XXX|HACK)\($/.test(line.slice(Math.max(0, end - 6), end))) return { cue: 'strong', greeting: false };
   const punct = end > 0 && '.:,'.includes(line[end - 1]) ? line[--end] : '';
   let start = end;
   while (start > 0 && end - start < 20 && /[A-Za-z]/.test(line[start - 1])) start--;
@@ -99,9 +102,23 @@ export function emailSpellsRun(line: string, runEnd: number, words: readonly str
   if (line[i] !== '<' && line[i] !== '(') return false;
   const m = /^[ \t]*[<(]["']?([A-Za-z0-9._%+-]{2,64})@/.exec(line.slice(runEnd, runEnd + 80));
   if (!m) return false;
-  const local = m[1].toLowerCase();
+  return localSpells(m[1], words);
+}
+
+function localSpells(localPart: string, words: readonly string[]): boolean {
+  const local = localPart.toLowerCase();
   return words.some((w) => {
-    const folded = w.normalize('NFD').replace(/\p{M}/gu, '').toLowerCase();
-    return folded.length >= 3 && local.includes(folded);
+    const folded = w.normalize('NFD').replace(/\p{M}/gu, '').toLowerCase().replace(/[^a-z]/g, '');
+    return folded.length >= 2 && local.includes(folded);
   });
+}
+
+/**
+ * Whether the next cell or list item after a run (`Jane Roe,jane.roe@x.com`, `Jane Roe -
+ * jroe@x.com`) is an email address that spells one of its words: a headerless export
+ * or a pasted list says whose address it is the same way a mail header does.
+ */
+export function nextCellEmailSpellsRun(line: string, runEnd: number, words: readonly string[]): boolean {
+  const m = /^[ \t]*(?:[,;\t|]|[-–—:][ \t])[ \t]*"?([A-Za-z0-9._%+-]{2,64})@/.exec(line.slice(runEnd, runEnd + 80));
+  return m !== null && localSpells(m[1], words);
 }

@@ -14,7 +14,9 @@
 import type { Span } from '../entities.js';
 import { keyBefore } from './context.js';
 import { eachMatch } from './scan.js';
-import { emailSpellsRun, fieldCue, PERSON_HEADER, precedingCue, SIGN_OFF, type Cue } from './name-context.js';
+import {
+  emailSpellsRun, fieldCue, nextCellEmailSpellsRun, PERSON_HEADER, precedingCue, SIGN_OFF, STRONG_PRECEDERS, type Cue,
+} from './name-context.js';
 import { knownAsOther, phraseVerdict, wordInfo } from './word-knowledge.js';
 import type { TableCell } from '../tables.js';
 
@@ -22,9 +24,9 @@ import type { TableCell } from '../tables.js';
 // than \p{Lu}/\p{Ll}: V8 runs these ten times faster (the run regex is most of the
 // name finder's time), and capitalization only marks names in cased scripts anyway.
 // Latin Extended and Greek count as both cases: a superset is harmless here.
-const UP = 'A-Z\\u00C0-\\u00D6\\u00D8-\\u00DE\\u0100-\\u024F\\u0370-\\u03FF\\u0400-\\u042F\\u0460-\\u052F\\u1E00-\\u1FFF';
-const LOW = 'a-z\\u00DF-\\u00F6\\u00F8-\\u00FF\\u0100-\\u024F\\u0370-\\u03FF\\u0430-\\u045F\\u0460-\\u052F\\u1E00-\\u1FFF';
-const LETTER = 'A-Za-z\\u00C0-\\u00D6\\u00D8-\\u00F6\\u00F8-\\u024F\\u0370-\\u052F\\u1E00-\\u1FFF';
+export const UP = 'A-Z\\u00C0-\\u00D6\\u00D8-\\u00DE\\u0100-\\u024F\\u0370-\\u03FF\\u0400-\\u042F\\u0460-\\u052F\\u1E00-\\u1FFF';
+export const LOW = 'a-z\\u00DF-\\u00F6\\u00F8-\\u00FF\\u0100-\\u024F\\u0370-\\u03FF\\u0430-\\u045F\\u0460-\\u052F\\u1E00-\\u1FFF';
+export const LETTER = 'A-Za-z\\u00C0-\\u00D6\\u00D8-\\u00F6\\u00F8-\\u024F\\u0370-\\u052F\\u1E00-\\u1FFF';
 // A name word: capitalized, ending in lower case; inner capitals only after a short
 // prefix (McLaughlin, O'Connell, DeShawn), so CamelCase identifiers (UserService) are not.
 const WORD = `[${UP}][${LOW}]{0,2}(?:['’]?[${UP}])?[${LOW}]+`;
@@ -33,7 +35,8 @@ const PARTICLE = '(?:[Vv]an|[Vv]on|[Dd]e|[Dd]er|[Dd]en|[Dd]a|[Dd]i|[Dd]u|[Dd]el|
 // Further words of a run: a particle and a word that may then be lower case
 // (`van der Berg`, `Da silva`), or a capitalized word, optionally after an initial.
 const NEXT_WORD = `(?:[ ]${PARTICLE}(?:[ ]${PARTICLE})?[ ](?:${HYPHENATED}|[${LOW}]{2,})|[ ](?:[${UP}]\\.[ ])?${HYPHENATED})`;
-const RUN_SOURCE = `(?<![${LETTER}0-9_@.\\-]|[${LETTER}]['’])${HYPHENATED}${NEXT_WORD}{0,3}(?![${LETTER}0-9_@\\-]|['’.][${LETTER}])`;
+// A run may open with an initial (`C. Gupta`, `Š. Huzanić`).
+const RUN_SOURCE = `(?<![${LETTER}0-9_@.\\-]|[${LETTER}]['’])(?:[${UP}]\\.[ ])?${HYPHENATED}${NEXT_WORD}{0,3}(?![${LETTER}0-9_@\\-]|['’.][${LETTER}])`;
 const RUN = new RegExp(RUN_SOURCE, 'g');
 const HAS_UPPER = new RegExp(`[${UP}]`);
 const WHOLE_RUN = new RegExp(`^${RUN_SOURCE}$`);
@@ -56,6 +59,9 @@ function classify(word: string): WordClass {
 }
 
 const PARTICLE_WORD = new RegExp(`^${PARTICLE}$`);
+const INITIAL_FIRST = new RegExp(`^[${UP}]\\. `);
+/** Endings of English, German and Dutch place names (`Bradtkeford`, `Neustadt`): a lone such word in a row is a town. */
+const PLACE_ENDING = /(?:ford|ton|thorpe|stone|well|worth|don|dale|ridge|ville|burg|burgh|borough|bury|ham|field|land|mouth|chester|caster|cester|shire|stad|stadt|dorf|heim|furt|haven|side|view|port|town|wick|ing|by|dam|berg|hausen|ingen|gen|wood|fort|mount|wald|feld|(?:upon|on|under|over)-.+)$/;
 
 /** The words of a run that carry evidence: capitalized, not initials, not particles. */
 function nameWords(run: string): string[] {
@@ -71,6 +77,8 @@ function runSaysName(run: string, words: readonly string[], cue: Cue, greeting: 
   if (cue === 'field') return true;
   if (cue === 'negative' || words.length === 0) return false;
   const classes = words.map(classify);
+  // An initial and a surname (`C. Gupta`) is how people, not places, are abbreviated.
+  if (words.length === 1 && INITIAL_FIRST.test(run) && classes[0] !== 'C') return true;
   if (words.length === 1) {
     if (cue !== 'strong') return false;
     // An ordinary word after a greeting is a name only as a salutation (`Dear Reed,`),
@@ -89,7 +97,7 @@ function runSaysName(run: string, words: readonly string[], cue: Cue, greeting: 
 function isLeadingCueWord(word: string): 'greeting' | 'strong' | 'drop' | undefined {
   const lower = word.toLowerCase();
   if (['hi', 'hello', 'hey', 'dear', 'thanks'].includes(lower)) return 'greeting';
-  if (['mr', 'mrs', 'ms', 'mx', 'dr', 'prof', 'sir'].includes(lower)) return 'strong';
+  if (['mr', 'mrs', 'ms', 'mx', 'dr', 'prof', 'sir'].includes(lower) || STRONG_PRECEDERS.has(lower)) return 'strong';
   return wordInfo(word).functionWord ? 'drop' : undefined;
 }
 
@@ -100,6 +108,20 @@ const PERSON_ROW_HINT = /e-?mail|phone|mobile|customer|user|employee|contact|pat
 function columnCues(fields: readonly string[]): Cue[] {
   const cues = fields.map(fieldCue);
   return fields.some((f) => PERSON_ROW_HINT.test(f)) ? cues.map((c) => (c === 'weak' ? 'field' : c)) : cues;
+}
+
+/** A line of separated cells with an email address or an international phone number in it. */
+function personRow(line: string): boolean {
+  return /[,;\t|]/.test(line) && (line.includes('@') || /(?:^|[,;\t|])[ \t]*"?\+\d/.test(line));
+}
+
+/** Whether line[start, end) is a whole separated cell (`,` `;` tab or `|` on both sides). */
+function wholeCell(line: string, start: number, end: number): boolean {
+  let i = start - 1;
+  while (i >= 0 && (line[i] === ' ' || line[i] === '"')) i--;
+  let j = end;
+  while (j < line.length && (line[j] === ' ' || line[j] === '"')) j++;
+  return (i < 0 || ',;\t|'.includes(line[i])) && (j >= line.length || ',;\t|'.includes(line[j]));
 }
 
 /** A stateful name finder: feed it every record of a text, in order. */
@@ -168,9 +190,10 @@ export class NameFinder {
     // A whole value under a key is judged as it stands (`"name": "May Daniel"`);
     // elsewhere leading greetings, titles and function words are context, not the name.
     const keyed = keyBefore(line, index) !== undefined;
-    while (!keyed && words.length > 1) {
+    while (words.length > 1) {
       const lead = isLeadingCueWord(words[0]);
-      if (!lead) break;
+      // Inside a keyed value only a word that introduces a person (`"notes": "Called Ann"`) is context.
+      if (!lead || (keyed && lead !== 'strong')) break;
       if (lead === 'greeting') greeting = true;
       if (lead !== 'drop') cue = 'strong';
       start += words[0].length + 1;
@@ -182,6 +205,9 @@ export class NameFinder {
       // The run must be the whole value: `"name": "Lang - Adams"` is not a name `Lang`.
       const closesValue = end === line.length || /^["',;}\]]/.test(line[end]) || /^[ \t]*$/.test(line.slice(end));
       if (key !== undefined && closesValue) cue = fieldCue(key.key === 'name' && key.parent ? `${key.parent}_name` : key.key);
+      // A bare `name` beside an email address (`{"name": …, "email": …}`), or a `Name:`
+      // label in a list someone wrote, names a person.
+      if (cue === 'weak' && key !== undefined && /^name$/i.test(key.key) && (key.key === 'Name' || line.includes('@'))) cue = 'field';
       if (cue === 'none' || (key === undefined && cue !== 'negative')) {
         const p = precedingCue(line, start);
         if (p.cue !== 'none') ({ cue, greeting } = p);
@@ -192,7 +218,14 @@ export class NameFinder {
     const phrase = words.join(' ');
     const names = nameWords(phrase);
     if (cue !== 'negative' && cue !== 'field') {
-      if ((onPersonHeader && /^ ?</.test(line.slice(end, end + 2))) || emailSpellsRun(line, end, names)) cue = 'field';
+      if ((onPersonHeader && /^ ?</.test(line.slice(end, end + 2))) || emailSpellsRun(line, end, names) || nextCellEmailSpellsRun(line, end, names)) {
+        cue = 'field';
+      }
+    }
+    // A whole cell of a headerless row that also holds an email address or a phone number
+    // (`1016,Lera West,lera@x.com`, `C12,Ha,Ham,+44 7700 900123`): a person's row.
+    if (cue === 'none' && personRow(line) && wholeCell(line, start, end) && !(names.length === 1 && PLACE_ENDING.test(names[0].toLowerCase()))) {
+      cue = 'strong';
     }
     const salutation = greeting && line[end] === ',' ? 'salutation' : greeting;
     if (runSaysName(phrase, names, cue, salutation)) {
