@@ -6,6 +6,10 @@
  * prints it → the client sees only tokens → the client sends code and files that use
  * tokens → the sandbox and the workspace get the real values. Nothing the client
  * receives, streamed progress included, and nothing in the store holds a raw value.
+ *
+ * And the built-in chat, over HTTP as its pages use it: a customer list pasted into a
+ * message reaches the model (a stand-in provider) as tokens, and the user reads the
+ * values in the conversation.
  */
 import fs from 'node:fs';
 import path from 'node:path';
@@ -21,6 +25,9 @@ import type { Workspace } from '../src/sandboxes/workspace.js';
 import { ensureUser } from '../src/accounts/accounts.js';
 import { createToken } from '../src/tokens/tokens.js';
 import { callTool, startGateway, toolText, type Gateway as ServedGateway } from './support/mcp.js';
+import { startStandin, type Standin } from './support/model-standins.js';
+import { eventually } from './support/until.js';
+import { webSession } from './support/web-session.js';
 
 interface Customer {
   id: number;
@@ -45,6 +52,8 @@ const CSV = ['customer_id,name,email,phone,card_number,iban', ...CUSTOMERS.map((
 const RAW_VALUES = CUSTOMERS.flatMap((c) => [c.name, ...c.name.split(' ').filter((w) => w.length > 3), c.email, c.phone, c.card, c.iban]);
 const TOKEN_ROW = /^(\d+),(\[NAME_\d+\]),(\[EMAIL_\d+\]),(\[PHONE_\d+\]),(\[CARD_\d+\]),(\[IBAN_\d+\])$/;
 
+const CHAT_MODEL = 'openai:gpt-test';
+let standin: Standin;
 let served: ServedGateway;
 let gateway: ServedGateway['gateway'];
 let mcpUrl: string;
@@ -77,7 +86,9 @@ function tokensOf(csv: string, id: number): { name: string; email: string; phone
 }
 
 beforeAll(async () => {
-  served = await startGateway({ pii: true });
+  standin = await startStandin('openai', () => ({ text: ['Hello.'] }));
+  const models = { SANDGATE_OPENAI_API_KEY: 'sk-team-openai', SANDGATE_OPENAI_BASE_URL: standin.baseURL, SANDGATE_MODELS: CHAT_MODEL };
+  served = await startGateway({ pii: true, env: models });
   ({ gateway, mcpUrl, dataDir } = served);
   expect(gateway.config.piiTokenize).toBe(true);
   expect(served.preflight?.ok, JSON.stringify(served.preflight)).toBe(true);
@@ -96,6 +107,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await served?.close();
+  await standin?.close();
 });
 
 describe('PII tokenization over MCP', () => {
@@ -358,5 +370,69 @@ describe('PII tokenization over MCP', () => {
       const inClear = RAW_VALUES.filter((v) => bytes.includes(Buffer.from(v)));
       expect(inClear, f).toEqual([]);
     }
+  });
+});
+
+describe('a customer list pasted into the built-in chat', () => {
+  // Names of several origins, one that is two ordinary words, a duplicate row; addresses
+  // quoted as CSV quotes a cell with commas in it.
+  const PEOPLE = [
+    ['Amara Okafor', 'amara.okafor@example.com', '14 Elm Grove, Leeds LS6 2AB', '1987-04-12'],
+    ['Nguyễn Thị Lan', 'lan.nguyen@example.org', '221 Baker Street, London NW1 6XE', '03/09/1979'],
+    ['José María de la Fuente', 'jm.fuente@example.com', 'Calle de Alcalá 45, 28014 Madrid', '22.11.1990'],
+    ['Priya Venkataraman', 'priya.v@example.net', '88 Rue de Rivoli, 75004 Paris', '1965-07-30'],
+    ['Rose Brown', 'rose.brown@example.com', '1600 Pennsylvania Avenue NW, Washington, DC 20500', '12/25/1958'],
+  ];
+  const ROWS = [...PEOPLE, PEOPLE[0]];
+  const PASTED = [
+    'Can you check these customers for duplicates, and tell me who is the oldest?',
+    '',
+    'name,email,address,date_of_birth',
+    ...ROWS.map(([n, e, a, d]) => `${n},${e},"${a}",${d}`),
+  ].join('\n');
+  const VALUES = PEOPLE.flat();
+  const TOKEN_ROW = /^(\[NAME_\d+\]),(\[EMAIL_\d+\]),"(\[ADDRESS_\d+\])",(\[DOB_\d+\])$/;
+  /** HTML text as the user reads it. */
+  const unescape = (html: string) => html.replace(/&#(\d+);/g, (_, n: string) => String.fromCharCode(Number(n))).replace(/&quot;/g, '"').replace(/&amp;/g, '&');
+
+  it('reaches the model as tokens, one per value, and the user reads the values in the conversation', async () => {
+    const rowsSeen: string[][] = [];
+    // The model answers from what it was given: the duplicate row, and the oldest by the date it sees.
+    standin.setScript((req) => {
+      const rows = req.lastUserText.split('\n').map((l) => TOKEN_ROW.exec(l)?.slice(1)).filter((r): r is string[] => r !== undefined);
+      rowsSeen.push(...rows);
+      const twice = rows.find((r, i) => rows.findIndex((o) => o[0] === r[0]) !== i);
+      const oldest = rows[4];
+      return { text: [`${twice?.[0]} (${twice?.[1]}) is listed twice. `, `The oldest is ${oldest?.[0]}, born ${oldest?.[3]}, `, `who lives at ${oldest?.[2]}.`] };
+    });
+    const carla = await ensureUser(gateway.store.db, 'carla');
+    const web = await webSession(served, carla);
+    const created = await web.post('/chat/new');
+    expect(created.status).toBe(303);
+    const chat = created.headers.get('location')!;
+    const conversationId = chat.slice('/c/'.length);
+    expect((await web.post(`${chat}/send`, { text: PASTED })).status).toBe(204);
+    const status = async () => (await gateway.store.db.selectFrom('turns').select('status').where('conversation_id', '=', conversationId).executeTakeFirst())?.status;
+    await eventually(async () => ![undefined, 'running'].includes(await status()), 30_000);
+    expect(await status()).toBe('complete');
+
+    // What the model got: every row as tokens, the same value the same token, no value anywhere.
+    const sent = standin.requests.at(-1)!;
+    expect(VALUES.filter((v) => sent.raw.includes(v))).toEqual([]);
+    expect(rowsSeen).toHaveLength(ROWS.length);
+    for (const i of [0, 1, 2, 3]) expect(new Set(rowsSeen.map((r) => r[i])).size, `column ${i}`).toBe(PEOPLE.length);
+    expect(rowsSeen[5]).toEqual(rowsSeen[0]);
+
+    // What the user reads: the message as pasted and the answer with the values back.
+    const page = unescape(await (await web.get(chat, { htmx: false })).text());
+    for (const v of VALUES) expect(page, v).toContain(v);
+    const [first, , , , oldest] = PEOPLE;
+    expect(page).toContain(`${first[0]} (${first[1]}) is listed twice. The oldest is ${oldest[0]}, born ${oldest[3]}, who lives at ${oldest[2]}.`);
+    expect(page).not.toMatch(/\[(?:NAME|EMAIL|ADDRESS|DOB)_\d+\]/);
+
+    // The store keeps the model's side only.
+    const stored = await gateway.store.db.selectFrom('messages').selectAll().where('conversation_id', '=', conversationId).execute();
+    expect(stored.length).toBeGreaterThanOrEqual(2);
+    expect(VALUES.filter((v) => JSON.stringify(stored).includes(v))).toEqual([]);
   });
 });

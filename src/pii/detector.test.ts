@@ -121,11 +121,45 @@ describe('names', () => {
     ]);
   });
 
+  it('in a table without a header, by what the column held in earlier rows', () => {
+    const rows = ['C1736,Ward,Ludwig,+44 7433 334099,Leeds', 'C6857,Tandon,Gauraang,+44 7624 969194,Paucekwick', 'C3572,Satterfield,Randal,+44 7537 855348,Haleybury', 'C2824,Brown,Bob,+44 7591 349243,Brakusley'];
+    const names = found(rows.join('\n')).filter(([t]) => t === 'NAME').map(([, v]) => v);
+    // Neighbouring one-word cells vouch for each other; by the last row the columns decide:
+    // `Brown,Bob` (ordinary words) are names, `Brakusley` in the town column is not.
+    expect(names).toEqual(['Ward', 'Ludwig', 'Tandon', 'Gauraang', 'Satterfield', 'Randal', 'Brown', 'Bob']);
+    expect(found('Chip Wise,Summer Collection,315.13,08/18/2025')).toEqual([]);
+    const sales = ['Omer Walker,Handcrafted Steel Shoes,70.67,1/25/2019', 'Giada Hornung,Sleek Wooden Car,47.18,2024-02-03', 'Chip Wise,Summer Collection,315.13,08/18/2025'];
+    expect(found(sales.join('\n')).filter(([t]) => t === 'NAME')).toEqual([
+      ['NAME', 'Omer Walker'],
+      ['NAME', 'Giada Hornung'],
+      ['NAME', 'Chip Wise'],
+    ]);
+  });
+
+  it('by what follows, and by a name said earlier on the line', () => {
+    expect(found('- Hazel Wood, born 23.08.1967, and Holly Wise (born 1953)').filter(([t]) => t === 'NAME')).toEqual([
+      ['NAME', 'Hazel Wood'],
+      ['NAME', 'Holly Wise'],
+    ]);
+    expect(found('{"account_manager": "Reed Silver", "notes": "Called Reed about the order"}')).toEqual([
+      ['NAME', 'Reed Silver'],
+      ['NAME', 'Reed'],
+    ]);
+    expect(found('{"last_name": "al Rashid", "manager": "Souad al-Tazi"}')).toEqual([
+      ['NAME', 'al Rashid'],
+      ['NAME', 'Souad al-Tazi'],
+    ]);
+  });
+
   it('not ordinary capitalized text, companies, places or streets', () => {
     expect(found('500 Internal Server Error from Acme Group in New York; Senior Data Engineer')).toEqual([]);
     // The street is an address (one value, house number and all), not a name.
     expect(found('"street": "340 Prohaska Dale", "company": {"name": "Adams Group"}')).toEqual([['ADDRESS', '340 Prohaska Dale']]);
     expect(found('at UserService.notify (/srv/app/UserService.js:12:5) TypeError: Cannot read')).toEqual([]);
+    // The town after a street, in a pasted list or a row; a product under its key; a sentence with a comma, not a header.
+    expect(found('1. P. Sherman - p.sherman@example.com - 42 Wallaby Way, Sydney').map(([t]) => t)).toEqual(['NAME', 'EMAIL', 'ADDRESS']);
+    expect(found('{"product": "Customer Identity Orchestrator"}')).toEqual([]);
+    expect(found('Grant read access to the billing role, then Bill the customer monthly.\nThanks Carmen, see you.')).toEqual([['NAME', 'Carmen']]);
   });
 });
 

@@ -1,8 +1,9 @@
 /**
  * Names, street addresses and dates of birth on the held-out split of
  * test/support/pii-heldout.ts: values the recognizers were never tuned on (the split is
- * by value, see splitOf), scored per type with the decoys that resemble them. The
- * misses are printed so the next person knows where detection fails.
+ * by value, see splitOf), scored per type with the decoys that resemble them. Only the
+ * scores are printed: tuning looks at the train split's misses (bench/pii.ts prints
+ * them), never at this split's.
  *
  * The recognizers must not read that corpus: the last test walks the import graph of
  * src/pii and fails if anything outside the tests reaches into test/.
@@ -12,18 +13,14 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateHeldOut, HELD_OUT_KINDS, splitOf, type HeldOutDoc } from '../../test/support/pii-heldout.js';
-import { formatErrors, formatScores, scoreCorpus, type ScoreDetail } from '../../test/support/pii-metrics.js';
+import { formatScores, scoreCorpus, type ScoreDetail } from '../../test/support/pii-metrics.js';
 import { openTestVault } from '../../test/support/pii.js';
 import { createDetector } from './detector.js';
 import type { PiiEntityType } from './entities.js';
 
-/**
- * Targets. ADDRESS and DOB meet the issue's (recall 0.97, decoys kept 0.99). NAME is
- * held to what it reaches today on this split, short of the 0.97 it should reach: the
- * todo below stays until it does.
- */
+/** Targets: recall 0.97 with 0.99 of the decoys kept (ADDRESS has few decoys, so 0.95). */
 const TARGETS: Record<'NAME' | 'ADDRESS' | 'DOB', { recall: number; decoysKept: number }> = {
-  NAME: { recall: 0.93, decoysKept: 0.99 },
+  NAME: { recall: 0.97, decoysKept: 0.99 },
   ADDRESS: { recall: 0.97, decoysKept: 0.95 },
   DOB: { recall: 0.97, decoysKept: 0.99 },
 };
@@ -66,9 +63,9 @@ describe('detection on the held-out split', () => {
   let result: ScoreDetail;
   beforeAll(() => {
     const detector = createDetector();
-    result = scoreCorpus(docs, (text) => detector.detect(text), 12);
+    result = scoreCorpus(docs, (text) => detector.detect(text));
     const chars = docs.reduce((n, d) => n + d.text.length, 0);
-    console.log(`PII detection on the held-out split, ${docs.length} documents, ${(chars / 1e6).toFixed(2)} MB:\n${formatScores(result.scores)}\n${formatErrors(result)}`);
+    console.log(`PII detection on the held-out split, ${docs.length} documents, ${(chars / 1e6).toFixed(2)} MB:\n${formatScores(result.scores)}`);
   });
 
   it.each(Object.keys(TARGETS) as Array<keyof typeof TARGETS>)('%s: recall and decoys kept on target', (type) => {
@@ -76,8 +73,6 @@ describe('detection on the held-out split', () => {
     expect(s.recall).toBeGreaterThanOrEqual(TARGETS[type].recall);
     expect(s.decoysKept).toBeGreaterThanOrEqual(TARGETS[type].decoysKept);
   });
-
-  it.todo('NAME: recall >= 0.97 on the held-out split (bare CSV cells of one word, names that are ordinary words)');
 
   it('structured values in the same documents are all found', () => {
     for (const type of ['EMAIL', 'PHONE'] as const) expect(result.scores.find((x) => x.type === type)!.recall, type).toBe(1);

@@ -13,6 +13,7 @@ import { keyWords } from './recognizers/context.js';
 import { isAddressField } from './recognizers/address.js';
 import { isBirthField } from './recognizers/dob.js';
 import { fieldCue } from './recognizers/name-context.js';
+import { splitCells } from './cells.js';
 
 export interface TableCell {
   /** Offsets of the cell's content within the line (inside quotes, if quoted). */
@@ -25,6 +26,8 @@ const SEPARATORS = [',', ';', '\t', '|'];
 /** Characters a header line may hold; one linear test rules out almost every other line. */
 const HEADER_CHARS = /^[A-Za-z0-9_ .\-",;\t|]+$/;
 const HEADER_CELL = /^[ \t]*"?[A-Za-z_][A-Za-z0-9_ .-]{0,40}"?[ \t]*$/;
+/** A cell of five or more words, or one ending a sentence: a line of prose with a comma in it, not a header. */
+const PROSE_CELL = /(?:\S+ +){4}\S|\.[ \t]*$/;
 const PHONE_WORDS = new Set(['phone', 'tel', 'telephone', 'mobile', 'cell', 'fax', 'msisdn', 'telefon']);
 const ID_WORDS = new Set(['id', 'ids', 'uid', 'guid', 'seq', 'ts', 'timestamp', 'time', 'count', 'size', 'bytes']);
 /** These end an identifier's key only after a qualifier: `order_number`, not a bare `number`. */
@@ -44,28 +47,6 @@ export function isIdentifierField(field: string): boolean {
   return ID_WORDS.has(last) || (QUALIFIED_ID_WORDS.has(last) && words.length > 1);
 }
 
-/** Splits a CSV line, honouring double quotes; undefined when the quoting is broken. */
-export function splitCells(line: string, sep: string): Array<{ start: number; end: number }> | undefined {
-  const cells: Array<{ start: number; end: number }> = [];
-  let i = 0;
-  while (i <= line.length) {
-    if (line[i] === '"') {
-      let j = i + 1;
-      while (j < line.length && !(line[j] === '"' && line[j + 1] !== '"')) j += line[j] === '"' ? 2 : 1;
-      cells.push({ start: i + 1, end: j });
-      i = j + 1;
-      if (i < line.length && line[i] !== sep) return undefined;
-      i++;
-    } else {
-      let j = line.indexOf(sep, i);
-      if (j < 0) j = line.length;
-      cells.push({ start: i, end: j });
-      i = j + 1;
-    }
-  }
-  return cells;
-}
-
 function isKnownField(field: string): boolean {
   const cue = fieldCue(field);
   return cue !== 'none' || isPhoneField(field) || isIdentifierField(field) || isBirthField(field) || isAddressField(field) || /e-?mail/i.test(field);
@@ -82,7 +63,7 @@ function parseHeader(line: string): Header | undefined {
   for (const sep of SEPARATORS) {
     if (!line.includes(sep)) continue;
     const cells = line.split(sep);
-    if (cells.length < 2 || !cells.every((c) => HEADER_CELL.test(c))) continue;
+    if (cells.length < 2 || !cells.every((c) => HEADER_CELL.test(c) && !PROSE_CELL.test(c))) continue;
     const fields = cells.map((c) => c.replace(/"/g, '').trim().replace(/\s+/g, '_'));
     if (!fields.some(isKnownField)) continue;
     if (!best || fields.length > best.fields.length) best = { sep, fields };

@@ -57,6 +57,12 @@ export const STRONG_PRECEDERS: ReadonlySet<string> = new Set([
   'contacted', 'told', 'asked', 'invited', 'spoke', 'visited', 'thanked', 'escalated', 'ask', 'tell', 'call', 'email', 'ping', 'cc',
 ]);
 const GREETINGS = new Set(['hi', 'hello', 'hey', 'dear', 'thanks', 'thank', 'morning', 'afternoon', 'evening', 'welcome', 'congratulations']);
+/**
+ * A preposition after a verb whose object is a person: `assigned to`, `forwarded this
+ * to`, `spoke with`, `escalated by`.
+ */
+const PERSON_PHRASE_BEFORE =
+  /\b(?:(?:assigned|reassigned|forwarded|handed|introduced|escalated|passed|replied|wrote|talked|spoke|sent)(?: (?:it|this|them|that))? to|(?:spoke|spoken|talked|met|meeting|chatted|dealt|spoke again) with|(?:escalated|signed|approved|reviewed|reported|submitted|requested|raised|opened|authored|written|assigned) by)[ \t]*$/i;
 /** Prepositions and conjunctions often before a name, and as often before anything else. */
 const WEAK_PRECEDERS = new Set(['by', 'with', 'to', 'for', 'from', 'of', 'and', 'cc', 'via', 'per', 'at']);
 
@@ -71,7 +77,7 @@ export function precedingCue(line: string, pos: number): PrecedingCue {
   while (end > 0 && (line[end - 1] === ' ' || line[end - 1] === '\t')) end--;
   // `Dr. Roe`, `Attn: Roe`, `Hi, Roe`; but in `Agent, Cole, Renner` the comma separates.
   // `TODO(ann)`, `FIXME(Ann Roe)`: the person who owns the note.
-  if (line[end - 1] === '(' && /(?:TODO|FIXME|XXX|HACK)\($/.test(line.slice(Math.max(0, end - 6), end))) return { cue: 'strong', greeting: false };
+  if (line[end - 1] === '(' && /(?:TODO|FIXME|XXX|HACK)\($/.test(line.slice(Math.max(0, end - 6), end))) return { cue: 'field', greeting: false };
   const punct = end > 0 && '.:,'.includes(line[end - 1]) ? line[--end] : '';
   let start = end;
   while (start > 0 && end - start < 20 && /[A-Za-z]/.test(line[start - 1])) start--;
@@ -80,10 +86,26 @@ export function precedingCue(line: string, pos: number): PrecedingCue {
   if (GREETINGS.has(word)) return { cue: 'strong', greeting: true };
   if (punct === ',') return { cue: 'none', greeting: false };
   if (STRONG_PRECEDERS.has(word)) return { cue: 'strong', greeting: false };
-  if (word === 'to' && /\bassigned\s+to\s*$/i.test(line.slice(Math.max(0, pos - 20), pos))) return { cue: 'strong', greeting: false };
-  if (WEAK_PRECEDERS.has(word)) return { cue: 'weak', greeting: false };
+  if (WEAK_PRECEDERS.has(word)) {
+    return { cue: PERSON_PHRASE_BEFORE.test(line.slice(Math.max(0, pos - 32), pos)) ? 'strong' : 'weak', greeting: false };
+  }
   return { cue: 'none', greeting: false };
 }
+
+/**
+ * What follows a run, as evidence it is a person: `born` (`Jane Roe (born 1984)`,
+ * `Jane Roe, born …`, `Jane Roe was born`), which only people are; or a verb people
+ * rather than things are the subject of (`Jane Roe signed`, `Jane Roe will send`),
+ * which the words must then back up.
+ */
+export function followingCue(line: string, end: number): 'born' | 'verb' | 'none' {
+  const next = line.slice(end, end + 24);
+  if (BORN_AFTER.test(next)) return 'born';
+  return PERSON_VERB_AFTER.test(next) ? 'verb' : 'none';
+}
+const BORN_AFTER = /^(?:,? born\b| \(born\b| (?:was|is) born\b| née\b)/;
+const PERSON_VERB_AFTER =
+  /^ (?:(?:will|has|had|did|then|also) )?(?:signed|sign|sent|send|wrote|write|said|says|called|emailed|phoned|replied|asked|moved|joined|paid|ordered|agreed|confirmed|complained|booked|cancelled|canceled)\b/;
 
 /** Mail and commit headers whose value starts with a person's name. */
 export const PERSON_HEADER = /^[ \t]*(?:From|To|Cc|Bcc|Reply-To|Sender|Author|Committer|Co-authored-by|Signed-off-by|Reviewed-by|Reported-by|Acked-by|Tested-by|Suggested-by|Assignee|Reporter)[ \t]*:/i;
