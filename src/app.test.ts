@@ -64,6 +64,10 @@ describe('app', () => {
     expect(climb.status).toBe(403);
     expect(climb.text).not.toContain('"dependencies"');
     expect((await request(app).get('/static/nope.css')).status).toBe(404);
+    // A file asked for as a folder: what the file server says of it names the path on disk, which the answer must not.
+    const asFolder = await request(app).get('/static/sandgate.css/');
+    expect(asFolder.status).toBe(404);
+    expect(asFolder.text).not.toMatch(/ENOTDIR|static\/sandgate\.css/);
   });
 
   it('unknown routes are JSON 404s', async () => {

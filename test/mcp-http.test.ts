@@ -164,6 +164,30 @@ describe('protocol', () => {
     expect(r.messages[0]).toMatchObject({ error: { code: -32700 } });
   });
 
+  it('refuses a body nested thousands of levels deep with -32600, not an internal error', async () => {
+    const deep = (n: number) => `${'['.repeat(n)}${']'.repeat(n)}`;
+    for (const body of [deep(5000), `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"x":${deep(100_000)}}}`]) {
+      const r = await rawRequest(gw.mcpUrl, { headers: { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': LATEST_PROTOCOL_VERSION }, body });
+      expect(r.status).toBe(400);
+      expect(r.messages[0]).toMatchObject({ error: { code: -32600, message: expect.stringMatching(/nests deeper than 100 levels/) } });
+    }
+  });
+
+  it('answers a request whose params do not fit its method with -32602 Invalid params, not an internal error', async () => {
+    // A user of its own: the audit test below counts alice's refusals.
+    const headers = { authorization: `Bearer ${await gw.tokenFor('pat')}`, 'mcp-protocol-version': '2025-06-18' };
+    for (const [method, params] of [
+      ['resources/read', undefined],
+      ['completion/complete', {}],
+      ['prompts/get', { name: 42 }],
+      ['initialize', { protocolVersion: '2025-06-18', capabilities: 'all', clientInfo: 5 }],
+    ] as const) {
+      const r = await rawRequest(gw.mcpUrl, { headers, body: { jsonrpc: '2.0', id: 9, method, ...(params && { params }) } });
+      expect(r.status, method).toBe(200);
+      expect(r.messages[0], method).toMatchObject({ id: 9, error: { code: -32602, message: expect.stringContaining(`Invalid params for ${method}: params`) } });
+    }
+  });
+
   it('answers a 2025-03-26 batch that calls two tools, and names a tool it does not have', async () => {
     const headers = { authorization: `Bearer ${aliceToken}`, 'mcp-protocol-version': '2025-03-26' };
     const batch = await rawRequest(gw.mcpUrl, {

@@ -23,10 +23,17 @@ import { partsFor, toolInputSchema, type ServerParts } from '../mcp/server.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from '../pii/boundary.js';
 import { SkillsDir } from '../skills/skills.js';
 import { bearerAuth, bearerToken, callerOf } from '../auth/bearer.js';
+import { nestsDeeperThan } from '../bounded-json.js';
 import { hostAndOriginValidation } from './host-origin.js';
 
 /** Largest JSON body accepted (write_file content is the big one). */
 export const MAX_BODY = '4mb';
+/**
+ * Deepest nesting a body may have: far beyond any MCP message (the tools' arguments are
+ * flat), far below where the SDK, which serialises the body again, runs out of stack
+ * (a few thousand levels: an internal error for everyone's requests to see in the log).
+ */
+const MAX_BODY_DEPTH = 100;
 
 export interface McpRouterDeps extends Omit<McpDeps, 'skills' | 'boundary'> {
   skills?: SkillsDir;
@@ -162,11 +169,19 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
   const badBody: ErrorRequestHandler = function badJsonBody(err: { type?: string; status?: number; message?: string }, _req, res, next) {
     if (err.type === 'entity.parse.failed') return void res.status(400).json(jsonRpcError(-32700, 'Parse error: the body is not valid JSON'));
     if (err.type === 'entity.too.large') return void res.status(413).json(jsonRpcError(-32000, `The request body is larger than ${MAX_BODY}; send large files from code instead.`));
+    if (err.type === 'entity.too.deep') return void res.status(400).json(jsonRpcError(-32600, `Invalid Request: the body nests deeper than ${MAX_BODY_DEPTH} levels`));
     next(err);
   };
 
   const checks = [markArrival, ...hostAndOriginValidation(deps.config), bearerAuth(deps, { oauth: true })];
-  const post = inSequence([...checks, express.json({ limit: MAX_BODY }), rateLimit, serve], badBody);
+  const json = express.json({
+    limit: MAX_BODY,
+    // Looked at before it is parsed, as text: '[', '{' and '"' are single bytes in UTF-8.
+    verify: (_req, _res, buf) => {
+      if (nestsDeeperThan(buf.toString('utf8'), MAX_BODY_DEPTH)) throw Object.assign(new Error('the body nests too deeply'), { status: 400, type: 'entity.too.deep' });
+    },
+  });
+  const post = inSequence([...checks, json, rateLimit, serve], badBody);
   const withoutStream = inSequence([...checks, noStream], badBody);
   const checksOnly = inSequence(checks, badBody);
   return function mcpEndpoint(req, res, next) {

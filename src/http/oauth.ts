@@ -286,7 +286,8 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
         return undefined;
       }
     }
-    const id = (req.body as Record<string, unknown>).client_id;
+    // A request without a body has none (Express 5 leaves req.body undefined).
+    const id = (req.body as Record<string, unknown> | undefined)?.client_id;
     return typeof id === 'string' ? id : undefined;
   };
   const form = express.urlencoded({ extended: false, limit: '16kb', type: () => true });
@@ -305,7 +306,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
   };
 
   const token: RequestHandler = async (req, res) => {
-    const b = req.body as Record<string, unknown>;
+    const b = (req.body ?? {}) as Record<string, unknown>;
     const s = (k: string) => (typeof b[k] === 'string' ? (b[k] as string) : undefined);
     const clientId = clientIdOf(req);
     res.set({ 'Cache-Control': 'no-store', Pragma: 'no-cache' });
@@ -356,7 +357,7 @@ export function oauthServer(deps: OAuthServerDeps): OAuthRoutes {
 
   const revoke: RequestHandler = async (req, res) => {
     const clientId = clientIdOf(req);
-    const tokenValue = (req.body as Record<string, unknown>).token;
+    const tokenValue = (req.body as Record<string, unknown> | undefined)?.token;
     if (!clientId || typeof tokenValue !== 'string') return oauthError(res, 400, 'invalid_request', 'token and client_id are required');
     await revokeBySecret(db, { clientId, token: tokenValue }, audit);
     res.status(200).set('Cache-Control', 'no-store').end();

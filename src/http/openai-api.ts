@@ -349,10 +349,15 @@ export function openAiApi(deps: OpenAiApiDeps): OpenAiApi {
 
   // Anything else under /v1, and bodies that are not JSON, in OpenAI's shape too.
   const unknownRoute: RequestHandler = (req, res) => sendError(res, 404, `Unknown API route ${req.method} ${req.path}: this gateway serves GET /v1/models and POST /v1/chat/completions.`, 'not_found_error', 'unknown_route');
-  const badBody: ErrorRequestHandler = (err: { type?: string; status?: number }, req, res, next) => {
+  const badBody: ErrorRequestHandler = (err: { type?: string; status?: number; expose?: boolean; message?: string }, req, res, next) => {
     if (!req.path.startsWith('/v1/')) return next(err);
     if (err.type === 'entity.parse.failed') return sendError(res, 400, 'The body is not valid JSON.', 'invalid_request_error', 'invalid_json');
     if (err.type === 'entity.too.large') return sendError(res, 413, `The request body is larger than ${MAX_BODY}.`, 'invalid_request_error', 'body_too_large');
+    // The client's own mistake: an address not percent-encoded correctly, a body cut short, in an unknown charset or encoding.
+    if (typeof err.status === 'number' && err.status >= 400 && err.status < 500) {
+      if (res.headersSent) return void res.end();
+      return sendError(res, err.status, `The request could not be read${err.expose && err.message ? `: ${err.message}` : ''}.`, 'invalid_request_error', 'invalid_request');
+    }
     log.error({ err }, 'API request failed');
     if (res.headersSent) return void res.end();
     sendError(res, 500, 'The gateway failed to answer this request; its log says why.', 'server_error', 'internal');

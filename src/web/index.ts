@@ -92,6 +92,22 @@ export interface WebGuards {
 /** The paths that are pages of the web app (and so get sessions and page headers). */
 export const WEB_PATHS = ['/login', '/auth', '/logout', '/chat', '/c', '/files', '/tokens', '/settings', '/admin', '/oauth/authorize'];
 
+/**
+ * A urlencoded form of at most `limit`. A post without a body, or with a body of another
+ * type, is read as an empty form (Express 5 leaves `req.body` undefined for it), so that a
+ * handler finds no field rather than no form.
+ */
+function urlencodedForm(limit: string): RequestHandler {
+  const parse = express.urlencoded({ extended: false, limit });
+  return function form(req, res, next) {
+    parse(req, res, (err?: unknown) => {
+      if (err) return next(err);
+      req.body ??= {};
+      next();
+    });
+  };
+}
+
 export function webApp(deps: WebAppDeps): WebApp {
   // The live channel needs the sessions, and signing out needs the live channel.
   const signedOut = { notify: (_userId: number, _everywhere: boolean, _sid: string) => {} };
@@ -114,8 +130,8 @@ export function webApp(deps: WebAppDeps): WebApp {
     csrf: auth.csrf,
     limited: webRateLimit(deps.rateLimiter),
     storeRoom: chatStoreRoom(deps),
-    form: express.urlencoded({ extended: false, limit: '16kb' }),
-    chatForm: express.urlencoded({ extended: false, limit: '1mb' }),
+    form: urlencodedForm('16kb'),
+    chatForm: urlencodedForm('1mb'),
   };
   const chat = chatPage({ db: deps.db, logger: deps.logger, agent: deps.agent, boundary: deps.boundary, auth, live });
   const files = filesPage({ config: deps.config, sandboxes: deps.sandboxes, auth });

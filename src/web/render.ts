@@ -74,5 +74,9 @@ const VENDOR = new Map([
 export const vendorFile: RequestHandler = function vendorFile(req, res, next) {
   const file = VENDOR.get(req.params.file as string);
   if (!file) return next();
-  res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } });
+  res.sendFile(file, { headers: { 'Content-Type': 'text/javascript; charset=utf-8', 'Cache-Control': 'public, max-age=86400', 'X-Content-Type-Options': 'nosniff' } }, (err?: Error) => {
+    // A failure of the connection (the client went, or sent bytes after its request that Node refused, which
+    // ends the connection before the file is sent) leaves nothing to answer, and is no error of the gateway's.
+    if (err && !res.headersSent && !req.socket.destroyed) next(err);
+  });
 };

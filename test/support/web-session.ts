@@ -6,6 +6,7 @@
  */
 import type { User } from '../../src/accounts/accounts.js';
 import { createLoginLink } from '../../src/auth/login-links.js';
+import type { Db } from '../../src/store/store.js';
 import type { Gateway } from './mcp.js';
 
 export interface WebSession {
@@ -19,7 +20,11 @@ export interface WebSession {
   post(path: string, form?: Record<string, string>): Promise<Response>;
 }
 
-export async function webSession(gw: Gateway, user: User): Promise<WebSession> {
+/** A gateway of this process, or one in another process: its URL and the store it shares. */
+export type SignInAt = Pick<Gateway, 'url' | 'gateway'> | { url: string; db: Db };
+
+export async function webSession(gw: SignInAt, user: Pick<User, 'id'>): Promise<WebSession> {
+  const db = 'db' in gw ? gw.db : gw.gateway.store.db;
   const cookies = new Map<string, string>();
   const cookie = () => [...cookies].map(([k, v]) => `${k}=${v}`).join('; ');
   const request = async (path: string, init: RequestInit = {}): Promise<Response> => {
@@ -35,7 +40,7 @@ export async function webSession(gw: Gateway, user: User): Promise<WebSession> {
   };
   const form = (fields: Record<string, string>) => ({ 'content-type': 'application/x-www-form-urlencoded', body: new URLSearchParams(fields).toString() });
 
-  const secret = (await createLoginLink(gw.gateway.store.db, user.id)).secret;
+  const secret = (await createLoginLink(db, user.id)).secret;
   const linkPage = await (await request(`/login/link/${secret}`)).text();
   const linkCsrf = /name="_csrf" value="([^"]+)"/.exec(linkPage)?.[1];
   if (!linkCsrf) throw new Error('the sign-in link page has no CSRF field');
