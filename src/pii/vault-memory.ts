@@ -21,6 +21,9 @@ import type { TokenType } from './entities.js';
 
 export const MAX_REMEMBERED = 100_000;
 
+/** A settled promise made when the module loads, in no request's context. */
+const SETTLED: Promise<unknown> = Promise.resolve();
+
 export interface RememberedValue {
   value: string;
   token: string;
@@ -53,7 +56,9 @@ export class ScopeMemory {
   /** Set once a PiiScope holds this object: from then on it stays the scope's one memory. */
   handedOut = false;
   /** Settles when the last turn queued so far has. */
-  private tail: Promise<unknown> = Promise.resolve();
+  private tail: Promise<unknown> = SETTLED;
+  /** Turns queued and not yet settled. */
+  private pending = 0;
 
   constructor(
     /** Whose scope this is; a dropped scope's id can be taken by a new one. */
@@ -62,12 +67,22 @@ export class ScopeMemory {
 
   /** Runs `fn` once every turn queued before it on this scope has settled, failed ones included. */
   turn<T>(fn: () => Promise<T>): Promise<T> {
+    this.pending++;
     const result = this.tail.then(fn);
-    this.tail = result.then(
-      () => undefined,
-      () => undefined,
-    );
+    const tail: Promise<void> = (this.tail = result.then(
+      (): void => this.settled(tail),
+      (): void => this.settled(tail),
+    ));
     return result;
+  }
+
+  /**
+   * With no turn left, the tail is one made outside any request: a promise keeps the
+   * async context it was made in (the request, its body and socket), and a scope's
+   * memory lives as long as the vault.
+   */
+  private settled(tail: Promise<unknown>): void {
+    if (--this.pending === 0 && this.tail === tail) this.tail = SETTLED;
   }
 
   remember(v: RememberedValue): void {
