@@ -37,6 +37,8 @@ export const POSTGRES_SUITES = [
   'test/mcp-tasks.test.ts',
   // An install an earlier release wrote on Postgres, restored and upgraded.
   'test/upgrade.test.ts',
+  // Query metrics carry the store's dialect.
+  'test/observability.test.ts',
 ];
 
 /**

@@ -172,7 +172,7 @@ describe('metrics and traces', () => {
     expect(grew('sandgate_http_requests_total', { method: 'POST', route: '/mcp', status: '200' })).toBe(2);
     expect(grew('sandgate_http_requests_total', { method: 'POST', route: '/v1/chat/completions', status: '200' })).toBe(1);
     expect(grew('sandgate_http_requests_total', { route: '/admin/metrics', status: '200' })).toBeGreaterThanOrEqual(1);
-    expect(grew('sandgate_db_query_duration_seconds_count', { dialect: 'sqlite', statement: 'select' })).toBeGreaterThan(0);
+    expect(grew('sandgate_db_query_duration_seconds_count', { dialect: gw.gateway.store.dialect, statement: 'select' })).toBeGreaterThan(0);
     expect(grew('sandgate_model_rounds_total', { provider: 'anthropic', outcome: 'ok' })).toBe(1);
     expect(grew('sandgate_model_tokens_total', { provider: 'anthropic', direction: 'input' })).toBe(40);
     expect(grew('sandgate_model_tokens_total', { provider: 'anthropic', direction: 'output' })).toBe(3);
