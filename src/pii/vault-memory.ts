@@ -7,7 +7,7 @@
  * memory learned leaves the vault; when a write fails the scope is unloaded and read
  * again.
  *
- * One ScopeMemory object per scope id for the life of the vault, even when unloaded, so
+ * One ScopeMemory object per scope id while anything holds it, even when unloaded, so
  * two requests of one scope never hold diverging copies. Work on a scope takes turns
  * (`turn`): a tokenizing call reads memory, numbers new values and waits for their write
  * before the next call of that scope looks, so two tool results of one conversation
@@ -15,11 +15,18 @@
  * Loading happens in a turn too. Unloading does not need one: whatever a turn under way
  * writes is in the database when the next turn reads it again.
  *
- * Bounded: past MAX_REMEMBERED values the least recently used scopes are unloaded.
+ * Bounded: past MAX_REMEMBERED values or MAX_KEPT_SCOPES scopes, the least recently
+ * used scopes are unloaded and let go. A scope let go while a request still holds its
+ * memory (through its PiiScope) is found again through a weak reference, so a request
+ * that opens it meanwhile shares that object; once nothing holds it, it is collected,
+ * and the next use makes a new one and reads the database. A gateway that has seen a
+ * million conversations keeps only the ones in use and the most recent.
  */
 import type { TokenType } from './entities.js';
 
 export const MAX_REMEMBERED = 100_000;
+/** Scopes kept in memory past their use (loaded or not), most recently used first. */
+export const MAX_KEPT_SCOPES = 10_000;
 
 /** A settled promise made when the module loads, in no request's context. */
 const SETTLED: Promise<unknown> = Promise.resolve();
@@ -104,23 +111,35 @@ export class ScopeMemory {
   }
 }
 
-export class VaultMemory {
-  /** In least-recently-used order. */
-  private readonly scopes = new Map<number, ScopeMemory>();
+export interface VaultMemoryLimits {
+  values: number;
+  scopes: number;
+}
 
-  /** The memory of a scope, marked as the most recently used; unloads others past the bound. */
+export class VaultMemory {
+  /** Kept past their use, in least-recently-used order. */
+  private readonly kept = new Map<number, ScopeMemory>();
+  /** Every memory made and not yet collected: held by requests, or kept above. */
+  private readonly known = new Map<number, WeakRef<ScopeMemory>>();
+  private readonly collected = new FinalizationRegistry<number>((scopeId) => {
+    if (this.known.get(scopeId)?.deref() === undefined) this.known.delete(scopeId);
+  });
+
+  constructor(private readonly limits: VaultMemoryLimits = { values: MAX_REMEMBERED, scopes: MAX_KEPT_SCOPES }) {}
+
+  /** The memory of a scope, marked as the most recently used; unloads and lets go of others past the bounds. */
   forScope(scopeId: number, owner: string): ScopeMemory {
-    let m = this.current(scopeId, owner);
-    if (m) this.scopes.delete(scopeId);
-    m ??= new ScopeMemory(owner);
+    const m = this.current(scopeId, owner) ?? this.add(scopeId, new ScopeMemory(owner));
     m.handedOut = true;
-    this.scopes.set(scopeId, m);
+    this.kept.delete(scopeId);
+    this.kept.set(scopeId, m);
     let total = 0;
-    for (const s of this.scopes.values()) total += s.byValue.size;
-    for (const s of this.scopes.values()) {
-      if (total <= MAX_REMEMBERED || s === m) break;
+    for (const s of this.kept.values()) total += s.byValue.size;
+    for (const [id, s] of this.kept) {
+      if ((total <= this.limits.values && this.kept.size <= this.limits.scopes) || s === m) break;
       total -= s.byValue.size;
       s.unload();
+      this.kept.delete(id);
     }
     return m;
   }
@@ -133,30 +152,40 @@ export class VaultMemory {
   async inTurn<T>(scopeId: number, owner: string, fn: (memory: ScopeMemory) => Promise<T>): Promise<T> {
     let m = this.current(scopeId, owner);
     const made = !m;
-    if (!m) {
-      m = new ScopeMemory(owner);
-      this.scopes.set(scopeId, m);
-    }
+    m ??= this.add(scopeId, new ScopeMemory(owner));
     const memory = m;
     try {
       return await memory.turn(() => fn(memory));
     } finally {
-      if (made && !memory.handedOut && this.scopes.get(scopeId) === memory) this.scopes.delete(scopeId);
+      if (made && !memory.handedOut && this.known.get(scopeId)?.deref() === memory) this.known.delete(scopeId);
     }
   }
 
   forgetScope(scopeId: number): void {
-    const m = this.scopes.get(scopeId);
+    const m = this.known.get(scopeId)?.deref();
     if (m) this.retire(m);
-    this.scopes.delete(scopeId);
+    this.known.delete(scopeId);
+    this.kept.delete(scopeId);
   }
 
-  /** The memory kept for the scope id, unless it belonged to a dropped scope whose id was taken since. */
+  /** How many scopes are kept past their use, and how many memories exist at all (kept, or held by a request). */
+  sizes(): { kept: number; known: number } {
+    return { kept: this.kept.size, known: this.known.size };
+  }
+
+  private add(scopeId: number, m: ScopeMemory): ScopeMemory {
+    this.known.set(scopeId, new WeakRef(m));
+    this.collected.register(m, scopeId);
+    return m;
+  }
+
+  /** The memory of the scope id, unless it belonged to a dropped scope whose id was taken since. */
   private current(scopeId: number, owner: string): ScopeMemory | undefined {
-    const m = this.scopes.get(scopeId);
+    const m = this.known.get(scopeId)?.deref();
     if (!m || m.owner === owner) return m;
     this.retire(m);
-    this.scopes.delete(scopeId);
+    this.known.delete(scopeId);
+    this.kept.delete(scopeId);
     return undefined;
   }
 

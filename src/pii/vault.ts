@@ -30,7 +30,7 @@ import type { TokenType } from './entities.js';
 import { Sealer } from './sealing.js';
 import { formatToken, tokenRegex } from './token-format.js';
 import { dropPiiScope, type PiiScopeRef } from './scopes.js';
-import { VaultMemory, type RememberedValue, type ScopeMemory, type StoredBatch } from './vault-memory.js';
+import { VaultMemory, type RememberedValue, type ScopeMemory, type StoredBatch, type VaultMemoryLimits } from './vault-memory.js';
 import { dialectOf, type Db } from '../store/store.js';
 import { prepared } from '../store/prepared.js';
 
@@ -43,6 +43,8 @@ export interface PiiVaultOptions {
   detector?: Detector;
   /** Clock, for tests. */
   now?: () => number;
+  /** How much of the vault stays in memory past its use; default MAX_REMEMBERED values and MAX_KEPT_SCOPES scopes. */
+  memoryLimits?: VaultMemoryLimits;
 }
 
 /** One replaced value, safe to log and audit: it carries no raw value. */
@@ -171,12 +173,18 @@ interface Writes {
 export class PiiVault {
   readonly ttlMs: number;
   private readonly ctx: VaultContext;
-  private readonly memory = new VaultMemory();
+  private readonly memory: VaultMemory;
 
   constructor(db: Db, key: Buffer, options: PiiVaultOptions) {
     if (!(options.ttlMs > 0)) throw new Error('PiiVault: ttlMs must be positive');
     this.ttlMs = options.ttlMs;
+    this.memory = new VaultMemory(options.memoryLimits);
     this.ctx = { db, sealer: new Sealer(key), detector: options.detector ?? createDetector(), ttlMs: options.ttlMs, now: options.now ?? Date.now };
+  }
+
+  /** How many scopes this process keeps in memory past their use, and how many exist at all. */
+  memorySizes(): { kept: number; known: number } {
+    return this.memory.sizes();
   }
 
   /**

@@ -31,9 +31,12 @@ export interface GatewayProcess {
 
 const RUNNING = /sandgate is running at (http:\/\/\S+)/;
 
-/** Starts `src/main.ts` with only PATH and `env` in its environment. */
-export function startGatewayProcess(env: Record<string, string>): GatewayProcess {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], { cwd: REPO_ROOT, env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts `src/main.ts` with only PATH and `env` in its environment. `nodeArgs` go to node
+ * before the script (e.g. `--inspect=127.0.0.1:9229` for a bench that looks inside).
+ */
+export function startGatewayProcess(env: Record<string, string>, nodeArgs: string[] = []): GatewayProcess {
+  const child = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', 'src/main.ts'], { cwd: REPO_ROOT, env: { PATH: process.env.PATH!, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   child.stdout.on('data', (d) => (out += d));
   child.stderr.on('data', (d) => (out += d));
