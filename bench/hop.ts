@@ -5,7 +5,8 @@
  * streams the answer back. Calls alternate in blocks of 20 so that host noise falls on
  * both alike.
  *
- *   node --import tsx bench/hop.ts     (BENCH_CALLS per side, default 1000; BENCH_WARMUP, default 200)
+ *   node --import tsx bench/hop.ts     (BENCH_CALLS per side, default 1000; BENCH_WARMUP, default 200;
+ *                                      BENCH_NODE_ARGS for both gateways' node)
  *
  * Prints p50, p95 and mean of each side and their difference (the hop's own cost: one
  * more HTTP request on loopback, its signature, and the answer's lines read and checked).
@@ -33,8 +34,10 @@ async function main(): Promise<void> {
 
     // PII off and a generous rate limit: only the hop differs between the two sides.
     const env = { SANDGATE_DATA_DIR: dataDir, SANDGATE_DATABASE_URL: databaseUrl, SANDGATE_PORT: '0', SANDGATE_WARM_POOL_SIZE: '0', SANDGATE_LOG_LEVEL: 'warn', SANDGATE_PII_TOKENIZE: 'false', SANDGATE_RATE_LIMIT_PER_MIN: '1000000', SANDGATE_RATE_LIMIT_BURST: '100000' };
-    const a = startGatewayProcess(env);
-    const b = startGatewayProcess(env);
+    // e.g. BENCH_NODE_ARGS='--cpu-prof --cpu-prof-dir=/tmp/prof', to see where a hop's time goes.
+    const nodeArgs = process.env.BENCH_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+    const a = startGatewayProcess(env, nodeArgs);
+    const b = startGatewayProcess(env, nodeArgs);
     gateways.push(a, b);
     const [urlA, urlB] = await Promise.all([a.ready(), b.ready()]);
     const call = async (url: string) => {
@@ -57,6 +60,11 @@ async function main(): Promise<void> {
     console.log(`to B, hopped to A:    p50 ${f(pct(hop, 50))}  p95 ${f(pct(hop, 95))}  mean ${f(mean(hop))}`);
     console.log(`the hop adds:         p50 ${f(pct(hop, 50) - pct(direct, 50))}  p95 ${f(pct(hop, 95) - pct(direct, 95))}  mean ${f(mean(hop) - mean(direct))}`);
   } finally {
+    // A profile is written when node exits on its own: stopped, not killed, when asked for one.
+    if (process.env.BENCH_NODE_ARGS) {
+      for (const g of gateways) g.child.kill('SIGTERM');
+      await Promise.race([Promise.all(gateways.map((g) => g.exited)), new Promise((r) => setTimeout(r, 30_000))]);
+    }
     await killAndClean(gateways, dataDir);
     await cluster.stop();
   }
