@@ -6,6 +6,7 @@
  * an MCP request's `_meta`, with the tool call, the sandbox run and the model round as
  * spans beneath.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -210,6 +211,48 @@ describe('metrics and traces', () => {
     expect(Number(attr(round, 'gen_ai.usage.input_tokens'))).toBe(40);
     // Never the code, its output or a message's text.
     expect(JSON.stringify(collector.spans)).not.toMatch(/6 \* 7|1 \/ 0|Hello there/);
+  }, 120_000);
+
+  it('a malformed traceparent, in the header or in _meta, starts no trace of its own and breaks nothing', async () => {
+    const valid = { trace: '5bf92f3577b34da6a3ce929d0e0e4736', span: '10f067aa0ba902b7' };
+    const header = [
+      '00-zzzz',
+      `00-${'0'.repeat(32)}-${valid.span}-01`,
+      `00-${valid.trace}-${'0'.repeat(16)}-01`,
+      `ff-${valid.trace}-${valid.span}-01`,
+      `00-${valid.trace.toUpperCase()}-${valid.span.toUpperCase()}-01`,
+      `00-${valid.trace}-${valid.span}-01, 00-${valid.trace}-${valid.span}-01`,
+      'x'.repeat(8000),
+    ];
+    const seen = collector.spans.length;
+    for (const [i, tp] of header.entries()) {
+      const r = await rawRequest(gw.mcpUrl, { headers: MCP_HEADERS(member, { traceparent: tp, tracestate: `a=${'b'.repeat(5000)}` }), body: callBody(100 + i, 'print(6 * 7)') });
+      expect(r.status).toBe(200);
+      expect(JSON.stringify(r.messages[0])).toContain('42');
+    }
+    // Each request a server span of a trace of its own, with no parent: nothing of the header was taken.
+    const fresh = () => collector.spans.slice(seen).filter((s) => s.name === 'POST /mcp');
+    await eventually(async () => fresh().length >= header.length, 15_000);
+    for (const s of fresh()) {
+      expect(s.parentSpanId ?? '').toBe('');
+      expect(s.traceId).toMatch(/^[0-9a-f]{32}$/);
+      expect(s.traceId).not.toBe(valid.trace);
+      expect(s.traceId).not.toBe('0'.repeat(32));
+    }
+    // In _meta (with a good header): the tool call's parent is the request's server span, not what _meta named.
+    const junk: unknown[] = [42, { traceparent: `00-${valid.trace}-${valid.span}-01` }, [`00-${valid.trace}-${valid.span}-01`], 'garbage', `00-${valid.trace}-${valid.span}`];
+    for (const [i, tp] of junk.entries()) {
+      const trace = crypto.randomBytes(16).toString('hex');
+      const r = await rawRequest(gw.mcpUrl, {
+        headers: MCP_HEADERS(member, { traceparent: `00-${trace}-b7ad6b7169203331-01` }),
+        body: callBody(200 + i, 'print(6 * 7)', { traceparent: tp, tracestate: { x: 1 } }),
+      });
+      expect(JSON.stringify(r.messages[0])).toContain('42');
+      const inTrace = (re: RegExp) => collector.spans.filter((s) => s.traceId === trace && re.test(s.name));
+      await eventually(async () => inTrace(/^tools\/call execute_code$/).length === 1 && inTrace(/^POST \/mcp$/).length === 1, 15_000);
+      expect(inTrace(/^tools\/call execute_code$/)[0]!.parentSpanId).toBe(inTrace(/^POST \/mcp$/)[0]!.spanId);
+    }
+    expect(collector.spans.some((s) => s.traceId === valid.trace || s.parentSpanId === valid.span)).toBe(false);
   }, 120_000);
 
   it("has a Grafana dashboard whose queries name only metrics that exist", async () => {

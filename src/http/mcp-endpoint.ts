@@ -144,7 +144,11 @@ export function mcpRouter(input: McpRouterDeps): RequestHandler {
     createMcpHandler(serverFor, {
       onerror: (err) => log.warn({ err }, 'MCP request rejected or failed'),
     }),
-    { onerror: (err) => log.error({ err }, 'MCP handler failed') },
+    {
+      // A client that leaves while its body is still being read (a body sent without a JSON
+      // type is read by the SDK itself) is not the gateway's failure.
+      onerror: (err) => ((err as NodeJS.ErrnoException).code === 'ECONNRESET' ? log.debug({ err }, 'MCP client went away mid-request') : log.error({ err }, 'MCP handler failed')),
+    },
   );
 
   const serve: RequestHandler = async function serveMcp(req, res) {
