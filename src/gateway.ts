@@ -9,6 +9,7 @@
 import type http from 'node:http';
 import fs from 'node:fs';
 import os from 'node:os';
+import type { Duplex } from 'node:stream';
 import type express from 'express';
 import { Agent } from './agent/agent.js';
 import { sweepApiConversations } from './agent/api-history.js';
@@ -40,7 +41,7 @@ import { Replica } from './replicas/leases.js';
 import { HopSigner, replicaSubkey } from './replicas/hop-auth.js';
 import { internalUrlFor } from './replicas/internal-url.js';
 import { loadOrCreateKey } from './secrets/key-file.js';
-import { internalHop } from './http/internal.js';
+import { internalChannel, internalHop } from './http/internal.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
 import { SkillsDir } from './skills/skills.js';
@@ -96,6 +97,8 @@ export interface Gateway {
   web: WebApp;
   /** Starts the live channel on the HTTP server that serves `app`. */
   attach(server: http.Server): void;
+  /** Runs other replicas sent on their channels and still under way here: a stopping gateway waits for them as for requests. */
+  hopRunsUnderway(): number;
   /**
    * Runs the driver's full health check, then adopts earlier sandboxes and fills the warm
    * pool. When the check fails, sandboxes wait: readiness checks again (at most every
@@ -266,6 +269,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       limiters: { tokenFailures: rateLimiterFor(store.db, { perMinute: 120, burst: 60 }, 'oauth-token-failures'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
       auth: web.auth,
     });
+  const internalDeps = replica && hop && { signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }) };
   const app = createApp({
     config,
     store,
@@ -279,8 +283,10 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     v1: openAiApi({ config, db: store.db, logger, agent, rateLimiter }),
     web,
     oauth,
-    internal: replica && hop && internalHop({ signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }) }),
+    internal: internalDeps && internalHop(internalDeps),
   });
+  /** Where the other replicas' run channels arrive (upgrades to /internal/v3/channel). */
+  const channelUpgrade = internalDeps && internalChannel(internalDeps);
 
   let purge: NodeJS.Timeout | undefined;
   let expireApi: NodeJS.Timeout | undefined;
@@ -328,6 +334,14 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
     web,
     attach: (server) => {
       web.attach(server);
+      // Upgrades: socket.io's own (web.attach), the other replicas' run channels, and no
+      // other. socket.io ends an upgrade to any other path (h2c, a WebSocket to a page) only a
+      // second later, and one whose request carried a body it never reads stays open for good
+      // (a file descriptor held, and a stop that waits for it): cut at once.
+      server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
+        if (channelUpgrade?.take(req, socket, head)) return;
+        if (!(req.url ?? '').startsWith('/socket.io/')) socket.destroy();
+      });
       // Once it listens, the other replicas may send it runs: they read where in the replica table.
       if (replica) {
         const reachable = () => {
@@ -377,9 +391,11 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       if (grace > 0) await new Promise((r) => setTimeout(r, grace));
       logger.info({ ms: Date.now() - t0 }, 'drained');
     },
+    hopRunsUnderway: () => channelUpgrade?.underway() ?? 0,
     async close(opts = {}) {
       closed = true;
       unobserve();
+      channelUpgrade?.close();
       await agent.close();
       await web.close();
       await oauthClients?.close();

@@ -130,8 +130,9 @@ async function main(): Promise<void> {
         server.close();
         server.closeIdleConnections();
         void metricsServer?.close();
-        // Requests under way (runs, and runs this one sends on to another replica) finish first.
-        for (const end = Date.now() + 10_000; inflight > 0 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 25));
+        // Requests under way (runs, and runs this one sends on to another replica), and runs
+        // other replicas sent on their channels, finish first.
+        for (const end = Date.now() + 10_000; inflight + gateway.hopRunsUnderway() > 0 && Date.now() < end; ) await new Promise((r) => setTimeout(r, 25));
         return gateway.close();
       })
       .catch((e) => logger.error({ err: e }, 'shutdown failed'))

@@ -74,6 +74,9 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(throughB.text).toContain("[result] 'set through A'");
       expect(await onWorkspace()).toHaveLength(1);
       expect(b.output()).not.toContain('adopted sandbox');
+      // On the run channel B keeps open to A, not an HTTP request each.
+      const idB = /"replica":"([^"]+)","internalUrl"/.exec(b.output())![1]!;
+      expect(a.output()).toContain(`"from":"${idB}","msg":"a run channel from another replica opened"`);
 
       // A hop not signed with the installation's key runs nothing, whoever sends it.
       const hostWorkspace = path.join(dataDir, "workspaces", workspace!);

@@ -12,13 +12,21 @@
  *
  * The same endpoints under /internal/v1/ take what replicas of the release before sealed
  * hops send (signed, bodies in clear) and answer them in clear, so a rolling upgrade loses no run.
+ *
+ * Runs themselves come on a run channel (`internalChannel`: a WebSocket at
+ * /internal/v3/channel, opened with the same credential, every frame sealed; src/sandboxes/
+ * hop-channel.ts) from replicas of this release; POST /internal/v2/run stays for the ones before.
  */
+import type http from 'node:http';
+import type { Duplex } from 'node:stream';
 import express, { type Request, type RequestHandler, type Response } from 'express';
+import { WebSocketServer } from 'ws';
 import type { Logger } from '../logger.js';
 import { HOP_HEADER, HopAuthError, type HopClaims, type HopSigner } from '../replicas/hop-auth.js';
 import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
+import { HOP_CHANNEL_PATH, serveChannel } from '../sandboxes/hop-channel.js';
 import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 
@@ -35,13 +43,9 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
   const { sandboxes } = deps;
   // The code travels as JSON, where a byte may take six: room for the largest run allowed.
   const raw = express.raw({ type: () => true, limit: MAX_CODE_BYTES * 6 + 64 * 1024 });
-  /** Refusals logged at most once a minute: unsigned requests from anywhere must not fill the log. */
-  let lastRefusalLog = 0;
+  const logRefusal = refusalLog(deps.log);
   const refuse = (req: Request, res: Response, why: string) => {
-    if (Date.now() - lastRefusalLog > 60_000) {
-      lastRefusalLog = Date.now();
-      deps.log.warn({ from: req.ip, path: req.path, err: why }, 'internal hop refused (logged once a minute)');
-    }
+    logRefusal(req.ip, req.path, why);
     res.status(401).set('connection', 'close').json({ error: { message: 'not a hop from a replica of this installation', reason: 'unauthorized' } });
   };
   /** The credential, checked before the body is read: a request without a valid one costs no upload. */
@@ -133,4 +137,60 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     [HOP_V1_PATHS.stop]: [...body, stop],
     [HOP_V1_PATHS.list]: [...body, list],
   };
+}
+
+/** Refusals logged at most once a minute: unsigned requests from anywhere must not fill the log. */
+function refusalLog(log: Logger): (from: string | undefined, path: string, why: string) => void {
+  let last = 0;
+  return (from, path, why) => {
+    if (Date.now() - last <= 60_000) return;
+    last = Date.now();
+    log.warn({ from, path, err: why }, 'internal hop refused (logged once a minute)');
+  };
+}
+
+/**
+ * The run channel's end: an upgrade to HOP_CHANNEL_PATH whose credential holds (checked
+ * as a run's over HTTP, with an empty body: MAC, this replica, its time, a nonce never
+ * seen) becomes a channel carrying runs (src/sandboxes/hop-channel.ts); one whose
+ * credential does not is answered 401 and closed.
+ */
+export function internalChannel(deps: InternalHopDeps): InternalChannel {
+  // A run's frame holds its code as JSON, where a byte may take six; sealing adds a little.
+  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_CODE_BYTES * 6 + 64 * 1024 });
+  const logRefusal = refusalLog(deps.log);
+  const end = { signer: deps.signer, executeHere: deps.sandboxes.executeHere.bind(deps.sandboxes), log: deps.log, underway: new Set<AbortController>() };
+  return {
+    take(req, socket, head) {
+      if (new URL(req.url ?? '/', 'http://internal').pathname !== HOP_CHANNEL_PATH) return false;
+      let claims: HopClaims;
+      try {
+        const header = req.headers[HOP_HEADER];
+        claims = deps.signer.verify(typeof header === 'string' ? header : undefined, deps.selfId, HOP_CHANNEL_PATH, Buffer.alloc(0));
+      } catch (e) {
+        if (!(e instanceof HopAuthError)) throw e;
+        logRefusal(req.socket.remoteAddress, HOP_CHANNEL_PATH, e.message);
+        socket.end('HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        return true;
+      }
+      wss.handleUpgrade(req, socket, head, (ws) => {
+        deps.log.info({ from: claims.from }, 'a run channel from another replica opened');
+        serveChannel(ws, claims.nonce, end);
+      });
+      return true;
+    },
+    underway: () => end.underway.size,
+    close() {
+      for (const ws of wss.clients) ws.terminate();
+    },
+  };
+}
+
+export interface InternalChannel {
+  /** Takes an upgrade to the channel's path (true), answering it or refusing it; any other is the caller's (false). */
+  take(req: http.IncomingMessage, socket: Duplex, head: Buffer): boolean;
+  /** Runs under way on channels from other replicas. */
+  underway(): number;
+  /** Ends every channel from other replicas (their runs are aborted). */
+  close(): void;
 }

@@ -16,7 +16,8 @@
  *
  * The bodies are sealed too, both ways (AES-256-GCM under a key derived from the same
  * one): the code a request carries, and each line of the answer, bound to the request's
- * nonce and its place in the answer. Someone on the network between replicas, or who
+ * nonce and its place in the answer (on a run channel, each frame to the channel's nonce,
+ * its direction and its place). Someone on the network between replicas, or who
  * points a replica's internal URL in the database at a server of theirs, reads neither
  * the code nor its output, and cannot forge, reorder or replay a line of an answer.
  */
@@ -50,6 +51,10 @@ export class HopAuthError extends Error {
 }
 
 const answerAad = (nonce: string, index: number) => Buffer.from(`sandgate hop answer|${nonce}|${index}`);
+const frameAad = (nonce: string, from: ChannelEnd, index: number) => Buffer.from(`sandgate hop channel|${nonce}|${from}|${index}`);
+
+/** Which end of a run channel sent a frame: the replica sending runs, or the one holding the sandboxes. */
+export type ChannelEnd = 'sender' | 'holder';
 const sha256 = (body: Buffer | string) => crypto.createHash('sha256').update(body).digest('hex');
 const mac = (key: Buffer, claims: string) => crypto.createHmac('sha256', key).update(claims).digest();
 
@@ -115,6 +120,23 @@ export class HopSigner {
       return open(this.sealKey, Buffer.from(line, 'base64'), answerAad(nonce, index)).toString('utf8');
     } catch {
       throw new HopAuthError('an answer line that does not open with this installation’s key, or out of its place');
+    }
+  }
+
+  /**
+   * Frame `index` from `from` on the run channel opened with `nonce`, sealed: a frame
+   * read off the wire cannot be replayed, reordered, or sent back the other way.
+   */
+  sealFrame(nonce: string, from: ChannelEnd, index: number, text: string): Buffer {
+    return seal(this.sealKey, text, frameAad(nonce, from, index));
+  }
+
+  /** Frame `index` from `from` on the channel with `nonce`, opened; HopAuthError when it is not that frame sealed under this key. */
+  openFrame(nonce: string, from: ChannelEnd, index: number, frame: Buffer): string {
+    try {
+      return open(this.sealKey, frame, frameAad(nonce, from, index)).toString('utf8');
+    } catch {
+      throw new HopAuthError('a channel frame that does not open with this installation’s key, or out of its place');
     }
   }
 

@@ -21,6 +21,7 @@ import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { Workspace } from './workspace.js';
 import type { UserSandbox } from './live.js';
+import { HopChannels } from './hop-channel.js';
 import { HopRefused, sendRun, type HopTarget } from './remote.js';
 
 /** How long a replica found holding a user's sandbox is sent their runs without asking the store again. */
@@ -89,7 +90,18 @@ export class Execution implements SandboxExecution {
   /** Where runs of users whose sandbox another replica holds were sent lately (a hop skips the store while this holds). */
   private readonly holders = new Map<number, { target: HopTarget; until: number }>();
 
-  constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log' | 'replica' | 'hop'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {}
+  /** Runs sent to the replicas holding their sandboxes, one channel per replica (hop-channel.ts). */
+  private readonly channels: HopChannels | undefined;
+
+  constructor(private readonly deps: Pick<PartDeps, 'config' | 'db' | 'driver' | 'volumes' | 'log' | 'replica' | 'hop'> & { held: Held; idle: Idle; lifecycle: Lifecycle; executions: ExecutionLog }) {
+    const { hop, replica, config } = deps;
+    this.channels = hop && replica ? new HopChannels({ signer: hop, selfId: replica.id, outputLimitBytes: config.outputLimitKb * 1024 }) : undefined;
+  }
+
+  /** Closes the channels to other replicas: runs still on them end as interrupted. */
+  close(): void {
+    this.channels?.close();
+  }
 
   ceiling(owner: SandboxOwner): Promise<Permissions> {
     return ceilingOf(this.deps.db, this.deps.config, owner);
@@ -268,14 +280,14 @@ export class Execution implements SandboxExecution {
    */
   private async forwarded(owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
     const known = this.holders.get(owner.userId);
-    const { hop, replica, config } = this.deps;
+    const { hop, replica } = this.deps;
     if (!known || !hop || !replica) return undefined;
     if (known.until < Date.now() || this.deps.held.users.has(owner.userId)) {
       this.holders.delete(owner.userId);
       return undefined;
     }
     try {
-      return await sendRun(known.target, owner, opts, { signer: hop, selfId: replica.id, timeoutSec, outputLimitBytes: config.outputLimitKb * 1024 });
+      return await this.sent(known.target, owner, opts, timeoutSec);
     } catch (e) {
       if (!(e instanceof HopRefused)) throw e;
       this.holders.delete(owner.userId);
@@ -291,7 +303,7 @@ export class Execution implements SandboxExecution {
    * replica took it.
    */
   private async handedOn(owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
-    const { hop, replica, config, log } = this.deps;
+    const { hop, replica, log } = this.deps;
     if (!hop || !replica) return undefined;
     const end = Date.now() + HAND_ON_MS;
     while (Date.now() < end) {
@@ -305,7 +317,7 @@ export class Execution implements SandboxExecution {
       }
       if (target) {
         try {
-          return await sendRun(target, owner, opts, { signer: hop, selfId: replica.id, timeoutSec, outputLimitBytes: config.outputLimitKb * 1024 });
+          return await this.sent(target, owner, opts, timeoutSec);
         } catch (e) {
           if (!(e instanceof HopRefused)) throw e;
           log.debug({ user: owner.name, to: target.id, err: e.message }, 'a stopping replica could not hand a run on yet');
@@ -314,6 +326,13 @@ export class Execution implements SandboxExecution {
       await new Promise((r) => setTimeout(r, 100));
     }
     return undefined;
+  }
+
+  /** The run's result from `target`: over its channel, or over HTTP to a replica of an earlier release. */
+  private async sent(target: HopTarget, owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult> {
+    const { hop, replica, config } = this.deps;
+    const r = await this.channels?.run(target, owner, opts, timeoutSec);
+    return r ?? sendRun(target, owner, opts, { signer: hop!, selfId: replica!.id, timeoutSec, outputLimitBytes: config.outputLimitKb * 1024 });
   }
 
   private filesChanged(owner: SandboxOwner, files: ExecuteResult['files']): void {

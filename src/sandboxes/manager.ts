@@ -109,6 +109,7 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
     return this.lifecycle.handOver(timeoutMs);
   }
   shutdown(opts?: { stopAll?: boolean; releaseVolumes?: boolean; detachOnly?: boolean }): Promise<void> {
+    this.execution.close();
     return this.lifecycle.shutdown(opts);
   }
 

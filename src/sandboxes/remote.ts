@@ -13,6 +13,8 @@
  * The wire format lives here, on both ends: `sendRun` for the sender, `serveRun` for the
  * holder (src/http/internal.ts gives it the HTTP request). `askReplica` is the same hop
  * for a question with a short JSON answer: stop a sandbox it holds, list what it holds.
+ * Runs go on a channel kept open to each holder (hop-channel.ts, the same answer lines
+ * in frames); `sendRun` is for a holder of an earlier release, which has none.
  */
 import { request, type Dispatcher } from 'undici';
 import { HOP_HEADER, type HopSigner } from '../replicas/hop-auth.js';
@@ -172,23 +174,8 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
   // A line holds an output chunk, or the result with every output kept (JSON may write a
   // byte as six, and base64 four bytes as three more).
   const maxLine = 16 * (o.outputLimitBytes + 8192) + 256 * 1024;
-  const started = performance.now();
-  const output = { stdout: [] as string[], stderr: [] as string[] };
-  const kept = { stdout: 0, stderr: 0 };
-  const dropped = { stdout: 0, stderr: 0 };
-  const interrupted = (why: string): ExecuteResult => ({
-    exitCode: null,
-    durationMs: performance.now() - started,
-    timedOut: false,
-    killed: true,
-    restarted: false,
-    truncated: dropped,
-    files: [],
-    notice: `The gateway of this installation running this code ${why} before it answered. Whether the code ran to its end is not known: look at /workspace before running it again. Python variables may be lost.`,
-    stdout: output.stdout.join(''),
-    stderr: output.stderr.join(''),
-    language: opts.language,
-  });
+  const answer = new HopAnswer(opts, o.outputLimitBytes);
+  const interrupted = (why: string) => answer.interrupted(why);
 
   // undici's own request, not fetch: on the hot path of every hopped run, without the
   // WHATWG streams fetch wraps each answer in (measured: bench/hop.ts).
@@ -264,27 +251,68 @@ export async function sendRun(target: HopTarget, owner: SandboxOwner, opts: Exec
     } catch {
       return interrupted('sent something that is not the hop’s answer (or not sealed with this installation’s key)');
     }
-    if (!isObject(v)) return interrupted('sent something that is not the hop’s answer');
+    return answer.take(v);
+  }
+}
+
+/**
+ * What a sender makes of the lines of a holder's answer, whichever way they came (an
+ * HTTP answer, or a run channel: hop-channel.ts): output kept within the limit and passed
+ * on as it comes, then the result; the holder's refusal thrown as this gateway's own
+ * error; anything else, or an answer that stops, an interrupted run.
+ */
+export class HopAnswer {
+  private readonly started = performance.now();
+  private readonly output = { stdout: [] as string[], stderr: [] as string[] };
+  private readonly kept = { stdout: 0, stderr: 0 };
+  private readonly dropped = { stdout: 0, stderr: 0 };
+
+  constructor(
+    private readonly opts: Pick<ExecuteOptions, 'language' | 'onOutput'>,
+    /** Per-stream output taken (this gateway's limit): more is counted as dropped. */
+    private readonly outputLimitBytes: number,
+  ) {}
+
+  /** The run as far as it came, when the holder `why` before it answered. */
+  interrupted(why: string): ExecuteResult {
+    return {
+      exitCode: null,
+      durationMs: performance.now() - this.started,
+      timedOut: false,
+      killed: true,
+      restarted: false,
+      truncated: this.dropped,
+      files: [],
+      notice: `The gateway of this installation running this code ${why} before it answered. Whether the code ran to its end is not known: look at /workspace before running it again. Python variables may be lost.`,
+      stdout: this.output.stdout.join(''),
+      stderr: this.output.stderr.join(''),
+      language: this.opts.language,
+    };
+  }
+
+  /** One line, opened and parsed: undefined for output or a wait; the result; or the holder's refusal, thrown. */
+  take(v: unknown): ExecuteResult | undefined {
+    if (!isObject(v)) return this.interrupted('sent something that is not the hop’s answer');
     if (v.t === 'out' && (v.s === 'stdout' || v.s === 'stderr') && typeof v.d === 'string') {
       const bytes = Buffer.byteLength(v.d);
-      if (kept[v.s] + bytes > o.outputLimitBytes) {
-        dropped[v.s] += bytes;
+      if (this.kept[v.s] + bytes > this.outputLimitBytes) {
+        this.dropped[v.s] += bytes;
         return undefined;
       }
-      kept[v.s] += bytes;
-      output[v.s].push(v.d);
-      opts.onOutput?.(v.s, v.d);
+      this.kept[v.s] += bytes;
+      this.output[v.s].push(v.d);
+      this.opts.onOutput?.(v.s, v.d);
       return undefined;
     }
     if (v.t === 'wait') return undefined;
     if (v.t === 'done' && isObject(v.r)) {
       const done = checkedDone(v.r, 'hop')!;
       const { type: _type, id: _id, ...rest } = done;
-      const text = (s: unknown) => (typeof s === 'string' ? s.slice(0, o.outputLimitBytes + 8192) : '');
-      return { ...rest, stdout: text(v.r.stdout), stderr: text(v.r.stderr), language: opts.language };
+      const text = (s: unknown) => (typeof s === 'string' ? s.slice(0, this.outputLimitBytes + 8192) : '');
+      return { ...rest, stdout: text(v.r.stdout), stderr: text(v.r.stderr), language: this.opts.language };
     }
     if (v.t === 'error' && typeof v.message === 'string') throw remoteError(v);
-    return interrupted('sent something that is not the hop’s answer');
+    return this.interrupted('sent something that is not the hop’s answer');
   }
 }
 

@@ -28,7 +28,6 @@
  */
 import crypto from 'node:crypto';
 import type http from 'node:http';
-import type { Duplex } from 'node:stream';
 import type { Request, RequestHandler } from 'express';
 import { createAdapter } from '@socket.io/postgres-adapter';
 import { sealedAdapter } from './sealed-adapter.js';
@@ -119,12 +118,7 @@ export class LiveHub {
         cb(ok ? null : 'origin not allowed', ok);
       },
     });
-    // An upgrade to any other path (h2c, a WebSocket to a page) has no taker. socket.io only
-    // ends such a connection, a second later: one whose request carried a body it never reads
-    // stays open for good (a file descriptor held, and a stop that waits for it). Cut at once.
-    server.on('upgrade', (req: http.IncomingMessage, socket: Duplex) => {
-      if (!(req.url ?? '').startsWith('/socket.io/')) socket.destroy();
-    });
+    // An upgrade to any other path is the gateway's to take or cut (src/gateway.ts `attach`).
     // The session and its user, read once per connection (the handshake request).
     for (const m of auth.session) io.engine.use(onlyForHandshake(m));
     io.use((socket, next) => {
