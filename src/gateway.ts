@@ -269,7 +269,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       limiters: { tokenFailures: rateLimiterFor(store.db, { perMinute: 120, burst: 60 }, 'oauth-token-failures'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
       auth: web.auth,
     });
-  const internalDeps = replica && hop && { signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }) };
+  const internalDeps = replica && hop && { signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }), outputLimitBytes: config.outputLimitKb * 1024 };
   const app = createApp({
     config,
     store,
@@ -339,7 +339,14 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       // second later, and one whose request carried a body it never reads stays open for good
       // (a file descriptor held, and a stop that waits for it): cut at once.
       server.on('upgrade', (req: http.IncomingMessage, socket: Duplex, head: Buffer) => {
-        if (channelUpgrade?.take(req, socket, head)) return;
+        try {
+          if (channelUpgrade?.take(req, socket, head)) return;
+        } catch (e) {
+          // Whatever an upgrade carries, it never ends the gateway: it is logged and cut.
+          logger.warn({ err: e }, 'an upgrade to the run channel failed');
+          socket.destroy();
+          return;
+        }
         if (!(req.url ?? '').startsWith('/socket.io/')) socket.destroy();
       });
       // Once it listens, the other replicas may send it runs: they read where in the replica table.

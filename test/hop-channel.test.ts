@@ -8,6 +8,7 @@
  */
 import crypto from 'node:crypto';
 import http from 'node:http';
+import net from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import WebSocket, { WebSocketServer } from 'ws';
@@ -15,7 +16,7 @@ import { internalChannel } from '../src/http/internal.js';
 import { createLogger } from '../src/logger.js';
 import { HopSigner } from '../src/replicas/hop-auth.js';
 import { SandboxError } from '../src/sandboxes/errors.js';
-import { HOP_CHANNEL_PATH, HopChannels } from '../src/sandboxes/hop-channel.js';
+import { HOP_CHANNEL_PATH, HopChannels, MAX_RUN_FRAME_BYTES } from '../src/sandboxes/hop-channel.js';
 import { HopFailed, HopRefused } from '../src/sandboxes/remote.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from '../src/sandboxes/types.js';
 import { until } from './support/until.js';
@@ -56,6 +57,7 @@ async function holder(execute: (code: string, opts: ExecuteOptions) => Promise<E
     signer: new HopSigner({ key }),
     selfId: 'holder',
     log,
+    outputLimitBytes: 1024,
     sandboxes: {
       executeHere: (o, opts) => {
         expect(o).toEqual(owner);
@@ -204,13 +206,13 @@ describe('the run channel', () => {
     const frames: Buffer[] = [];
     ws.on('message', (d) => frames.push(d as Buffer));
     const closed = new Promise((r) => ws.once('close', r));
-    const frame = signer.sealFrame(nonce, 'sender', 0, JSON.stringify({ k: 'run', id: 1, run: { owner, language: 'python', code: 'once' } }));
+    const frame = signer.channel(nonce).seal('sender', 0, JSON.stringify({ k: 'run', id: 1, run: { owner, language: 'python', code: 'once' } }));
     ws.send(frame);
     await new Promise((r) => setTimeout(r, 200));
     ws.send(frame);
     await closed;
     expect(h.seen.map((s) => s.code)).toEqual(['once']);
-    expect(JSON.parse(signer.openFrame(nonce, 'holder', frames.length - 1, frames.at(-1)!))).toMatchObject({ id: 1, line: { t: 'done', r: { stdout: 'once' } } });
+    expect(JSON.parse(signer.channel(nonce).open('holder', frames.length - 1, frames.at(-1)!))).toMatchObject({ id: 1, line: { t: 'done', r: { stdout: 'once' } } });
     // Nothing of the answer in clear on the wire.
     expect(Buffer.concat(frames).toString('latin1')).not.toMatch(/stdout|once/);
 
@@ -219,7 +221,7 @@ describe('the run channel', () => {
     const ws2 = new WebSocket(`${h.url.replace('http', 'ws')}${HOP_CHANNEL_PATH}`, { headers: { 'sandgate-hop': second.header } });
     await new Promise((r) => ws2.once('open', r));
     const closed2 = new Promise((r) => ws2.once('close', r));
-    ws2.send(signer.sealFrame(second.nonce, 'holder', 0, JSON.stringify({ k: 'run', id: 1, run: { owner, language: 'python', code: 'reflected' } })));
+    ws2.send(signer.channel(second.nonce).seal('holder', 0, JSON.stringify({ k: 'run', id: 1, run: { owner, language: 'python', code: 'reflected' } })));
     await closed2;
     expect(h.seen.map((s) => s.code)).toEqual(['once']);
     // The first credential again: refused before any channel opens.
@@ -230,4 +232,47 @@ describe('the run channel', () => {
     });
     expect(status).toBe(401);
   });
+
+  it("keeps one user's oversized answer or run to that run, never the channel other users' runs are on", async () => {
+    const h = await holder(async (code) => {
+      if (code !== 'many files') return result(`${code} done\n`);
+      // A thousand long names of control characters: six bytes each in JSON, far past a frame.
+      const files = Array.from({ length: 1000 }, (_, i) => ({ path: `/workspace/${'\u0001'.repeat(4000)}${i}`, size: 1, change: 'added' }));
+      return { ...result('wrote\n'), files } as ExecuteResult;
+    });
+    const pool = sender();
+    const [big, other] = await Promise.all([run(pool, h.url, 'many files'), run(pool, h.url, 'another user')]);
+    expect(big).toMatchObject({ exitCode: 0, stdout: 'wrote\n', files: [] });
+    expect(big!.notice).toMatch(/list of files the run changed was too long/);
+    expect(other?.stdout).toBe('another user done\n');
+    // A run too large for the holder to take is refused here, for itself alone.
+    await expect(run(pool, h.url, '\u0001'.repeat(MAX_RUN_FRAME_BYTES / 5))).rejects.toMatchObject({ reason: 'invalid_request' });
+    expect((await run(pool, h.url, 'after'))?.stdout).toBe('after done\n');
+    expect(h.upgrades).toHaveLength(1);
+  });
+
+  it('takes only its exact path, and closes a refused upgrade whatever the other side does', async () => {
+    const h = await holder(async () => result(''));
+    const port = Number(new URL(h.url).port);
+    /** Sends `target` as an upgrade and keeps its side open; resolves with what came back once the holder closed. */
+    const upgrade = (target: string) =>
+      new Promise<{ text: string; closedMs: number }>((resolve) => {
+        const t0 = Date.now();
+        let text = '';
+        const s = net.connect(port, '127.0.0.1', () => s.write(`GET ${target} HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: ${crypto.randomBytes(16).toString('base64')}\r\nsandgate-hop: x.y\r\n\r\n`));
+        s.on('data', (d) => (text += d));
+        s.on('error', () => undefined);
+        s.on('close', () => resolve({ text, closedMs: Date.now() - t0 }));
+      });
+    // A bad credential: 401, and the socket is closed by the holder although the client never ends its side.
+    const refused = await upgrade(HOP_CHANNEL_PATH);
+    expect(refused.text).toMatch(/^HTTP\/1\.1 401/);
+    expect(refused.closedMs).toBeLessThan(5000);
+    // Not the path as sent (dot segments, escapes, an absolute target): not the channel's, left to the caller (here: cut).
+    for (const target of ['/socket.io/../internal/v3/channel', '/x/%2e%2e/internal/v3/channel', 'http://a:99999/', `${HOP_CHANNEL_PATH}/`]) {
+      expect((await upgrade(target)).text).toBe('');
+    }
+    expect(h.seen).toHaveLength(0);
+  });
 });
+

@@ -26,7 +26,7 @@ import { HOP_HEADER, HopAuthError, type HopClaims, type HopSigner } from '../rep
 import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
-import { HOP_CHANNEL_PATH, serveChannel } from '../sandboxes/hop-channel.js';
+import { HOP_CHANNEL_PATH, MAX_RUN_FRAME_BYTES, serveChannel } from '../sandboxes/hop-channel.js';
 import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 
@@ -36,6 +36,8 @@ export interface InternalHopDeps {
   selfId: string;
   sandboxes: Pick<SandboxExecution, 'executeHere'> & Pick<SandboxStops, 'stopUserHere'> & Pick<SandboxInspection, 'list' | 'pooled'>;
   log: Logger;
+  /** Per-stream output the gateways keep (SANDGATE_OUTPUT_LIMIT_KB): how large an answer's frame may be. */
+  outputLimitBytes: number;
 }
 
 /** The hop's endpoints, by path: each reads the raw body (bounded), checks the hop's credential, then answers. */
@@ -156,13 +158,21 @@ function refusalLog(log: Logger): (from: string | undefined, path: string, why: 
  * credential does not is answered 401 and closed.
  */
 export function internalChannel(deps: InternalHopDeps): InternalChannel {
-  // A run's frame holds its code as JSON, where a byte may take six; sealing adds a little.
-  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_CODE_BYTES * 6 + 64 * 1024 });
+  const wss = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: MAX_RUN_FRAME_BYTES });
   const logRefusal = refusalLog(deps.log);
-  const end = { signer: deps.signer, executeHere: deps.sandboxes.executeHere.bind(deps.sandboxes), log: deps.log, underway: new Set<AbortController>() };
+  const end = {
+    signer: deps.signer,
+    executeHere: deps.sandboxes.executeHere.bind(deps.sandboxes),
+    log: deps.log,
+    underway: new Set<AbortController>(),
+    outputLimitBytes: deps.outputLimitBytes,
+  };
   return {
     take(req, socket, head) {
-      if (new URL(req.url ?? '/', 'http://internal').pathname !== HOP_CHANNEL_PATH) return false;
+      // The path as sent, exactly: no URL parsing (a target Node takes may not be one URL
+      // takes), no dot segments or escapes resolved (a load balancer that keeps /internal
+      // out matches the path as sent too).
+      if ((req.url ?? '').split('?')[0] !== HOP_CHANNEL_PATH) return false;
       let claims: HopClaims;
       try {
         const header = req.headers[HOP_HEADER];
@@ -170,7 +180,9 @@ export function internalChannel(deps: InternalHopDeps): InternalChannel {
       } catch (e) {
         if (!(e instanceof HopAuthError)) throw e;
         logRefusal(req.socket.remoteAddress, HOP_CHANNEL_PATH, e.message);
-        socket.end('HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-length: 0\r\n\r\n');
+        // Closed once the refusal is out, whatever the other side does (a half-open socket would stay for good).
+        socket.end('HTTP/1.1 401 Unauthorized\r\nconnection: close\r\ncontent-length: 0\r\n\r\n', () => socket.destroy());
+        setTimeout(() => socket.destroy(), 1000).unref();
         return true;
       }
       wss.handleUpgrade(req, socket, head, (ws) => {

@@ -55,6 +55,14 @@ const frameAad = (nonce: string, from: ChannelEnd, index: number) => Buffer.from
 
 /** Which end of a run channel sent a frame: the replica sending runs, or the one holding the sandboxes. */
 export type ChannelEnd = 'sender' | 'holder';
+
+/** Seals and opens the frames of one run channel (`HopSigner.channel`). */
+export interface ChannelSeal {
+  /** Frame `index` from `from`, sealed. */
+  seal(from: ChannelEnd, index: number, text: string): Buffer;
+  /** Frame `index` from `from`, opened; HopAuthError when it is not that frame sealed for this channel. */
+  open(from: ChannelEnd, index: number, frame: Buffer): string;
+}
 const sha256 = (body: Buffer | string) => crypto.createHash('sha256').update(body).digest('hex');
 const mac = (key: Buffer, claims: string) => crypto.createHmac('sha256', key).update(claims).digest();
 
@@ -124,20 +132,23 @@ export class HopSigner {
   }
 
   /**
-   * Frame `index` from `from` on the run channel opened with `nonce`, sealed: a frame
-   * read off the wire cannot be replayed, reordered, or sent back the other way.
+   * The seal of the run channel opened with `nonce`: frames under a key of the channel's
+   * own (derived from the nonce, so no key seals more than one channel's frames), each
+   * bound to its direction and place: a frame read off the wire cannot be replayed,
+   * reordered, sent back the other way or onto another channel.
    */
-  sealFrame(nonce: string, from: ChannelEnd, index: number, text: string): Buffer {
-    return seal(this.sealKey, text, frameAad(nonce, from, index));
-  }
-
-  /** Frame `index` from `from` on the channel with `nonce`, opened; HopAuthError when it is not that frame sealed under this key. */
-  openFrame(nonce: string, from: ChannelEnd, index: number, frame: Buffer): string {
-    try {
-      return open(this.sealKey, frame, frameAad(nonce, from, index)).toString('utf8');
-    } catch {
-      throw new HopAuthError('a channel frame that does not open with this installation’s key, or out of its place');
-    }
+  channel(nonce: string): ChannelSeal {
+    const key = Buffer.from(crypto.hkdfSync('sha256', this.sealKey, nonce, 'sandgate hop channel', 32));
+    return {
+      seal: (from, index, text) => seal(key, text, frameAad(nonce, from, index)),
+      open: (from, index, frame) => {
+        try {
+          return open(key, frame, frameAad(nonce, from, index)).toString('utf8');
+        } catch {
+          throw new HopAuthError('a channel frame that does not open with this installation’s key, or out of its place');
+        }
+      },
+    };
   }
 
   /** The claims of a request for replica `self`'s endpoint `path` with `body`, or HopAuthError saying why not. */

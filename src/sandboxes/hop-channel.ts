@@ -23,11 +23,12 @@
  * for the holder (src/http/internal.ts gives it the upgraded connection).
  */
 import WebSocket from 'ws';
-import { HOP_HEADER, type HopSigner } from '../replicas/hop-auth.js';
+import { HOP_HEADER, type ChannelSeal, type HopSigner } from '../replicas/hop-auth.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../logger.js';
 import { SandboxError } from './errors.js';
 import { HopAnswer, HopFailed, HopRefused, parseHopRun, serveRun, type HopLine, type HopRun, type HopTarget } from './remote.js';
+import { MAX_CODE_BYTES } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 
 export const HOP_CHANNEL_PATH = '/internal/v3/channel';
@@ -38,6 +39,22 @@ const SILENCE_MS = 20_000;
 const PING_EVERY_MS = 10_000;
 /** How long opening a channel may take before the holder is taken as unreachable. */
 const OPEN_TIMEOUT_MS = 5_000;
+/** How long a holder that answered the upgrade 404 (an earlier release) gets its runs over HTTP before a channel is tried again. */
+const HTTP_ONLY_MS = 60_000;
+
+/**
+ * The largest frame a holder takes: a run, whose code is JSON (where a byte may take six).
+ * A larger run is refused by its sender, for itself alone: a frame past this ends the channel.
+ */
+export const MAX_RUN_FRAME_BYTES = MAX_CODE_BYTES * 6 + 64 * 1024;
+
+/**
+ * The largest frame a sender takes: an output chunk, or a result with every output kept
+ * (JSON may write a byte as six). A holder never sends more: a result that would be
+ * larger loses its list of changed files, and failing that the run ends in an error of
+ * its own, not the channel (which carries other users' runs).
+ */
+export const maxAnswerFrameBytes = (outputLimitBytes: number): number => 16 * (outputLimitBytes + 8192) + 256 * 1024;
 
 type SenderFrame = { k: 'run'; id: number; run: HopRun } | { k: 'cancel'; id: number };
 
@@ -68,8 +85,7 @@ class SenderChannel {
 
   constructor(
     private readonly ws: WebSocket,
-    private readonly nonce: string,
-    private readonly signer: HopSigner,
+    private readonly seal: ChannelSeal,
     onClose: () => void,
   ) {
     let unanswered = 0;
@@ -124,10 +140,14 @@ class SenderChannel {
         pending.finish({ ...answer.interrupted('was told to cancel the run'), notice: 'The run was cancelled.' });
       };
       if (opts.signal?.aborted) return reject(new SandboxError('the run was cancelled before it was sent to the gateway holding the sandbox', 'busy'));
+      const frame = this.seal.seal('sender', this.sent, JSON.stringify({ k: 'run', id, run: hop } satisfies SenderFrame));
+      // Too large for the holder to take: refused here, for this run alone.
+      if (frame.length > MAX_RUN_FRAME_BYTES) return reject(new SandboxError(`the code is too large to send to the gateway holding the sandbox (at most ${MAX_CODE_BYTES} bytes)`, 'invalid_request'));
+      this.sent++;
       opts.signal?.addEventListener('abort', cancelled, { once: true });
       this.runs.set(id, pending);
       pending.heard();
-      this.send({ k: 'run', id, run: hop });
+      this.ws.send(frame);
     });
   }
 
@@ -147,13 +167,13 @@ class SenderChannel {
 
   private send(frame: SenderFrame): void {
     if (this.ws.readyState !== WebSocket.OPEN) return;
-    this.ws.send(this.signer.sealFrame(this.nonce, 'sender', this.sent++, JSON.stringify(frame)));
+    this.ws.send(this.seal.seal('sender', this.sent++, JSON.stringify(frame)));
   }
 
   private onFrame(data: Buffer): void {
     let v: unknown;
     try {
-      v = JSON.parse(this.signer.openFrame(this.nonce, 'holder', this.received++, data));
+      v = JSON.parse(this.seal.open('holder', this.received++, data));
     } catch {
       return this.close('sent something that is not the hop’s answer (or not sealed with this installation’s key)');
     }
@@ -180,7 +200,7 @@ class SenderChannel {
  * go over HTTP.
  */
 export class HopChannels {
-  private readonly channels = new Map<string, Promise<SenderChannel | 'http'>>();
+  private readonly channels = new Map<string, Promise<SenderChannel | { httpUntil: number }>>();
   private closed = false;
 
   constructor(
@@ -201,7 +221,8 @@ export class HopChannels {
    */
   async run(target: HopTarget, owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
     const channel = await this.channelTo(target, owner);
-    if (channel === 'http') return undefined;
+    if (!(channel instanceof SenderChannel)) return undefined;
+    if (opts.signal?.aborted) throw new SandboxError('the run was cancelled before it was sent to the gateway holding the sandbox', 'busy');
     const hop: HopRun = {
       owner: { userId: owner.userId, name: owner.name },
       language: opts.language,
@@ -216,17 +237,18 @@ export class HopChannels {
   /** Closes every channel: runs on them end as interrupted. */
   close(): void {
     this.closed = true;
-    for (const c of this.channels.values()) void c.then((ch) => ch !== 'http' && ch.close('is shutting down'), () => undefined);
+    for (const c of this.channels.values()) void c.then((ch) => ch instanceof SenderChannel && ch.close('is shutting down'), () => undefined);
     this.channels.clear();
   }
 
-  private async channelTo(target: HopTarget, owner: SandboxOwner): Promise<SenderChannel | 'http'> {
+  private async channelTo(target: HopTarget, owner: SandboxOwner): Promise<SenderChannel | { httpUntil: number }> {
     if (this.closed) throw new SandboxError('the gateway is shutting down', 'busy');
     const key = `${target.id} ${target.internalUrl}`;
     const existing = this.channels.get(key);
     if (existing) {
       const channel = await existing.catch(() => undefined);
-      if (channel === 'http' || channel?.open) return channel;
+      if (channel instanceof SenderChannel && channel.open) return channel;
+      if (channel && !(channel instanceof SenderChannel) && channel.httpUntil > Date.now()) return channel;
       if (this.channels.get(key) === existing) this.channels.delete(key);
     }
     // Another run may have begun opening one meanwhile: one channel per holder.
@@ -243,23 +265,22 @@ export class HopChannels {
     return opening;
   }
 
-  private open(target: HopTarget, owner: SandboxOwner, onClose: () => void): Promise<SenderChannel | 'http'> {
+  private open(target: HopTarget, owner: SandboxOwner, onClose: () => void): Promise<SenderChannel | { httpUntil: number }> {
     const { header, nonce } = this.o.signer.signRequest(this.o.selfId, target.id, HOP_CHANNEL_PATH, '');
     const url = new URL(HOP_CHANNEL_PATH, target.internalUrl);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     return new Promise((resolve, reject) => {
-      // A frame holds an output chunk, or the result with every output kept (JSON may write a byte as six).
-      const maxPayload = 16 * (this.o.outputLimitBytes + 8192) + 256 * 1024;
+      const maxPayload = maxAnswerFrameBytes(this.o.outputLimitBytes);
       const ws = new WebSocket(url, { headers: { [HOP_HEADER]: header }, perMessageDeflate: false, handshakeTimeout: OPEN_TIMEOUT_MS, followRedirects: false, maxPayload });
       const unreachable = (why: string) =>
         new HopRefused(`${owner.name}'s sandbox is held by another gateway of this installation, which cannot be reached now: try again in a few seconds (${target.id}: ${why})`);
-      ws.once('open', () => resolve(new SenderChannel(ws, nonce, this.o.signer, onClose)));
+      ws.once('open', () => resolve(new SenderChannel(ws, this.o.signer.channel(nonce), onClose)));
       ws.once('unexpected-response', (_req, res) => {
         res.resume();
         ws.terminate();
         const status = res.statusCode ?? 0;
         // A replica of an earlier release, before the channel: its runs go over HTTP.
-        if (status === 404) return resolve('http');
+        if (status === 404) return resolve({ httpUntil: Date.now() + HTTP_ONLY_MS });
         // A credential refused: a difference between the gateways, not a change of holder.
         if (status === 401 || status === 400) {
           return reject(new HopFailed(`the gateways of this installation could not pass the run between them (HTTP ${status} from ${target.id}); is replicas.key the same on every gateway?`));
@@ -279,30 +300,51 @@ export interface ChannelEndDeps {
   log: Logger;
   /** Runs under way on every channel of this holder: a stopping gateway waits for them as for requests. */
   underway: Set<AbortController>;
+  /** Per-stream output the gateways keep: what a sender takes in a frame follows from it (`maxAnswerFrameBytes`). */
+  outputLimitBytes: number;
 }
 
 /**
  * The holder's end of a channel whose opening credential held (`nonce` is its): runs
  * each frame asks for, streams each run's lines back, and aborts a run its sender
  * cancels or when the channel closes. A frame that does not open, or is not one, ends
- * the channel.
+ * the channel; so does a sender that stops answering pings.
  */
 export function serveChannel(ws: WebSocket, nonce: string, deps: ChannelEndDeps): void {
-  const { signer, executeHere, log, underway } = deps;
+  const { executeHere, log, underway } = deps;
+  const seal = deps.signer.channel(nonce);
+  const maxFrame = maxAnswerFrameBytes(deps.outputLimitBytes);
   let sent = 0;
   let received = 0;
   const runs = new Map<number, AbortController>();
+  const sealed = (id: number, line: HopLine) => seal.seal('holder', sent, JSON.stringify({ id, line }));
   const send = (id: number, line: HopLine) => {
-    if (ws.readyState === WebSocket.OPEN) ws.send(signer.sealFrame(nonce, 'holder', sent++, JSON.stringify({ id, line })));
+    if (ws.readyState !== WebSocket.OPEN) return;
+    let frame = sealed(id, line);
+    // Larger than the sender takes (a result listing thousands of long file names): the list
+    // goes first, then the run ends in an error of its own. Never the channel: it carries other users' runs.
+    if (frame.length > maxFrame && line.t === 'done') {
+      frame = sealed(id, { t: 'done', r: { ...line.r, files: [], notice: [line.r.notice, 'The list of files the run changed was too long to pass between the gateways.'].filter(Boolean).join(' ') } });
+    }
+    if (frame.length > maxFrame) frame = sealed(id, { t: 'error', name: 'SandboxError', reason: 'runner_died', message: 'the run’s answer was too large to pass between the gateways of this installation' });
+    sent++;
+    ws.send(frame);
   };
   const end = (why: string) => {
     log.warn({ err: why }, 'a run channel from another replica was closed');
     ws.terminate();
   };
+  // A sender that went without a word (its host lost, the network cut one way) ends the channel and its runs here.
+  let unanswered = 0;
+  ws.on('pong', () => (unanswered = 0));
+  const pinger = setInterval(() => {
+    if (++unanswered > 2) return end('the sending replica stopped answering');
+    ws.ping();
+  }, PING_EVERY_MS).unref();
   ws.on('message', (data) => {
     let f: unknown;
     try {
-      f = JSON.parse(signer.openFrame(nonce, 'sender', received++, toBuffer(data)));
+      f = JSON.parse(seal.open('sender', received++, toBuffer(data)));
     } catch {
       return end('a frame that does not open with this installation’s key, or out of its place');
     }
@@ -329,6 +371,7 @@ export function serveChannel(ws: WebSocket, nonce: string, deps: ChannelEndDeps)
     send(id, { t: 'wait' });
   });
   ws.on('close', () => {
+    clearInterval(pinger);
     for (const r of runs.values()) r.abort();
     runs.clear();
   });
