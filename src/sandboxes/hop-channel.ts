@@ -87,6 +87,7 @@ class SenderChannel {
     private readonly ws: WebSocket,
     private readonly seal: ChannelSeal,
     onClose: () => void,
+    private readonly silenceMs = SILENCE_MS,
   ) {
     let unanswered = 0;
     ws.on('pong', () => (unanswered = 0));
@@ -96,10 +97,10 @@ class SenderChannel {
     }, PING_EVERY_MS).unref();
     ws.on('message', (data) => this.onFrame(toBuffer(data)));
     ws.on('close', () => {
-      this.close('went away (its channel closed)');
+      this.close('went away (its channel closed)', false);
       onClose();
     });
-    ws.on('error', () => this.close('went away (its channel failed)'));
+    ws.on('error', () => this.close('went away (its channel failed)', false));
   }
 
   get open(): boolean {
@@ -132,7 +133,7 @@ class SenderChannel {
         heard: () => {
           clearTimeout(silence);
           // A holder silent this long has stopped (its loop stuck, its host gone): every run on the channel is.
-          silence = setTimeout(() => this.close(`was silent for ${SILENCE_MS / 1000} s`), SILENCE_MS).unref();
+          silence = setTimeout(() => this.close(`was silent for ${this.silenceMs / 1000} s`), this.silenceMs).unref();
         },
       };
       const cancelled = () => {
@@ -151,14 +152,20 @@ class SenderChannel {
     });
   }
 
-  /** Ends the channel and every run on it, as interrupted: the holder `why`. */
-  close(why: string): void {
+  /**
+   * Ends the channel and every run on it, as interrupted: the holder `why`. A run the
+   * holder never said it took is asked again through the store, but only when the
+   * connection itself ended (`heard` false: the holder says it took a run in the same turn
+   * it reads it, so what it wrote before it went arrives before the end): a channel given
+   * up on here (silent, unanswered pings, a frame that does not open) may have carried the
+   * run to a holder that runs it still, so that run is interrupted too, never sent twice.
+   */
+  close(why: string, gaveUp = true): void {
     if (this.closedWhy !== undefined) return;
     this.closedWhy = why;
     clearInterval(this.pinger);
     for (const p of [...this.runs.values()]) {
-      // A run the holder never said it had did not start there: it is asked again through the store.
-      if (p.taken) p.finish(p.answer.interrupted(why));
+      if (p.taken || gaveUp) p.finish(p.answer.interrupted(why));
       else p.fail(new HopRefused(`the gateway holding the sandbox ${why} before it took the run: try again`));
     }
     this.runs.clear();
@@ -210,6 +217,8 @@ export class HopChannels {
       selfId: string;
       /** Per-stream output this gateway keeps: a frame holds at most a chunk or a result with that much. */
       outputLimitBytes: number;
+      /** How long a holder may say nothing of a run before the channel is given up on; default SILENCE_MS. */
+      silenceMs?: number;
     },
   ) {}
 
@@ -274,7 +283,7 @@ export class HopChannels {
       const ws = new WebSocket(url, { headers: { [HOP_HEADER]: header }, perMessageDeflate: false, handshakeTimeout: OPEN_TIMEOUT_MS, followRedirects: false, maxPayload });
       const unreachable = (why: string) =>
         new HopRefused(`${owner.name}'s sandbox is held by another gateway of this installation, which cannot be reached now: try again in a few seconds (${target.id}: ${why})`);
-      ws.once('open', () => resolve(new SenderChannel(ws, this.o.signer.channel(nonce), onClose)));
+      ws.once('open', () => resolve(new SenderChannel(ws, this.o.signer.channel(nonce), onClose, this.o.silenceMs)));
       ws.once('unexpected-response', (_req, res) => {
         res.resume();
         ws.terminate();
