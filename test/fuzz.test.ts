@@ -345,6 +345,19 @@ function mcp(token: string | undefined, body: unknown, headers: Record<string, s
 }
 
 /** A page's live connection as a browser opens it: the session's cookie, the page's CSRF token, our origin. */
+/** The headers of a signed-in page's htmx POST with `body`, and its CSRF token in a header when given one. */
+function pageHeaders(port: number, page: WebSession, contentType: string, body: Buffer, csrf?: string): [string, string][] {
+  return [
+    ['Host', `127.0.0.1:${port}`],
+    ['Connection', 'close'],
+    ['Cookie', page.cookie()],
+    ['HX-Request', 'true'],
+    ['Content-Type', contentType],
+    ['Content-Length', String(body.length)],
+    ...(csrf === undefined ? [] : [['X-CSRF-Token', csrf] as [string, string]]),
+  ];
+}
+
 function liveSocket(page: WebSession): Promise<Socket> {
   return new Promise((resolve, reject) => {
     const s = ioClient(url, { transports: ['websocket'], reconnection: false, auth: { csrf: page.csrf }, extraHeaders: { origin: url, cookie: page.cookie() } });
@@ -506,15 +519,7 @@ describe('the gateway under a fuzzer', () => {
         type = 'multipart/form-data; boundary=fz';
       } else if (encoding === 'garbage') [body, type] = [Buffer.from(form.map(([k, v]) => `${k}=${v}`).join('&')), 'application/x-www-form-urlencoded; charset=utf-7'];
       else [body, type] = [Buffer.alloc(0), 'application/x-www-form-urlencoded'];
-      const headers: [string, string][] = [
-        ['Host', `127.0.0.1:${port}`],
-        ['Connection', 'close'],
-        ['Cookie', session.cookie()],
-        ['HX-Request', 'true'],
-        ['Content-Type', type],
-        ['Content-Length', String(body.length)],
-        ...(csrf === 'header' ? [['X-CSRF-Token', session.csrf] as [string, string]] : csrf === 'wrong' ? [['X-CSRF-Token', bystander.page.csrf] as [string, string]] : []),
-      ];
+      const headers = pageHeaders(port, session, type, body, csrf === 'header' ? session.csrf : csrf === 'wrong' ? bystander.page.csrf : undefined);
       const a = await sendWire(port, wireBytes({ method: 'POST', target: `${p}${query}`, headers, body }), { timeoutMs: 30_000 });
       if (a.timedOut) throw new Error(`POST ${p}: no answer in 30 s`);
       await expectSound(`POST ${p}${query}`, a.status, a.text);
@@ -624,15 +629,7 @@ describe('the gateway under a fuzzer', () => {
     await fuzz('uploads', input, async ({ u, csrf }) => {
       const { contentType, body } = uploadBytes(u);
       const target = `/files/upload${u.dirQuery === undefined ? '' : `?dir=${u.dirQuery}`}`;
-      const headers: [string, string][] = [
-        ['Host', `127.0.0.1:${port}`],
-        ['Connection', 'close'],
-        ['Cookie', page.cookie()],
-        ['HX-Request', 'true'],
-        ['Content-Type', contentType],
-        ['Content-Length', String(body.length)],
-        ...(csrf === 'header' ? [['X-CSRF-Token', page.csrf] as [string, string]] : []),
-      ];
+      const headers = pageHeaders(port, page, contentType, body, csrf === 'header' ? page.csrf : undefined);
       const a = await sendWire(port, wireBytes({ method: 'POST', target, headers, body }), { timeoutMs: 30_000 });
       if (a.timedOut) throw new Error(`POST ${target}: no answer in 30 s`);
       await expectSound(`POST ${target}`, a.status, a.text);
