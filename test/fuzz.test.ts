@@ -688,7 +688,8 @@ describe('the gateway under a fuzzer', () => {
 
 describe('what the fuzzer found, kept as plain cases', () => {
   it('an upgrade to a path nobody serves is cut at once, however much body it carries (it held its connection for good, and the stop waited for it)', async () => {
-    for (const target of ['/chat', '/mcp', '/socket.io']) {
+    // The replicas' run channel too: a gateway alone on SQLite has none.
+    for (const target of ['/chat', '/mcp', '/socket.io', '/internal/v3/channel']) {
       const body = Buffer.alloc(200_000, 0x61);
       const t0 = performance.now();
       const a = await sendWire(

@@ -155,7 +155,7 @@ class SenderChannel {
   /**
    * Ends the channel and every run on it, as interrupted: the holder `why`. A run the
    * holder never said it took is asked again through the store, but only when the
-   * connection itself ended (`heard` false: the holder says it took a run in the same turn
+   * connection itself ended (`gaveUp` false: the holder says it took a run in the same turn
    * it reads it, so what it wrote before it went arrives before the end): a channel given
    * up on here (silent, unanswered pings, a frame that does not open) may have carried the
    * run to a holder that runs it still, so that run is interrupted too, never sent twice.
