@@ -16,6 +16,7 @@ export const POSTGRES_SUITES = [
   'src/auth/authenticator.test.ts',
   'src/audit/**/*.test.ts',
   'src/pii/vault.test.ts',
+  'src/pii/vault-memory.test.ts',
   'src/pii/pii-boundary.test.ts',
   'src/limits/**/*.test.ts',
   'src/agent/conversations.test.ts',
