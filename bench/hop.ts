@@ -14,8 +14,15 @@
  * p50, p95 and mean of each side and their difference (the hop's own cost: a sealed
  * frame each way, the holder saying it took the run, and the processes it wakes) for
  * every round, then the median and range of the rounds' p50 differences.
+ *
+ * Then the floor on this host (BENCH_FLOOR=0 skips it): the same alternation against two
+ * bare Node processes, one answering each request after 2 ms, the other relaying it on a
+ * kept WebSocket (the same `ws` library, a "taken" frame and an answer frame). What the
+ * hop adds beyond that is the gateways' own work and the cost of waking them.
  */
+import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
+import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { executeOverMcp, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from '../test/support/gateway-process.js';
@@ -77,17 +84,86 @@ async function round(cluster: Awaited<ReturnType<typeof startPostgresCluster>>, 
   }
 }
 
+const medianOf = (xs: number[]) => {
+  const s = [...xs].sort((x, y) => x - y);
+  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
+
+/** A bare holder (HTTP and WebSocket, answering after 2 ms) and a bare relay in front of it: two Node processes, nothing else. */
+const FLOOR_HOLDER = `
+import http from 'node:http';
+import { WebSocketServer } from 'ws';
+const srv = http.createServer((req, res) => { req.resume(); req.on('end', () => setTimeout(() => res.end('{"ok":true}'), 2)); });
+new WebSocketServer({ server: srv, perMessageDeflate: false }).on('connection', (ws) => ws.on('message', (d) => {
+  const { id } = JSON.parse(d);
+  ws.send(JSON.stringify({ id, line: { t: 'wait' } }));
+  setTimeout(() => ws.send(JSON.stringify({ id, line: { t: 'done' } })), 2);
+}));
+srv.listen(0, '127.0.0.1', () => console.log(srv.address().port));`;
+const FLOOR_RELAY = `
+import http from 'node:http';
+import WebSocket from 'ws';
+const ws = new WebSocket('ws://127.0.0.1:' + process.argv[1] + '/', { perMessageDeflate: false });
+const waiting = new Map();
+let next = 0;
+ws.on('message', (d) => { const { id, line } = JSON.parse(d); if (line.t === 'done') { waiting.get(id)(); waiting.delete(id); } });
+ws.on('open', () => {
+  const srv = http.createServer((req, res) => { req.resume(); req.on('end', () => { const id = ++next; waiting.set(id, () => res.end('{"ok":true}')); ws.send(JSON.stringify({ id, code: '1+1' })); }); });
+  srv.listen(0, '127.0.0.1', () => console.log(srv.address().port));
+});`;
+
+/** The floor: the p50 a bare relay adds on this host, measured as the rounds are. */
+async function floor(): Promise<number> {
+  const children: ChildProcess[] = [];
+  const start = (code: string, ...args: string[]) =>
+    new Promise<number>((resolve, reject) => {
+      const child = spawn(process.execPath, ['--input-type=module', '-e', code, ...args], { cwd: path.resolve(import.meta.dirname, '..'), stdio: ['ignore', 'pipe', 'inherit'] });
+      children.push(child);
+      child.stdout!.once('data', (d: Buffer) => resolve(Number(d.toString().trim())));
+      child.once('exit', (c) => reject(new Error(`a floor process ended (${c})`)));
+    });
+  try {
+    const holder = await start(FLOOR_HOLDER);
+    const relay = await start(FLOOR_RELAY, String(holder));
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+    const call = (port: number) =>
+      new Promise<number>((resolve, reject) => {
+        const t = performance.now();
+        const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/', agent }, (res) => {
+          res.resume();
+          res.on('end', () => resolve(performance.now() - t));
+        });
+        req.on('error', reject);
+        req.end('{"code":"1+1"}');
+      });
+    for (let i = 0; i < WARMUP; i++) await call(i % 2 ? holder : relay);
+    const direct: number[] = [];
+    const relayed: number[] = [];
+    while (direct.length < CALLS) {
+      for (let i = 0; i < BLOCK; i++) direct.push(await call(holder));
+      for (let i = 0; i < BLOCK; i++) relayed.push(await call(relay));
+    }
+    agent.destroy();
+    return pct(relayed, 50) - pct(direct, 50);
+  } finally {
+    for (const c of children) c.kill('SIGKILL');
+  }
+}
+
 async function main(): Promise<void> {
   const cluster = await startPostgresCluster();
   try {
     const added: number[] = [];
     for (let n = 1; n <= ROUNDS; n++) added.push(await round(cluster, n));
     const sorted = [...added].sort((x, y) => x - y);
-    const median = sorted.length % 2 ? sorted[(sorted.length - 1) / 2]! : (sorted[sorted.length / 2 - 1]! + sorted[sorted.length / 2]!) / 2;
-    console.log(`\nthe hop adds, p50 over ${added.length} rounds: median ${f(median)}, from ${f(sorted[0]!)} to ${f(sorted.at(-1)!)} (${added.map(f).join(', ')})`);
+    console.log(`\nthe hop adds, p50 over ${added.length} rounds: median ${f(medianOf(added))}, from ${f(sorted[0]!)} to ${f(sorted.at(-1)!)} (${added.map(f).join(', ')})`);
   } finally {
     await cluster.stop();
   }
+  if (process.env.BENCH_FLOOR === '0') return;
+  const floors: number[] = [];
+  for (let n = 0; n < 3; n++) floors.push(await floor());
+  console.log(`the floor on this host, a bare WebSocket relay between two Node processes: p50 adds ${f(medianOf(floors))} (${floors.map(f).join(', ')})`);
 }
 
 await main();
