@@ -36,6 +36,17 @@ const BLOCK = 20;
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
+/** WARMUP calls, then CALLS timed calls of each side in alternating blocks of BLOCK. */
+async function alternated(direct: () => Promise<number>, hopped: () => Promise<number>): Promise<[number[], number[]]> {
+  for (let i = 0; i < WARMUP; i++) await (i % 2 ? direct() : hopped());
+  const times: [number[], number[]] = [[], []];
+  while (times[0].length < CALLS) {
+    for (let i = 0; i < BLOCK; i++) times[0].push(await direct());
+    for (let i = 0; i < BLOCK; i++) times[1].push(await hopped());
+  }
+  return times;
+}
+
 const f = (ms: number) => `${ms >= 0 ? '+' : ''}${ms.toFixed(2)} ms`;
 
 /** One round: a fresh pair of gateways on a fresh database; the p50 the hop adds. */
@@ -61,13 +72,7 @@ async function round(cluster: Awaited<ReturnType<typeof startPostgresCluster>>, 
       return performance.now() - t;
     };
     await call(urlA);
-    for (let i = 0; i < WARMUP; i++) await call(i % 2 ? urlA : urlB);
-    const direct: number[] = [];
-    const hop: number[] = [];
-    while (direct.length < CALLS) {
-      for (let i = 0; i < BLOCK; i++) direct.push(await call(urlA));
-      for (let i = 0; i < BLOCK; i++) hop.push(await call(urlB));
-    }
+    const [direct, hop] = await alternated(() => call(urlA), () => call(urlB));
     const ms = (x: number) => `${x.toFixed(2)} ms`;
     console.log(`\nround ${n}: warm execute_code over MCP, ${direct.length} calls a side, one user whose sandbox replica A holds`);
     console.log(`straight to A:        p50 ${ms(pct(direct, 50))}  p95 ${ms(pct(direct, 95))}  mean ${ms(mean(direct))}`);
@@ -136,13 +141,7 @@ async function floor(): Promise<number> {
         req.on('error', reject);
         req.end('{"code":"1+1"}');
       });
-    for (let i = 0; i < WARMUP; i++) await call(i % 2 ? holder : relay);
-    const direct: number[] = [];
-    const relayed: number[] = [];
-    while (direct.length < CALLS) {
-      for (let i = 0; i < BLOCK; i++) direct.push(await call(holder));
-      for (let i = 0; i < BLOCK; i++) relayed.push(await call(relay));
-    }
+    const [direct, relayed] = await alternated(() => call(holder), () => call(relay));
     agent.destroy();
     return pct(relayed, 50) - pct(direct, 50);
   } finally {

@@ -13,7 +13,7 @@ import type { Migration } from './store/migrations.js';
 import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
 import { anonymousSessionsMigration, webMigration } from './auth/schema.js';
 import { adminMigration } from './accounts/admin-schema.js';
-import { rateBucketsMigration, storeUsageMigration } from './limits/schema.js';
+import { rateBucketsMigration, rateBucketsUnloggedMigration, storeUsageMigration } from './limits/schema.js';
 import { replicasMigration } from './replicas/schema.js';
 import { liveAttachmentsMigration } from './web/live/schema.js';
 import { oauthMigration } from './oauth/schema.js';
@@ -44,6 +44,7 @@ export const MIGRATIONS: readonly Migration[] = [
   oauthMigration,
   tasksMigration,
   auditEgressMigration,
+  rateBucketsUnloggedMigration,
 ];
 
 /** The schema version a step brings the store to. */

@@ -134,6 +134,16 @@ describe('StoreRateLimiter across gateways', () => {
   });
 });
 
+describe.skipIf(process.env.SANDGATE_TEST_DATABASE !== 'postgres')('StoreRateLimiter on Postgres', () => {
+  it('keeps its buckets in an unlogged table (a take commits without waiting for the WAL), and they still take', async () => {
+    const persistence = await sql<{ relpersistence: string }>`SELECT relpersistence FROM pg_class WHERE relname = 'rate_buckets' AND relkind = 'r'`.execute(store.db);
+    expect(persistence.rows).toEqual([{ relpersistence: 'u' }]);
+    const rl = new StoreRateLimiter(store.db, { perMinute: 60, burst: 1 }, 'requests');
+    expect((await rl.take('user:1', 1, 0)).ok).toBe(true);
+    expect((await rl.take('user:1', 1, 0)).ok).toBe(false);
+  });
+});
+
 describe('rateLimiterFor', () => {
   it('keeps buckets in memory on SQLite (one process owns it) and in the store on Postgres', () => {
     const rl = rateLimiterFor(store.db, { perMinute: 60, burst: 3 }, 'requests');

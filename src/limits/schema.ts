@@ -252,3 +252,20 @@ export const rateBucketsMigration: Migration = {
       );
     `,
 };
+
+/**
+ * The buckets unlogged on Postgres: a take's commit then waits for no WAL flush (every
+ * MCP call and page POST takes one), and the table is not copied to standbys. What that
+ * gives up is the buckets themselves after a crash or a failover to a standby: Postgres
+ * empties an unlogged table then, and an empty table is every bucket full, as after a
+ * quiet spell. Nothing else is kept in it. SQLite gateways keep their buckets in memory.
+ */
+export const rateBucketsUnloggedMigration: Migration = {
+  description: 'rate limits: the token buckets unlogged on Postgres (a take commits without a WAL flush)',
+  sqlite: `
+      -- Nothing to do: a gateway on SQLite is the only one on its file and keeps its buckets in memory.
+    `,
+  postgres: `
+      ALTER TABLE rate_buckets SET UNLOGGED;
+    `,
+};
