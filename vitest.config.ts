@@ -35,6 +35,7 @@ export const POSTGRES_SUITES = [
   'test/replicas-rolling.test.ts',
   'test/replicas-web.test.ts',
   'test/replicas-sweep.test.ts',
+  'test/replicas-hosts.test.ts',
   'test/mcp-tasks.test.ts',
   // An install an earlier release wrote on Postgres, restored and upgraded.
   'test/upgrade.test.ts',

@@ -34,7 +34,7 @@ import { Tasks } from './mcp/tasks/tasks.js';
 import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
-import { createDriver, createSandboxManager, gatewayIdFor } from './sandboxes/index.js';
+import { createDriver, createSandboxManager, createWorkspaceStore, gatewayIdFor } from './sandboxes/index.js';
 import { replicaKeyAgrees } from './sandboxes/remote.js';
 import { KeyFileError } from './errors.js';
 import { Replica } from './replicas/leases.js';
@@ -177,14 +177,21 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   const driver = parts.driver ?? createDriver(config, logger);
   // This gateway among the replicas on its store. On SQLite it is the only one (one process
   // uses the file): its sandboxes need no lease, and none is taken.
+  const volumes = createWorkspaceStore(config, logger);
   const replica =
-    store.dialect === 'postgres' ? new Replica(store.db, { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs }, logger.child({ module: 'replicas' })) : undefined;
+    store.dialect === 'postgres'
+      ? new Replica(
+          store.db,
+          { internalUrl: null, sandboxHost: os.hostname(), leaseMs: config.replicaLeaseMs, workspaceStore: volumes.storeId, storeLostMs: config.hostLostSec * 1000 },
+          logger.child({ module: 'replicas' }),
+        )
+      : undefined;
   // Runs sent between replicas are signed, and live updates passing through the database
   // sealed, with keys derived from the installation's replica key.
   const replicaKey = replica && loadOrCreateKey(config.dataDir, 'replicas.key', { configured: config.replicaKey || undefined, setting: 'SANDGATE_REPLICA_KEY' });
   const hop = replicaKey && new HopSigner({ key: replicaSubkey(replicaKey, 'internal hop') });
   const liveKey = replicaKey && replicaSubkey(replicaKey, 'live updates');
-  const manager = createSandboxManager(config, store.db, logger, { driver, prepareTools: upstream.prepareTools, replica, hop });
+  const manager = createSandboxManager(config, store.db, logger, { driver, volumes, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
   // Its sandboxes in the metrics' gauges, read at each scrape.
   const unobserve = metrics.observe(() => manager.counts());

@@ -29,12 +29,14 @@ import type { SandboxStops } from '../sandboxes/stops.js';
 import { HOP_CHANNEL_PATH, MAX_RUN_FRAME_BYTES, serveChannel } from '../sandboxes/hop-channel.js';
 import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
+import { HOP_WORKSPACE_PATH, MAX_WORKSPACE_HOP_BODY, parseWorkspaceHop } from '../sandboxes/remote-workspace.js';
+import { GatewayError } from '../errors.js';
 
 export interface InternalHopDeps {
   signer: HopSigner;
   /** This replica's id: a hop for another is refused. */
   selfId: string;
-  sandboxes: Pick<SandboxExecution, 'executeHere'> & Pick<SandboxStops, 'stopUserHere'> & Pick<SandboxInspection, 'list' | 'pooled'>;
+  sandboxes: Pick<SandboxExecution, 'executeHere' | 'workspaceRequestHere'> & Pick<SandboxStops, 'stopUserHere'> & Pick<SandboxInspection, 'list' | 'pooled'>;
   log: Logger;
   /** Per-stream output the gateways keep (SANDGATE_OUTPUT_LIMIT_KB): how large an answer's frame may be. */
   outputLimitBytes: number;
@@ -61,6 +63,8 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     next();
   };
   const body = [credential, raw];
+  // A file operation carries at most a read's payload, in base64.
+  const fileBody = [credential, express.raw({ type: () => true, limit: MAX_WORKSPACE_HOP_BODY })];
   /** How the bodies travel: sealed (this release's paths), or in clear (/internal/v1/, from replicas of the release before). */
   const sealedPath = (req: Request) => !req.path.toLowerCase().startsWith('/internal/v1/');
   /** The request's JSON body once it is the one signed (and the credential unused), opened; else answered here, and undefined. */
@@ -131,7 +135,23 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     answer(req, res, { sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
   };
 
+  const workspace: RequestHandler = async (req, res) => {
+    const v = verified(req, res);
+    if (v === undefined) return;
+    const hop = parseWorkspaceHop(v);
+    if (!hop) return bad(res, 'a file operation');
+    try {
+      const r = await sandboxes.workspaceRequestHere(hop.owner, hop.header, hop.data);
+      answer(req, res, { reply: r.reply, ...(r.data && { data: r.data.toString('base64') }) });
+    } catch (e) {
+      // A refusal the other gateway shows as the workspace unavailable, with this message.
+      if (!(e instanceof GatewayError)) deps.log.error({ err: e, user: hop.owner.name }, 'a file operation sent by another replica failed');
+      answer(req, res, { error: { reason: e instanceof GatewayError ? e.reason : 'internal', message: e instanceof GatewayError ? e.message : 'the gateway on the host of these files could not reach them' } });
+    }
+  };
+
   return {
+    [HOP_WORKSPACE_PATH]: [...fileBody, workspace],
     [HOP_RUN_PATH]: [...body, run],
     [HOP_STOP_PATH]: [...body, stop],
     [HOP_LIST_PATH]: [...body, list],

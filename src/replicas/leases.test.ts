@@ -105,7 +105,7 @@ describe('sandbox leases across replicas', () => {
     const results = await Promise.all(rs.map((r) => r.acquire(u.id)));
     const winners = rs.filter((_, i) => results[i]!.ok);
     expect(winners).toHaveLength(1);
-    for (const r of results) if (!r.ok) expect(r.holder.id).toBe(winners[0]!.id);
+    for (const r of results) if (!r.ok) expect(r.holder?.id).toBe(winners[0]!.id);
     expect(rs.filter((r) => r.holds(u.id))).toEqual(winners);
   });
 
@@ -169,5 +169,93 @@ describe('sandbox leases across replicas', () => {
     await b.beat();
     expect(lost).toEqual([u.id]);
     expect(a.holds(u.id)).toBe(false);
+  });
+
+  describe('where users\' files are, with replicas on several workspace stores', () => {
+    const STORE_LOST_MS = 60_000;
+    function hosts() {
+      const c = cluster();
+      const on = async (id: string, workspaceStore: string) => {
+        const r = new Replica(store.db, { id, internalUrl: `http://${id}.internal:8081`, sandboxHost: `host-of-${id}`, leaseMs: LEASE_MS, workspaceStore, storeLostMs: STORE_LOST_MS, now: c.clock.now, monotonic: c.clock.monotonic });
+        await r.start();
+        c.replicas.push(r);
+        return r;
+      };
+      return { ...c, on };
+    }
+
+    it('sends a user whose files are in another store to a replica on it, and takes the lease there', async () => {
+      const { on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 1 });
+      await a.release(u.id);
+      // Free, but ann's files are on store-a: b is told to go to a.
+      expect(await b.acquire(u.id)).toMatchObject({ ok: false, home: 'store-a', holder: { id: 'a', workspaceStore: 'store-a' } });
+      expect(b.holds(u.id)).toBe(false);
+      expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 2 });
+      expect(await b.homeOf(u.id)).toMatchObject({ where: 'elsewhere', store: 'store-a', via: { id: 'a' } });
+      expect(await a.homeOf(u.id)).toEqual({ where: 'here' });
+    });
+
+    it('never sends one to a replica of that store that is stopping', async () => {
+      const { on } = hosts();
+      const a = await on('a', 'store-a');
+      const a2 = await on('a2', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      await a.acquire(u.id);
+      await a.release(u.id);
+      await a.drain();
+      expect(await b.acquire(u.id)).toMatchObject({ ok: false, holder: { id: 'a2' } });
+      await a2.drain();
+      expect(await b.acquire(u.id)).toMatchObject({ ok: false, away: 'store-a' });
+    });
+
+    it('keeps a user\'s sandbox off other stores while theirs has no replica (restarting), then moves it once the store is lost', async () => {
+      const { clock, on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      await a.acquire(u.id);
+      await a.stop();
+      expect(await b.acquire(u.id)).toEqual({ ok: false, away: 'store-a', epoch: 1 });
+      expect(await b.homeOf(u.id)).toEqual({ where: 'away', store: 'store-a' });
+      // store-a seen last just under SANDGATE_HOST_LOST_SEC ago: still away.
+      for (let t = 0; t < STORE_LOST_MS - LEASE_MS / 3; t += LEASE_MS / 3) {
+        clock.advance(LEASE_MS / 3);
+        await b.beat();
+      }
+      expect((await b.acquire(u.id)).ok).toBe(false);
+      clock.advance(LEASE_MS / 3);
+      await b.beat();
+      expect(await b.acquire(u.id)).toEqual({ ok: true, epoch: 2, movedFrom: 'store-a' });
+      const row = await store.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', u.id).executeTakeFirstOrThrow();
+      expect(row.workspace_store).toBe('store-b');
+      expect(await b.homeOf(u.id)).toEqual({ where: 'here' });
+    });
+
+    it('claims the store a user\'s files are first made in, for file operations before any run', async () => {
+      const { on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      expect(await b.homeOf(u.id)).toEqual({ where: 'here' });
+      // Their first run reaches a: it goes to b, where the files are.
+      expect(await a.acquire(u.id)).toMatchObject({ ok: false, home: 'store-b', holder: { id: 'b' } });
+      expect(await b.acquire(u.id)).toEqual({ ok: true, epoch: 1 });
+    });
+
+    it('a lease held by a live replica is its holder\'s, wherever the files are', async () => {
+      const { on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      await a.acquire(u.id);
+      const refused = await b.acquire(u.id);
+      expect(refused).toMatchObject({ ok: false, holder: { id: 'a' } });
+      expect(refused).not.toHaveProperty('home');
+    });
   });
 });

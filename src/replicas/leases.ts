@@ -22,7 +22,7 @@
  */
 import crypto from 'node:crypto';
 import os from 'node:os';
-import { serializable, type Db } from '../store/store.js';
+import { serializable, type Db, type Tx } from '../store/store.js';
 import type { Logger } from '../logger.js';
 
 export interface ReplicaOptions {
@@ -34,6 +34,19 @@ export interface ReplicaOptions {
   sandboxHost: string;
   /** How long a replica that stopped beating keeps its leases. */
   leaseMs: number;
+  /**
+   * The workspace store this replica's sandboxes use (WorkspaceStore.storeId). With it, a
+   * user whose files are in another store is sent to a replica on that store, and their
+   * lease remembers the store of their sandbox. Without it (tests of leases alone), no
+   * lease is refused for where files are.
+   */
+  workspaceStore?: string;
+  /**
+   * How long a workspace store may have no live replica before its users' sandboxes start
+   * on another store, with the files that store has (SANDGATE_HOST_LOST_SEC). Until then a
+   * lease for them is refused: their store's gateways may be restarting.
+   */
+  storeLostMs?: number;
   /** How much earlier than others a holder considers its own leases gone. Default: a fifth of leaseMs. */
   clockMarginMs?: number;
   /** Wall clock, written to and compared with the store (epoch ms). */
@@ -49,9 +62,21 @@ export interface ReplicaInfo {
   startedAt: number;
   heartbeatAt: number;
   draining: boolean;
+  /** The workspace store its sandboxes use; null for a replica of an earlier release. */
+  workspaceStore: string | null;
 }
 
-export type LeaseResult = { ok: true; epoch: number } | { ok: false; holder: ReplicaInfo; epoch: number };
+/**
+ * What `acquire` found. Refused: another live replica holds the lease (`holder`); or the
+ * lease is free but the user's files are in another workspace store, where `holder` is a
+ * live replica to send the run to (`home`), or none is live and the store was seen lately
+ * (`away`: its gateways may be restarting). Taken: `movedFrom` names the store the user's
+ * files were in when it was lost (no replica on it for `storeLostMs`).
+ */
+export type LeaseResult =
+  | { ok: true; epoch: number; movedFrom?: string }
+  | { ok: false; holder: ReplicaInfo; epoch: number; home?: string; away?: undefined }
+  | { ok: false; away: string; epoch: number; holder?: undefined; home?: undefined };
 
 /** A lease could not be used: this replica no longer holds it, or cannot say that it does. */
 export class LeaseLost extends Error {
@@ -64,14 +89,25 @@ export function newReplicaId(): string {
   return `${host}-${crypto.randomBytes(6).toString('hex')}`;
 }
 
-const toInfo = (r: { id: string; internal_url: string | null; sandbox_host: string; started_at: number; heartbeat_at: number; draining_at: number | null }): ReplicaInfo => ({
+const toInfo = (r: { id: string; internal_url: string | null; sandbox_host: string; started_at: number; heartbeat_at: number; draining_at: number | null; workspace_store?: string | null }): ReplicaInfo => ({
   id: r.id,
   internalUrl: r.internal_url,
   sandboxHost: r.sandbox_host,
   startedAt: r.started_at,
   heartbeatAt: r.heartbeat_at,
   draining: r.draining_at !== null,
+  workspaceStore: r.workspace_store ?? null,
 });
+
+/** Default SANDGATE_HOST_LOST_SEC, in ms. */
+export const STORE_LOST_MS = 60_000;
+
+/**
+ * Where a user's files are, as `homeOf` sees it: in this replica's store (or nowhere yet:
+ * this store claims them), in another reached through a live replica on it (`via`), or
+ * in one with no live replica now (`away`, seen within `storeLostMs`).
+ */
+export type WorkspaceHome = { where: 'here' } | { where: 'elsewhere'; store: string; via: ReplicaInfo } | { where: 'away'; store: string };
 
 export class Replica {
   readonly id: string;
@@ -115,8 +151,9 @@ export class Replica {
     const started = this.monotonic();
     await this.db
       .insertInto('gateway_replicas')
-      .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null })
+      .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null, workspace_store: this.opts.workspaceStore ?? null })
       .execute();
+    await this.storeSeen(now);
     this.beatStartedAt = started;
     this.timer = setInterval(() => void this.beat(), this.leaseMs / 3);
     this.timer.unref();
@@ -157,11 +194,12 @@ export class Replica {
         await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
         await this.db
           .insertInto('gateway_replicas')
-          .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null })
+          .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null, workspace_store: this.opts.workspaceStore ?? null })
           .execute();
         this.beatStartedAt = started;
         return;
       }
+      await this.storeSeen(this.now());
       const rows = await this.db.selectFrom('sandbox_leases').select(['user_id', 'epoch']).where('replica_id', '=', this.id).execute();
       const current = new Map(rows.map((r) => [r.user_id, r.epoch]));
       this.lose([...this.held].filter(([userId, epoch]) => current.get(userId) !== epoch).map(([userId]) => userId));
@@ -200,6 +238,17 @@ export class Replica {
         }
       }
     }
+  }
+
+  /** The workspace store of this replica has a live replica now (one row per store: replicas on it write the same one). */
+  private async storeSeen(now: number): Promise<void> {
+    const id = this.opts.workspaceStore;
+    if (!id) return;
+    await this.db
+      .insertInto('workspace_stores')
+      .values({ id, seen_at: now })
+      .onConflict((oc) => oc.column('id').doUpdateSet({ seen_at: now }))
+      .execute();
   }
 
   /** Releases that failed (the store away for a moment) are tried again at each beat. */
@@ -246,21 +295,35 @@ export class Replica {
       const row = await tx
         .selectFrom('sandbox_leases as l')
         .leftJoin('gateway_replicas as r', 'r.id', 'l.replica_id')
-        .select(['l.replica_id', 'l.epoch', 'r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at'])
+        .select(['l.replica_id', 'l.epoch', 'l.workspace_store as home_store', 'r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at', 'r.workspace_store'])
         .where('l.user_id', '=', userId)
         .executeTakeFirst();
       if (row?.replica_id === this.id) return { ok: true, epoch: row.epoch };
       if (row?.id != null && row.heartbeat_at !== null && row.heartbeat_at + this.leaseMs > now) {
         return { ok: false, epoch: row.epoch, holder: toInfo({ ...row, id: row.id, sandbox_host: row.sandbox_host!, started_at: row.started_at!, heartbeat_at: row.heartbeat_at }) };
       }
+      // Free: taken here unless the user's files are in another store that is still there.
+      const mine = this.opts.workspaceStore;
+      const home = row?.home_store;
+      let movedFrom: string | undefined;
+      if (mine && home && home !== mine) {
+        const found = await this.storeState(tx, userId, home, now);
+        if (found.where === 'elsewhere') return { ok: false, epoch: row!.epoch, holder: found.via, home };
+        if (found.where === 'away') return { ok: false, epoch: row!.epoch, away: home };
+        movedFrom = home;
+      }
       const epoch = (row?.epoch ?? 0) + 1;
+      const store = mine ? { workspace_store: mine } : {};
       await tx
         .insertInto('sandbox_leases')
-        .values({ user_id: userId, replica_id: this.id, epoch, acquired_at: now })
-        .onConflict((oc) => oc.column('user_id').doUpdateSet({ replica_id: this.id, epoch, acquired_at: now }))
+        .values({ user_id: userId, replica_id: this.id, epoch, acquired_at: now, ...store })
+        .onConflict((oc) => oc.column('user_id').doUpdateSet({ replica_id: this.id, epoch, acquired_at: now, ...store }))
         .execute();
-      return { ok: true, epoch };
+      return movedFrom ? { ok: true, epoch, movedFrom } : { ok: true, epoch };
     });
+    if (result.ok && result.movedFrom) {
+      this.log?.warn({ user: userId, from: result.movedFrom, to: this.opts.workspaceStore }, 'no gateway served the workspace store of this user\'s files for SANDGATE_HOST_LOST_SEC: their sandbox starts on this one, with the files it has');
+    }
     if (result.ok) {
       this.held.set(userId, result.epoch);
       this.unreleased.delete(userId);
@@ -294,12 +357,62 @@ export class Replica {
     return done;
   }
 
+  /**
+   * Where `userId`'s files are, for a file operation: here when in this replica's store;
+   * when they are in none yet, this store is claimed for them (a sandbox started on another
+   * store later goes to this one). A store with no live replica for `storeLostMs` is lost:
+   * the claim moves here. Without a store of its own, always here.
+   */
+  async homeOf(userId: number): Promise<WorkspaceHome> {
+    const mine = this.opts.workspaceStore;
+    if (!mine) return { where: 'here' };
+    // Nearly always: the files are where they were, one read says so.
+    const kept = await this.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', userId).executeTakeFirst();
+    if (kept?.workspace_store === mine) return { where: 'here' };
+    return serializable(this.db, async (tx): Promise<WorkspaceHome> => {
+      const now = this.now();
+      const row = await tx.selectFrom('sandbox_leases').select(['workspace_store', 'epoch']).where('user_id', '=', userId).executeTakeFirst();
+      const home = row?.workspace_store;
+      if (home === mine) return { where: 'here' };
+      if (home) {
+        const found = await this.storeState(tx, userId, home, now);
+        if (found.where !== 'here') return found;
+        this.log?.warn({ user: userId, from: home, to: mine }, 'no gateway served the workspace store of this user\'s files for SANDGATE_HOST_LOST_SEC: their files are this store\'s from now on');
+      }
+      await tx
+        .insertInto('sandbox_leases')
+        .values({ user_id: userId, replica_id: null, epoch: row?.epoch ?? 0, acquired_at: now, workspace_store: mine })
+        .onConflict((oc) => oc.column('user_id').doUpdateSet({ workspace_store: mine }))
+        .execute();
+      return { where: 'here' };
+    });
+  }
+
+  /** A store other than this one's: a live replica on it to reach it through, or away (seen lately), or lost ('here': it may be taken). */
+  private async storeState(tx: Tx, userId: number, store: string, now: number): Promise<WorkspaceHome> {
+    const there = await tx
+      .selectFrom('gateway_replicas')
+      .selectAll()
+      .where('workspace_store', '=', store)
+      .where('heartbeat_at', '>', now - this.leaseMs)
+      .where('draining_at', 'is', null)
+      .where('internal_url', 'is not', null)
+      .orderBy('started_at')
+      .execute();
+    // The same user goes to the same replica while the set does not change.
+    const via = there[userId % Math.max(1, there.length)];
+    if (via) return { where: 'elsewhere', store, via: toInfo(via) };
+    const seen = await tx.selectFrom('workspace_stores').select('seen_at').where('id', '=', store).executeTakeFirst();
+    if (seen && seen.seen_at > now - (this.opts.storeLostMs ?? STORE_LOST_MS)) return { where: 'away', store };
+    return { where: 'here' };
+  }
+
   /** The live replica holding `userId`'s sandbox, if one does. */
   async holderOf(userId: number): Promise<ReplicaInfo | undefined> {
     const row = await this.db
       .selectFrom('sandbox_leases as l')
       .innerJoin('gateway_replicas as r', 'r.id', 'l.replica_id')
-      .select(['r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at'])
+      .select(['r.id', 'r.internal_url', 'r.sandbox_host', 'r.started_at', 'r.heartbeat_at', 'r.draining_at', 'r.workspace_store'])
       .where('l.user_id', '=', userId)
       .where('r.heartbeat_at', '>', this.now() - this.leaseMs)
       .executeTakeFirst();

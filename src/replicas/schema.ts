@@ -33,6 +33,8 @@ export interface GatewayReplicasTable {
   heartbeat_at: number;
   /** Set when the replica began to stop: it takes no new sandbox. */
   draining_at: number | null;
+  /** The workspace store its sandboxes use (workspaceHomesMigration); null from an earlier release. */
+  workspace_store: string | null;
 }
 
 export interface SandboxLeasesTable {
@@ -42,6 +44,8 @@ export interface SandboxLeasesTable {
   /** Grows by one at every change of holder: a holder acts only while its epoch is the row's. */
   epoch: number;
   acquired_at: number;
+  /** The workspace store of the user's last sandbox: where their files are (workspaceHomesMigration). */
+  workspace_store: string | null;
 }
 
 export const replicasMigration: Migration = {
@@ -80,5 +84,45 @@ export const replicasMigration: Migration = {
         acquired_at BIGINT NOT NULL
       );
       CREATE INDEX sandbox_leases_replica ON sandbox_leases(replica_id);
+    `,
+};
+
+declare module '../store/tables.js' {
+  interface Tables {
+    workspace_stores: WorkspaceStoresTable;
+  }
+}
+
+/** A workspace store (src/sandboxes/types.ts `storeId`): when a replica on it last beat. */
+export interface WorkspaceStoresTable {
+  id: string;
+  seen_at: number;
+}
+
+/**
+ * Where each user's files are. A replica says which workspace store its sandboxes use
+ * (`gateway_replicas.workspace_store`; null from a replica of an earlier release), a
+ * lease keeps the store of the user's last sandbox (`sandbox_leases.workspace_store`,
+ * null until one is taken by this release), and `workspace_stores` when a replica on each
+ * store last beat, so that a store whose gateways are all away for a restart is told from
+ * one whose host is lost.
+ */
+export const workspaceHomesMigration: Migration = {
+  description: 'replicas: the workspace store of each replica and of each user’s last sandbox',
+  sqlite: `
+      ALTER TABLE gateway_replicas ADD COLUMN workspace_store TEXT;
+      ALTER TABLE sandbox_leases ADD COLUMN workspace_store TEXT;
+      CREATE TABLE workspace_stores (
+        id TEXT PRIMARY KEY,
+        seen_at INTEGER NOT NULL
+      );
+    `,
+  postgres: `
+      ALTER TABLE gateway_replicas ADD COLUMN workspace_store TEXT;
+      ALTER TABLE sandbox_leases ADD COLUMN workspace_store TEXT;
+      CREATE TABLE workspace_stores (
+        id TEXT PRIMARY KEY,
+        seen_at BIGINT NOT NULL
+      );
     `,
 };

@@ -72,8 +72,10 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
     if (sweep && replica && c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] && (await replica.live()).some((r) => r.id === c.labels[LABEL_REPLICA])) continue;
     // Taken by another replica since it was looked at: theirs.
     const lease = candidate && replica ? await replica.acquire(user.id) : undefined;
-    if (lease && !lease.ok) continue;
-    const handle = candidate ? await driver.attach(c.id) : undefined;
+    // Theirs to leave alone; unless the user's files went to another host (this one was
+    // taken for lost): a container here works on a workspace that is no longer theirs.
+    if (lease && !lease.ok && !lease.home) continue;
+    const handle = candidate && lease?.ok !== false ? await driver.attach(c.id) : undefined;
     if (user && handle) {
       adopt(user, handle, c);
       log.info({ user: user.name, container: c.id.slice(0, 12) }, 'adopted sandbox');

@@ -19,7 +19,9 @@ import { LANGUAGES, type Language } from './protocol.js';
 import { claimOne, egressSettings, MAX_CODE_BYTES, runOne } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
-import { Workspace } from './workspace.js';
+import { Workspace, WorkspaceError } from './workspace.js';
+import type { HelperReply } from './workspace-helper.js';
+import { CHANGING_OPS, remoteWorkspace } from './remote-workspace.js';
 import type { UserSandbox } from './live.js';
 import { HopChannels } from './hop-channel.js';
 import { HopRefused, sendRun, type HopTarget } from './remote.js';
@@ -39,6 +41,9 @@ const LET_GO: Omit<ExecuteResult, 'language'> = {
   stderr: '',
   detached: true,
 };
+
+/** A file operation for a user whose files are on a host with no gateway running now. */
+const AWAY_MESSAGE = 'your files are on a sandbox host where no gateway is running now (it may be restarting): try again in a few seconds';
 
 /** How long a stopping replica tries to hand a run on while the sandbox's lease changes hands. */
 const HAND_ON_MS = 10_000;
@@ -61,8 +66,17 @@ export interface SandboxExecution {
   executeHere(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult>;
   /** The user's permission ceiling: their own row, else the configured default. */
   ceiling(owner: SandboxOwner): Promise<Permissions>;
-  /** The workspace, created and mounted if needed (file access before any run); refused, like a run, to an account disabled or suspended. */
+  /**
+   * The workspace, created and mounted if needed (file access before any run); refused, like a run, to an account disabled or suspended.
+   * With gateways on several sandbox hosts, it is the one of the host the user's files are on: reached through a gateway there when that is another.
+   */
   openWorkspace(owner: SandboxOwner): Promise<Workspace>;
+  /**
+   * One request of the owner's workspace helper, on this gateway's workspace store only:
+   * refused (held_elsewhere) when their files are in another. The internal hop's end for
+   * file operations from gateways on other hosts (src/sandboxes/remote-workspace.ts).
+   */
+  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }>;
   /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
   onFilesChanged(listener: FilesListener): () => void;
   /**
@@ -114,8 +128,27 @@ export class Execution implements SandboxExecution {
 
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
     await admittedAccount(this.deps.db, owner);
+    const { replica, hop } = this.deps;
+    const home = replica && hop ? await replica.homeOf(owner.userId) : ({ where: 'here' } as const);
+    if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
+    if (home.where === 'elsewhere') {
+      // The replica holding the sandbox, when it is on that store: its next run then knows the gateway wrote.
+      const holder = await replica!.holderOf(owner.userId);
+      const via = holder && holder.workspaceStore === home.store && holder.internalUrl && !holder.draining ? holder : home.via;
+      return new Workspace(remoteWorkspace({ id: via.id, internalUrl: via.internalUrl! }, owner, { signer: hop!, selfId: replica!.id }));
+    }
     const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
+  }
+
+  async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+    await admittedAccount(this.deps.db, owner);
+    const home = this.deps.replica ? await this.deps.replica.homeOf(owner.userId) : ({ where: 'here' } as const);
+    if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
+    if (home.where !== 'here') throw new HopRefused(`${owner.name}'s files are not on this gateway's sandbox host`);
+    const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    if (CHANGING_OPS.has(String(header.op))) this.touched(owner);
+    return (await this.deps.volumes.helper(id)).request(header, data);
   }
 
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {

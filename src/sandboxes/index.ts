@@ -40,6 +40,8 @@ export interface SandboxStackOptions {
   replica?: Replica;
   /** Signs the runs sent to the replica holding a user's sandbox (SandboxManagerDeps.hop). */
   hop?: HopSigner;
+  /** Where workspaces are; by default the one for these settings (`createWorkspaceStore`). */
+  volumes?: WorkspaceStore;
 }
 
 /** The driver for these settings; the CLI uses it alone to find the gateway's containers. */
@@ -94,10 +96,9 @@ export function createDriver(config: Config, logger: Logger): SandboxDriver {
   });
 }
 
-export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
-  const driver = opts.driver ?? createDriver(config, logger);
-  const onCluster = config.sandboxDriver === 'kubernetes';
-  const volumes: WorkspaceStore = onCluster
+/** Where these settings keep workspaces: claims on the cluster, or the data directory's `workspaces/`. */
+export function createWorkspaceStore(config: Config, logger: Logger): WorkspaceStore {
+  return config.sandboxDriver === 'kubernetes'
     ? new KubernetesWorkspaces({
         ...clusterSettings(config),
         sizeMb: config.workspaceMb,
@@ -109,6 +110,12 @@ export function createSandboxManager(config: Config, db: Db, logger: Logger, opt
         backend: config.workspaceBackend,
         sizeMb: config.workspaceMb,
       });
+}
+
+export function createSandboxManager(config: Config, db: Db, logger: Logger, opts: SandboxStackOptions = {}): SandboxManager {
+  const driver = opts.driver ?? createDriver(config, logger);
+  const onCluster = config.sandboxDriver === 'kubernetes';
+  const volumes = opts.volumes ?? createWorkspaceStore(config, logger);
   return new SandboxManager({
     // No cgroup of a pod is the gateway's to freeze: idle sandboxes on a cluster are stopped, never frozen.
     config: onCluster ? { ...config, freezeAfterMs: 0, freezeRewarmSec: 0 } : config,

@@ -381,8 +381,16 @@ export class Lifecycle implements SandboxLifecycle {
       if (replica.isDraining) throw new Draining('this gateway is stopping: it takes no new sandbox');
       throw new SandboxError('this gateway cannot take sandboxes now (it is stopping, or cannot reach its database): try again', 'held_elsewhere', (e as Error).message);
     });
+    if (!lease.ok && lease.away !== undefined) {
+      // Asked again while the run may wait (a gateway restarting there comes back in seconds).
+      throw new HeldElsewhere(
+        `${owner.name}'s files are on a sandbox host where no gateway is running now (it may be restarting): try again in a few seconds; after SANDGATE_HOST_LOST_SEC without one, their sandbox starts on another host`,
+        { id: '', internalUrl: null },
+      );
+    }
     if (!lease.ok) {
-      throw new HeldElsewhere(`${owner.name}'s sandbox is held by another gateway of this installation, which could not be reached: try again in a few seconds`, lease.holder);
+      const why = lease.home ? `${owner.name}'s files are on another sandbox host, whose gateway` : `${owner.name}'s sandbox is held by another gateway of this installation, which`;
+      throw new HeldElsewhere(`${why} could not be reached: try again in a few seconds`, lease.holder!);
     }
   }
 

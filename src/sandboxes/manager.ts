@@ -32,6 +32,7 @@ import { Stops, type SandboxStops, type StopOptions } from './stops.js';
 import type { BridgeHandler, ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { ExecutionLog } from './usage.js';
 import type { Workspace } from './workspace.js';
+import type { HelperReply } from './workspace-helper.js';
 import type { SandboxCounts } from '../telemetry/metrics.js';
 
 export type { SandboxManagerDeps };
@@ -72,6 +73,9 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   }
   openWorkspace(owner: SandboxOwner): Promise<Workspace> {
     return this.execution.openWorkspace(owner);
+  }
+  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+    return this.execution.workspaceRequestHere(owner, header, data);
   }
   onFilesChanged(listener: FilesListener): () => void {
     return this.execution.onFilesChanged(listener);

@@ -25,6 +25,12 @@ export interface SandboxOwner {
  * a cluster (kubernetes/workspaces.ts). A workspace is known by an id the database keeps.
  */
 export interface WorkspaceStore {
+  /**
+   * Which files this store reaches: gateways whose stores have the same id see the same
+   * workspaces (replicas on one host sharing a data directory, workspaces on storage every
+   * host mounts, one cluster's claims); a user's files are in the store of their last sandbox.
+   */
+  readonly storeId: string;
   /** A fresh, unused workspace id. */
   newId(): string;
   /** Makes the workspace ready; what the driver mounts at /workspace (a host path, a claim name). */

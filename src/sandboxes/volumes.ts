@@ -39,8 +39,11 @@ export class WorkspaceVolumes implements WorkspaceStore {
   /** The confined helper of each ready workspace (workspace-helper.ts), made on first use. */
   private readonly helpers = new Map<string, WorkspaceHelper>();
 
+  readonly storeId: string;
+
   constructor(private readonly opts: WorkspaceVolumesOptions) {
     fs.mkdirSync(opts.dir, { recursive: true, mode: 0o711 });
+    this.storeId = storeIdOf(opts.dir);
   }
 
   /** A fresh, unused workspace id. */
@@ -192,6 +195,38 @@ export class WorkspaceVolumes implements WorkspaceStore {
  * Only root (the gateway) can open the file, so no other local user can hold the lock.
  * Gives up after 120 s.
  */
+/**
+ * The id of the workspaces folder `dir`, made once and kept in it (`.store-id`): every
+ * gateway that mounts this folder (replicas on one host, or hosts sharing the folder on
+ * network storage) reads the same id, and a folder on another host's own disk has another.
+ */
+export function storeIdOf(dir: string): string {
+  const file = path.join(dir, STORE_ID_FILE);
+  const read = () => {
+    const id = fs.readFileSync(file, 'utf8').trim();
+    if (!/^[A-Za-z0-9_-]{8,64}$/.test(id)) throw new Error(`${file} does not hold a workspace store id: remove it, and a new one is made`);
+    return id;
+  };
+  try {
+    return read();
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+  // Written aside and linked into place: of two gateways starting at once, one id wins and both read it.
+  const tmp = `${file}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`;
+  fs.writeFileSync(tmp, `${crypto.randomBytes(12).toString('base64url')}\n`, { mode: 0o644 });
+  try {
+    fs.linkSync(tmp, file);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+  } finally {
+    fs.rmSync(tmp, { force: true });
+  }
+  return read();
+}
+
+const STORE_ID_FILE = '.store-id';
+
 async function withHostLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
   const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
   try {

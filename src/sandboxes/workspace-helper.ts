@@ -71,7 +71,12 @@ export class HelperError extends GatewayError {
   }
 }
 
-export class WorkspaceHelper {
+/** What a Workspace asks of its helper: one request (a header, a payload), one reply. A helper elsewhere (remote-workspace.ts) answers the same. */
+export interface HelperRequests {
+  request(header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }>;
+}
+
+export class WorkspaceHelper implements HelperRequests {
   private child?: HelperProcess;
   private readonly queue: Pending[] = [];
   /** Bytes received and not yet taken, as the chunks they came in (joined once, when whole). */

@@ -14,7 +14,7 @@
  * too long, a full workspace) is never an internal error.
  */
 import { GatewayError } from '../errors.js';
-import { HelperError, type HelperReply, type WorkspaceHelper } from './workspace-helper.js';
+import { HelperError, type HelperReply, type HelperRequests } from './workspace-helper.js';
 
 export const SANDBOX_UID = 1000;
 export const SANDBOX_GID = 1000;
@@ -73,11 +73,11 @@ export const MAX_READ_BYTES = 8 * 1024 * 1024;
 
 export class Workspace {
   /**
-   * @param helper the confined helper of this workspace.
+   * @param helper the confined helper of this workspace (or one on another host, reached through a gateway there).
    * @param onChange called after every change the gateway makes (write, mkdir, remove).
    */
   constructor(
-    private readonly helper: WorkspaceHelper,
+    private readonly helper: HelperRequests,
     private readonly onChange: () => void = () => {},
   ) {}
 

@@ -57,25 +57,35 @@ export function startGatewayProcess(env: Record<string, string>, nodeArgs: strin
 const MODERN = '2026-07-28';
 
 /** `execute_code` of `code` (Python) over MCP 2026-07-28 with `token`: the result's text, or the error's. */
-export async function executeOverMcp(url: string, token: string, code: string): Promise<{ ok: boolean; text: string }> {
-  const r = await executeRaw(url, token, code);
+export function executeOverMcp(url: string, token: string, code: string): Promise<{ ok: boolean; text: string }> {
+  return callTool(url, token, 'execute_code', { language: 'python', code });
+}
+
+/** The same call, its HTTP answer as it came (a refusal's status and challenge too). */
+export function executeRaw(url: string, token: string, code: string): Promise<RawResponse> {
+  return callToolRaw(url, token, 'execute_code', { language: 'python', code });
+}
+
+/** Tool `name` called with `args` over MCP 2026-07-28 with `token`: the result's text, or the error's. */
+export async function callTool(url: string, token: string, name: string, args: Record<string, unknown>): Promise<{ ok: boolean; text: string }> {
+  const r = await callToolRaw(url, token, name, args);
   const msg = r.messages[0] as { result?: { content: { text: string }[]; isError?: boolean }; error?: { message: string } } | undefined;
   if (!msg) return { ok: false, text: `HTTP ${r.status}: ${r.text.slice(0, 300)}` };
   if (msg.error) return { ok: false, text: msg.error.message };
   return { ok: !msg.result!.isError, text: msg.result!.content.map((c) => c.text).join('\n') };
 }
 
-/** The same call, its HTTP answer as it came (a refusal's status and challenge too). */
-export function executeRaw(url: string, token: string, code: string): Promise<RawResponse> {
+/** The same call, its HTTP answer as it came. */
+export function callToolRaw(url: string, token: string, name: string, args: Record<string, unknown>): Promise<RawResponse> {
   return rawRequest(`${url}/mcp`, {
-    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': 'execute_code' },
+    headers: { authorization: `Bearer ${token}`, 'mcp-protocol-version': MODERN, 'mcp-method': 'tools/call', 'mcp-name': name },
     body: {
       jsonrpc: '2.0',
       id: 1,
       method: 'tools/call',
       params: {
-        name: 'execute_code',
-        arguments: { language: 'python', code },
+        name,
+        arguments: args,
         _meta: { 'io.modelcontextprotocol/protocolVersion': MODERN, 'io.modelcontextprotocol/clientInfo': { name: 'test', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} },
       },
     },

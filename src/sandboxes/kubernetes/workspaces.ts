@@ -42,8 +42,11 @@ export class KubernetesWorkspaces implements WorkspaceStore {
   private readonly helpers = new Map<string, WorkspaceHelper>();
   private readonly made = new Set<string>();
   private readonly log: Logger;
+  /** Every gateway on the same namespace reaches the same claims, from any node. */
+  readonly storeId: string;
 
   constructor(private readonly opts: KubernetesWorkspacesOptions) {
+    this.storeId = `kubernetes:${opts.namespace}`;
     this.core = opts.kubeConfig.makeApiClient(k8s.CoreV1Api);
     this.exec = new k8s.Exec(opts.kubeConfig);
     this.log = opts.logger.child({ module: 'kubernetes-workspaces' });

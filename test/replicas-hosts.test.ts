@@ -1,0 +1,156 @@
+/**
+ * Gateways on two sandbox hosts, each keeping workspaces on its own disk, behind Debian's
+ * HAProxy on one Postgres. Here each "host" is a gateway with a data directory of its own
+ * (the keys copied, as the README says): its workspaces folder is its own store, and it
+ * sees only the containers it made, as a gateway beside another host's dockerd would.
+ *
+ * A user's files are in the store of their sandbox: every run and file operation,
+ * whichever gateway the load balancer picks, reaches that one store; while its gateway
+ * restarts they wait or are refused with "try again", never sent to an empty workspace
+ * elsewhere; once the host is lost (no gateway for SANDGATE_HOST_LOST_SEC), the user's
+ * next run starts a fresh sandbox on the other host.
+ */
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MIGRATIONS } from '../src/migrations.js';
+import { openStore, type Store } from '../src/store/store.js';
+import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
+import { startHaproxy, type Haproxy } from './support/haproxy.js';
+import { freePort } from './support/ports.js';
+import { testDatabaseUrl } from './support/postgres.js';
+import { eventually } from './support/until.js';
+
+const LEASE_MS = 2000;
+const HOST_LOST_SEC = 12;
+const onPostgres = process.env.SANDGATE_TEST_DATABASE === 'postgres';
+
+describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own workspaces', () => {
+  const dirs = { a: '', b: '' };
+  const gateways: GatewayProcess[] = [];
+  const procs: Record<'a' | 'b', GatewayProcess | undefined> = { a: undefined, b: undefined };
+  const ports = { a: 0, b: 0 };
+  let databaseUrl = '';
+  let lb: Haproxy | undefined;
+  let store: Store | undefined;
+  let token = '';
+  let userId = 0;
+
+  const env = (host: 'a' | 'b') => ({
+    SANDGATE_DATA_DIR: dirs[host],
+    SANDGATE_DATABASE_URL: databaseUrl,
+    SANDGATE_PORT: String(ports[host]),
+    SANDGATE_WARM_POOL_SIZE: '0',
+    SANDGATE_REPLICA_LEASE_MS: String(LEASE_MS),
+    SANDGATE_HOST_LOST_SEC: String(HOST_LOST_SEC),
+    SANDGATE_RATE_LIMIT_PER_MIN: '100000',
+    SANDGATE_RATE_LIMIT_BURST: '10000',
+  });
+  const start = async (host: 'a' | 'b') => {
+    const g = startGatewayProcess(env(host));
+    gateways.push(g);
+    procs[host] = g;
+    await g.ready();
+    return g;
+  };
+  const storeIdOf = (host: 'a' | 'b') => fs.readFileSync(path.join(dirs[host], 'workspaces', '.store-id'), 'utf8').trim();
+  /** The host whose store the user's lease names: where their files are. */
+  const home = async (): Promise<'a' | 'b'> => {
+    const row = await store!.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', userId).executeTakeFirstOrThrow();
+    return row.workspace_store === storeIdOf('a') ? 'a' : row.workspace_store === storeIdOf('b') ? 'b' : (`neither: ${row.workspace_store}` as never);
+  };
+  const workspaceId = async () => (await store!.db.selectFrom('users').select('workspace_id').where('id', '=', userId).executeTakeFirstOrThrow()).workspace_id!;
+  const run = (code: string) => execute(lb!.url, token, code);
+
+  beforeAll(async () => {
+    dirs.a = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-a-'));
+    dirs.b = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-b-'));
+    databaseUrl = await testDatabaseUrl();
+    [ports.a, ports.b] = [await freePort(), await freePort()];
+    const [ann] = await usersWithTokens(databaseUrl, ['ann']);
+    token = ann!.token;
+    userId = ann!.user.id;
+    await start('a');
+    // The same keys on every host; the workspaces folder (and its store id) its own.
+    for (const f of fs.readdirSync(dirs.a).filter((f) => f.endsWith('.key'))) fs.copyFileSync(path.join(dirs.a, f), path.join(dirs.b, f));
+    await start('b');
+    lb = await startHaproxy([ports.a, ports.b], { log: true });
+    store = await openStore({ dataDir: dirs.a, databaseUrl }, MIGRATIONS);
+  }, 300_000);
+
+  afterAll(async () => {
+    await lb?.stop();
+    await store?.close();
+    await killAndClean(gateways, dirs.a);
+    await killAndClean([], dirs.b);
+  });
+
+  it('serves every run and file operation from the one store holding the user’s files, whichever gateway is asked', async () => {
+    expect(storeIdOf('a')).not.toBe(storeIdOf('b'));
+    for (let i = 0; i < 8; i++) {
+      const wrote = await callTool(lb!.url, token, 'write_file', { path: `notes/n${i}.txt`, content: `note ${i}` });
+      expect(wrote.ok, wrote.text).toBe(true);
+      const r = await run("import os\ncount = globals().get('count', 0) + 1\nprint(count, sorted(os.listdir('/workspace/notes')))");
+      expect(r.ok, r.text).toBe(true);
+      // One sandbox, one Python kernel, and every note written so far in its workspace.
+      expect(r.text).toContain(`${i + 1} [${Array.from({ length: i + 1 }, (_, k) => `'n${k}.txt'`).sort().join(', ')}]`);
+      const read = await callTool(lb!.url, token, 'read_file', { path: `notes/n${i}.txt` });
+      expect(read.ok, read.text).toBe(true);
+      expect(read.text).toContain(`note ${i}`);
+    }
+    const listed = await callTool(lb!.url, token, 'list_files', { path: 'notes' });
+    expect(listed.text).toContain('n7.txt');
+    // Both gateways answered (round robin), and the files are on one host's disk only.
+    expect(lb!.output()).toMatch(/\/g1 /);
+    expect(lb!.output()).toMatch(/\/g2 /);
+    const h = await home();
+    const other = h === 'a' ? 'b' : 'a';
+    const ws = await workspaceId();
+    expect(fs.existsSync(path.join(dirs[h], 'workspaces', `${ws}.img`))).toBe(true);
+    expect(fs.existsSync(path.join(dirs[other], 'workspaces', `${ws}.img`))).toBe(false);
+    // The other host's gateway reached them over the hop: files by the workspace endpoint, runs on the channel.
+    expect(procs[other]!.output()).not.toContain('sandbox started');
+  }, 180_000);
+
+  it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {
+    const h = await home();
+    const g = procs[h]!;
+    g.child.kill('SIGTERM');
+    expect(await g.exited).toBe(0);
+    // The other host has no file of theirs: it does not serve them an empty workspace.
+    const meanwhile = await run("print(open('/workspace/notes/n0.txt').read())");
+    expect(meanwhile.ok).toBe(false);
+    expect(meanwhile.text).toMatch(/no gateway is running now \(it may be restarting\): try again/);
+    const read = await callTool(lb!.url, token, 'read_file', { path: 'notes/n0.txt' });
+    expect(read.ok).toBe(false);
+    expect(read.text).toMatch(/no gateway is running now/);
+    await start(h);
+    let back: { ok: boolean; text: string } = { ok: false, text: '' };
+    await eventually(async () => (back = await run("print(open('/workspace/notes/n7.txt').read())")).ok, 30_000).catch(() => {});
+    expect(back.ok, back.text).toBe(true);
+    expect(back.text).toContain('note 7');
+    expect(await home()).toBe(h);
+  }, 180_000);
+
+  it('once a host is lost, the user’s next run starts a fresh sandbox on the other host', async () => {
+    const h = await home();
+    const other = h === 'a' ? 'b' : 'a';
+    procs[h]!.child.kill('SIGKILL');
+    await procs[h]!.exited;
+    const killedAt = Date.now();
+    // Within SANDGATE_HOST_LOST_SEC: refused, as during a restart.
+    await new Promise((r) => setTimeout(r, LEASE_MS + 500));
+    const early = await run('print(1)');
+    expect(early.ok).toBe(false);
+    expect(early.text).toMatch(/try again/);
+    expect(Date.now() - killedAt).toBeLessThan(HOST_LOST_SEC * 1000);
+    await new Promise((r) => setTimeout(r, Math.max(0, HOST_LOST_SEC * 1000 + 500 - (Date.now() - killedAt))));
+    const fresh = await run("import os\nprint(os.path.exists('/workspace/notes'), globals().get('count'))");
+    expect(fresh.ok, fresh.text).toBe(true);
+    // A new sandbox and a new kernel: the lost host's files stay on its disk (shared storage would keep them).
+    expect(fresh.text).toContain('False None');
+    expect(await home()).toBe(other);
+    expect(procs[other]!.output()).toContain('no gateway served the workspace store of this user');
+  }, 180_000);
+});
