@@ -43,7 +43,8 @@ import { internalUrlFor } from './replicas/internal-url.js';
 import { loadOrCreateKey } from './secrets/key-file.js';
 import { internalChannel, internalHop } from './http/internal.js';
 import type { SandboxManager } from './sandboxes/manager.js';
-import type { HealthCheck, SandboxDriver } from './sandboxes/types.js';
+import type { HealthCheck, SandboxDriver, WorkspaceStore } from './sandboxes/types.js';
+import { ownersOfWorkspaces } from './accounts/accounts.js';
 import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { MIGRATIONS } from './migrations.js';
@@ -141,10 +142,15 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
   fs.chmodSync(config.dataDir, 0o700);
   const store = await openStore(config, MIGRATIONS);
   try {
-    const { gateway, hop } = compose(config, logger, parts, store);
+    const { gateway, hop, volumes } = compose(config, logger, parts, store);
     if (gateway.replica && hop) await refuseAnotherReplicaKey(gateway.replica, hop, logger);
     // Registered before anything may take a sandbox (an adoption at start, the first run).
     await gateway.replica?.start();
+    // The users whose files are on this store's disk, where no store was named for them yet (an earlier release's rows).
+    if (gateway.replica && volumes.localIds) {
+      const claimed = await gateway.replica.claimFiles(await ownersOfWorkspaces(store.db, await volumes.localIds()));
+      if (claimed) logger.info({ users: claimed, store: volumes.storeId }, 'named this workspace store as where these users\' files are');
+    }
     return gateway;
   } catch (e) {
     // A part that cannot be built (a damaged key, a bad upstream file): the pool of a Postgres store would keep the process alive.
@@ -172,7 +178,7 @@ async function refuseAnotherReplicaKey(replica: Replica, hop: HopSigner, logger:
   if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id) }, 'no other replica answered to confirm the replica key is shared: if it is not, runs sent between replicas will fail');
 }
 
-function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner } {
+function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner; volumes: WorkspaceStore } {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
   // This gateway among the replicas on its store. On SQLite it is the only one (one process
@@ -428,5 +434,5 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       await stopTracing?.();
     },
   };
-  return { gateway, hop: hop || undefined };
+  return { gateway, hop: hop || undefined, volumes };
 }

@@ -20,7 +20,7 @@ import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess,
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
 import { freePort } from './support/ports.js';
 import { testDatabaseUrl } from './support/postgres.js';
-import { eventually } from './support/until.js';
+import { eventually, until } from './support/until.js';
 
 const LEASE_MS = 2000;
 const HOST_LOST_SEC = 12;
@@ -146,11 +146,29 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(early.text).toMatch(/try again/);
     expect(Date.now() - killedAt).toBeLessThan(HOST_LOST_SEC * 1000);
     await new Promise((r) => setTimeout(r, Math.max(0, HOST_LOST_SEC * 1000 + 500 - (Date.now() - killedAt))));
+    // Lost now; a file operation still does not move the files (the host may come back with them).
+    const read = await callTool(lb!.url, token, 'read_file', { path: 'notes/n0.txt' });
+    expect(read.ok).toBe(false);
+    expect(read.text).toMatch(/no gateway running for a long while: they come back with it/);
+    expect(await home()).toBe(h);
     const fresh = await run("import os\nprint(os.path.exists('/workspace/notes'), globals().get('count'))");
     expect(fresh.ok, fresh.text).toBe(true);
     // A new sandbox and a new kernel: the lost host's files stay on its disk (shared storage would keep them).
     expect(fresh.text).toContain('False None');
     expect(await home()).toBe(other);
     expect(procs[other]!.output()).toContain('no gateway served the workspace store of this user');
+
+    // The lost host comes back: its container for the user works on files that are no longer
+    // theirs, and is removed; the user's runs stay with their new sandbox.
+    const before = await run("count = 'on the new host'");
+    expect(before.ok, before.text).toBe(true);
+    const back = await start(h);
+    await until(() => back.output().includes("removed a sandbox whose user's files are on another host now"), 30_000);
+    for (let i = 0; i < 4; i++) {
+      const r = await run('print(count)');
+      expect(r.ok, r.text).toBe(true);
+      expect(r.text).toContain('on the new host');
+    }
+    expect(await home()).toBe(other);
   }, 180_000);
 });

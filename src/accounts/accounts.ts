@@ -112,6 +112,16 @@ export async function workspacesOf(db: Db, userIds: readonly number[]): Promise<
   return rows.map((r) => r.workspace_id!);
 }
 
+/** The users whose workspace is one of `ids`. */
+export async function ownersOfWorkspaces(db: Db, ids: readonly string[]): Promise<number[]> {
+  const out: number[] = [];
+  for (let i = 0; i < ids.length; i += 500) {
+    const rows = await db.selectFrom('users').select('id').where('workspace_id', 'in', ids.slice(i, i + 500)).execute();
+    out.push(...rows.map((r) => r.id));
+  }
+  return out;
+}
+
 export async function workspaceInUse(db: Db, id: string): Promise<boolean> {
   return !!(await db.selectFrom('users').select('id').where('workspace_id', '=', id).executeTakeFirst());
 }

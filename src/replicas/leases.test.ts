@@ -247,6 +247,39 @@ describe('sandbox leases across replicas', () => {
       expect(await b.acquire(u.id)).toEqual({ ok: true, epoch: 1 });
     });
 
+    it('names its own store for users whose files it has and whose store no one named (rows of an earlier release), and keeps the rest', async () => {
+      const { on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const [old, fresh, onB] = [await ensureUser(store.db, 'old'), await ensureUser(store.db, 'fresh'), await ensureUser(store.db, 'onb')];
+      // A row as the release before wrote it: no store.
+      await store.db.insertInto('sandbox_leases').values({ user_id: old.id, replica_id: null, epoch: 3, acquired_at: 1, workspace_store: null }).execute();
+      await b.acquire(onB.id);
+      expect(await a.claimFiles([old.id, fresh.id, onB.id])).toBe(2);
+      const rows = await store.db.selectFrom('sandbox_leases').select(['user_id', 'workspace_store', 'epoch']).orderBy('user_id').execute();
+      expect(rows).toEqual([
+        { user_id: old.id, workspace_store: 'store-a', epoch: 3 },
+        { user_id: fresh.id, workspace_store: 'store-a', epoch: 0 },
+        { user_id: onB.id, workspace_store: 'store-b', epoch: 1 },
+      ]);
+      expect(await a.filesElsewhere(onB.id)).toBe(true);
+      expect(await a.filesElsewhere(old.id)).toBe(false);
+      expect(await b.filesElsewhere(old.id)).toBe(true);
+    });
+
+    it('never moves a user\'s files on a file operation, even when their store is lost', async () => {
+      const { clock, on } = hosts();
+      const a = await on('a', 'store-a');
+      const b = await on('b', 'store-b');
+      const u = await ensureUser(store.db, 'ann');
+      await a.acquire(u.id);
+      await a.stop();
+      clock.advance(STORE_LOST_MS + 1);
+      await b.beat();
+      expect(await b.homeOf(u.id)).toEqual({ where: 'lost', store: 'store-a' });
+      expect(await b.filesElsewhere(u.id)).toBe(true);
+    });
+
     it('a lease held by a live replica is its holder\'s, wherever the files are', async () => {
       const { on } = hosts();
       const a = await on('a', 'store-a');

@@ -100,14 +100,14 @@ const toInfo = (r: { id: string; internal_url: string | null; sandbox_host: stri
 });
 
 /** Default SANDGATE_HOST_LOST_SEC, in ms. */
-export const STORE_LOST_MS = 60_000;
+export const STORE_LOST_MS = 300_000;
 
 /**
  * Where a user's files are, as `homeOf` sees it: in this replica's store (or nowhere yet:
  * this store claims them), in another reached through a live replica on it (`via`), or
  * in one with no live replica now (`away`, seen within `storeLostMs`).
  */
-export type WorkspaceHome = { where: 'here' } | { where: 'elsewhere'; store: string; via: ReplicaInfo } | { where: 'away'; store: string };
+export type WorkspaceHome = { where: 'here' } | { where: 'elsewhere'; store: string; via: ReplicaInfo } | { where: 'away' | 'lost'; store: string };
 
 export class Replica {
   readonly id: string;
@@ -360,8 +360,9 @@ export class Replica {
   /**
    * Where `userId`'s files are, for a file operation: here when in this replica's store;
    * when they are in none yet, this store is claimed for them (a sandbox started on another
-   * store later goes to this one). A store with no live replica for `storeLostMs` is lost:
-   * the claim moves here. Without a store of its own, always here.
+   * store later goes to this one). A store with no live replica for `storeLostMs` is
+   * `lost`, and stays their store: only a run moves it (`acquire`), never a file operation.
+   * Without a store of its own, always here.
    */
   async homeOf(userId: number): Promise<WorkspaceHome> {
     const mine = this.opts.workspaceStore;
@@ -376,8 +377,7 @@ export class Replica {
       if (home === mine) return { where: 'here' };
       if (home) {
         const found = await this.storeState(tx, userId, home, now);
-        if (found.where !== 'here') return found;
-        this.log?.warn({ user: userId, from: home, to: mine }, 'no gateway served the workspace store of this user\'s files for SANDGATE_HOST_LOST_SEC: their files are this store\'s from now on');
+        return found.where === 'here' ? { where: 'lost', store: home } : found;
       }
       await tx
         .insertInto('sandbox_leases')
@@ -386,6 +386,36 @@ export class Replica {
         .execute();
       return { where: 'here' };
     });
+  }
+
+  /**
+   * Says that these users' files are in this replica's store, for each whose store is not
+   * known yet (rows an earlier release wrote, users who never ran code): at start, with
+   * the users whose workspaces are on this store's disk. A store already named is kept.
+   */
+  async claimFiles(userIds: readonly number[]): Promise<number> {
+    const mine = this.opts.workspaceStore;
+    if (!mine || !userIds.length) return 0;
+    let claimed = 0;
+    for (let i = 0; i < userIds.length; i += 500) {
+      const ids = userIds.slice(i, i + 500);
+      const r = await this.db.updateTable('sandbox_leases').set({ workspace_store: mine }).where('workspace_store', 'is', null).where('user_id', 'in', ids).executeTakeFirst();
+      const added = await this.db
+        .insertInto('sandbox_leases')
+        .values(ids.map((user_id) => ({ user_id, replica_id: null, epoch: 0, acquired_at: this.now(), workspace_store: mine })))
+        .onConflict((oc) => oc.column('user_id').doNothing())
+        .executeTakeFirst();
+      claimed += Number(r.numUpdatedRows) + Number(added.numInsertedOrUpdatedRows ?? 0);
+    }
+    return claimed;
+  }
+
+  /** Whether `userId`'s files are in another workspace store than this replica's (read only: nothing is claimed). */
+  async filesElsewhere(userId: number): Promise<boolean> {
+    const mine = this.opts.workspaceStore;
+    if (!mine) return false;
+    const row = await this.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', userId).executeTakeFirst();
+    return !!row?.workspace_store && row.workspace_store !== mine;
   }
 
   /** A store other than this one's: a live replica on it to reach it through, or away (seen lately), or lost ('here': it may be taken). */
@@ -425,7 +455,11 @@ export class Replica {
     return rows.map(toInfo);
   }
 
-  /** Whether this replica is stopping (`drain`): it takes no new sandbox. */
+  /** The workspace store this replica's sandboxes use (null without one). */
+  get workspaceStore(): string | null {
+    return this.opts.workspaceStore ?? null;
+  }
+
   /** Whether this replica may take a lease now: not draining, and its last heartbeat fresh. */
   get takesLeases(): boolean {
     return !this.draining && this.fresh();

@@ -56,6 +56,13 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
     // Another gateway's preflight check on this host, under way: it removes its own.
     if (c.labels[LABEL_ROLE] === 'preflight' && Date.now() - c.createdAt < PREFLIGHT_GRACE_MS) continue;
     if (ownsNow?.(c)) continue;
+    // The user's files went to another host's store (this one was taken for lost while it
+    // was away): a container here works on a workspace that is no longer theirs.
+    if (replica && c.ownerId !== undefined && (await replica.filesElsewhere(c.ownerId))) {
+      await removeLeftover(deps, c);
+      log.info({ container: c.id.slice(0, 12), user: c.owner }, 'removed a sandbox whose user\'s files are on another host now');
+      continue;
+    }
     const pooledByOther = c.labels[LABEL_ROLE] === 'pool' && others.has(c.labels[LABEL_REPLICA] ?? '');
     const holder = replica && c.ownerId !== undefined ? await replica.holderOf(c.ownerId) : undefined;
     if (pooledByOther || (holder && (holder.id !== replica!.id || ownsNow))) continue;
@@ -72,10 +79,8 @@ export async function adoptOrRemove(deps: Leftovers, adopt: (user: User, handle:
     if (sweep && replica && c.labels[LABEL_ROLE] === 'pool' && c.labels[LABEL_REPLICA] && (await replica.live()).some((r) => r.id === c.labels[LABEL_REPLICA])) continue;
     // Taken by another replica since it was looked at: theirs.
     const lease = candidate && replica ? await replica.acquire(user.id) : undefined;
-    // Theirs to leave alone; unless the user's files went to another host (this one was
-    // taken for lost): a container here works on a workspace that is no longer theirs.
-    if (lease && !lease.ok && !lease.home) continue;
-    const handle = candidate && lease?.ok !== false ? await driver.attach(c.id) : undefined;
+    if (lease && !lease.ok) continue;
+    const handle = candidate ? await driver.attach(c.id) : undefined;
     if (user && handle) {
       adopt(user, handle, c);
       log.info({ user: user.name, container: c.id.slice(0, 12) }, 'adopted sandbox');

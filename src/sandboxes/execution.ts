@@ -45,6 +45,10 @@ const LET_GO: Omit<ExecuteResult, 'language'> = {
 /** A file operation for a user whose files are on a host with no gateway running now. */
 const AWAY_MESSAGE = 'your files are on a sandbox host where no gateway is running now (it may be restarting): try again in a few seconds';
 
+/** A file operation for a user whose files are on a host that has had no gateway for SANDGATE_HOST_LOST_SEC. */
+const LOST_MESSAGE =
+  'your files are on a sandbox host that has had no gateway running for a long while: they come back with it; running code now starts a new sandbox on another host, without those files';
+
 /** How long a stopping replica tries to hand a run on while the sandbox's lease changes hands. */
 const HAND_ON_MS = 10_000;
 
@@ -131,11 +135,12 @@ export class Execution implements SandboxExecution {
     const { replica, hop } = this.deps;
     const home = replica && hop ? await replica.homeOf(owner.userId) : ({ where: 'here' } as const);
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
+    if (home.where === 'lost') throw new WorkspaceError('EUNAVAILABLE', LOST_MESSAGE);
     if (home.where === 'elsewhere') {
       // The replica holding the sandbox, when it is on that store: its next run then knows the gateway wrote.
       const holder = await replica!.holderOf(owner.userId);
       const via = holder && holder.workspaceStore === home.store && holder.internalUrl && !holder.draining ? holder : home.via;
-      return new Workspace(remoteWorkspace({ id: via.id, internalUrl: via.internalUrl! }, owner, { signer: hop!, selfId: replica!.id }));
+      return new Workspace(remoteWorkspace({ id: via.id, internalUrl: via.internalUrl! }, owner, { signer: hop!, selfId: replica!.id, log: this.deps.log }));
     }
     const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
@@ -145,7 +150,8 @@ export class Execution implements SandboxExecution {
     await admittedAccount(this.deps.db, owner);
     const home = this.deps.replica ? await this.deps.replica.homeOf(owner.userId) : ({ where: 'here' } as const);
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
-    if (home.where !== 'here') throw new HopRefused(`${owner.name}'s files are not on this gateway's sandbox host`);
+    if (home.where === 'lost') throw new WorkspaceError('EUNAVAILABLE', LOST_MESSAGE);
+    if (home.where !== 'here') throw new WorkspaceError('EUNAVAILABLE', 'your files moved to another sandbox host a moment ago: try again');
     const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     if (CHANGING_OPS.has(String(header.op))) this.touched(owner);
     return (await this.deps.volumes.helper(id)).request(header, data);
@@ -343,7 +349,10 @@ export class Execution implements SandboxExecution {
       const holder = await replica.holderOf(owner.userId);
       let target = holder && holder.id !== replica.id && holder.internalUrl ? { id: holder.id, internalUrl: holder.internalUrl } : undefined;
       if (!target && !holder) {
-        const others = (await replica.live()).filter((r) => r.id !== replica.id && !r.draining && r.internalUrl);
+        const live = (await replica.live()).filter((r) => r.id !== replica.id && !r.draining && r.internalUrl);
+        // One on this replica's workspace store, where the sandbox handed over and the user's files are; others only when none is.
+        const mine = live.filter((r) => r.workspaceStore === replica.workspaceStore);
+        const others = mine.length ? mine : live;
         // The same user goes to the same replica while the set does not change: their runs meet one sandbox.
         const pick = others[owner.userId % Math.max(1, others.length)];
         if (pick) target = { id: pick.id, internalUrl: pick.internalUrl! };

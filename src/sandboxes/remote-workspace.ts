@@ -14,7 +14,8 @@
 import type { HopSigner } from '../replicas/hop-auth.js';
 import { HopRefused, askReplica, type HopTarget } from './remote.js';
 import { HelperError, type HelperReply, type HelperRequests } from './workspace-helper.js';
-import { MAX_READ_BYTES } from './workspace.js';
+import { MAX_READ_BYTES, WorkspaceError } from './workspace.js';
+import type { Logger } from '../logger.js';
 import type { SandboxOwner } from './types.js';
 
 export const HOP_WORKSPACE_PATH = '/internal/v2/workspace';
@@ -35,6 +36,22 @@ export interface WorkspaceHop {
   data?: Buffer;
 }
 
+/** The fields of a helper request (Workspace's), each of one type; any other is refused. */
+const FIELDS: Record<string, 'string' | 'number' | 'boolean'> = {
+  op: 'string',
+  path: 'string',
+  from: 'string',
+  to: 'string',
+  offset: 'number',
+  length: 'number',
+  limit: 'number',
+  depth: 'number',
+  append: 'boolean',
+  recursive: 'boolean',
+};
+/** Longer than any path the helper takes (4096 bytes), in characters. */
+const MAX_PATH_CHARS = 8192;
+
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/;
 
@@ -48,10 +65,14 @@ export function parseWorkspaceHop(v: unknown): WorkspaceHop | undefined {
   for (const [k, x] of Object.entries(v.header)) {
     // The payload's length is the helper client's to say, from the payload itself.
     if (k === 'bytes') continue;
-    if (typeof x !== 'string' && typeof x !== 'number' && typeof x !== 'boolean') return undefined;
-    if (typeof x === 'string' && x.length > 8192) return undefined;
-    header[k] = x;
+    const kind = FIELDS[k];
+    if (!kind || typeof x !== kind) return undefined;
+    if (typeof x === 'string' && x.length > MAX_PATH_CHARS) return undefined;
+    if (typeof x === 'number' && !(Number.isSafeInteger(x) && x >= 0)) return undefined;
+    header[k] = x as string | number | boolean;
   }
+  // A read asks for no more than the hop carries.
+  if (typeof header.length === 'number' && header.length > MAX_WORKSPACE_HOP_BYTES) header.length = MAX_WORKSPACE_HOP_BYTES;
   let data: Buffer | undefined;
   if (v.data !== undefined) {
     if (typeof v.data !== 'string' || !BASE64.test(v.data)) return undefined;
@@ -64,6 +85,8 @@ export function parseWorkspaceHop(v: unknown): WorkspaceHop | undefined {
 export interface RemoteWorkspaceOptions {
   signer: HopSigner;
   selfId: string;
+  /** Where the reason of a hop that failed is told (the user reads "try again"). */
+  log: Logger;
 }
 
 /**
@@ -74,7 +97,7 @@ export interface RemoteWorkspaceOptions {
 export function remoteWorkspace(target: HopTarget, owner: SandboxOwner, o: RemoteWorkspaceOptions): HelperRequests {
   return {
     async request(header, data) {
-      if (data && data.length > MAX_WORKSPACE_HOP_BYTES) throw new HelperError(`a file operation of more than ${MAX_WORKSPACE_HOP_BYTES} bytes cannot be sent to the host of this workspace`);
+      if (data && data.length > MAX_WORKSPACE_HOP_BYTES) throw new WorkspaceError('ETOOBIG', `at most ${MAX_WORKSPACE_HOP_BYTES} bytes can be written at once to a workspace on another sandbox host`);
       let answer: unknown;
       try {
         answer = await askReplica(
@@ -85,7 +108,10 @@ export function remoteWorkspace(target: HopTarget, owner: SandboxOwner, o: Remot
           { signer: o.signer, selfId: o.selfId, timeoutMs: 35_000, maxBytes: Math.ceil(MAX_WORKSPACE_HOP_BODY * 1.4) },
         );
       } catch (e) {
-        if (e instanceof HopRefused) throw new HelperError('the gateway on the host of these files did not answer: try again in a few seconds');
+        if (e instanceof HopRefused) {
+          o.log.warn({ user: owner.name, to: target.id, op: header.op, err: e.message }, 'a file operation sent to the gateway on the host of a user\'s files failed');
+          throw new HelperError('the gateway on the host of these files did not answer: try again in a few seconds');
+        }
         throw e;
       }
       return checkedAnswer(answer);
@@ -100,5 +126,7 @@ function checkedAnswer(v: unknown): { reply: HelperReply; data?: Buffer } {
   if (v.data !== undefined && (typeof v.data !== 'string' || !BASE64.test(v.data))) throw new HelperError('the gateway on the host of these files sent data that is not base64');
   const data = typeof v.data === 'string' ? Buffer.from(v.data, 'base64') : undefined;
   if (data && data.length > MAX_WORKSPACE_HOP_BYTES) throw new HelperError('the gateway on the host of these files sent more than a read may hold');
-  return { reply: v.reply as HelperReply, ...(data && { data }) };
+  const reply = { ...v.reply } as HelperReply;
+  if (typeof reply.message === 'string') reply.message = reply.message.slice(0, 2000);
+  return { reply, ...(data && { data }) };
 }

@@ -31,6 +31,8 @@ export interface WorkspaceStore {
    * host mounts, one cluster's claims); a user's files are in the store of their last sandbox.
    */
   readonly storeId: string;
+  /** The ids of the workspaces in this store, where it can list them cheaply (a host's folder); a cluster's store does not. */
+  localIds?(): Promise<string[]>;
   /** A fresh, unused workspace id. */
   newId(): string;
   /** Makes the workspace ready; what the driver mounts at /workspace (a host path, a claim name). */

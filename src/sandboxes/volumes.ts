@@ -46,6 +46,16 @@ export class WorkspaceVolumes implements WorkspaceStore {
     this.storeId = storeIdOf(opts.dir);
   }
 
+  /** Every workspace in the folder: an image (loop) or a directory with no image beside it (directory). */
+  async localIds(): Promise<string[]> {
+    const entries = await fsp.readdir(this.opts.dir, { withFileTypes: true });
+    const names = new Set(entries.map((e) => e.name));
+    const ok = (id: string) => /^[A-Za-z0-9_-]{6,64}$/.test(id);
+    return entries
+      .map((e) => (e.isFile() && e.name.endsWith('.img') ? e.name.slice(0, -4) : e.isDirectory() && !names.has(`${e.name}.img`) ? e.name : ''))
+      .filter(ok);
+  }
+
   /** A fresh, unused workspace id. */
   newId(): string {
     return crypto.randomBytes(9).toString('base64url');
