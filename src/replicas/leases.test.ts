@@ -181,7 +181,16 @@ describe('sandbox leases across replicas', () => {
         c.replicas.push(r);
         return r;
       };
-      return { ...c, on };
+      /** Replicas a (store-a) and b (store-b); ann's sandbox was on store-a, whose only replica then stopped. */
+      const annLeftOnStoreA = async () => {
+        const a = await on('a', 'store-a');
+        const b = await on('b', 'store-b');
+        const u = await ensureUser(store.db, 'ann');
+        await a.acquire(u.id);
+        await a.stop();
+        return { a, b, u };
+      };
+      return { ...c, on, annLeftOnStoreA };
     }
 
     it('sends a user whose files are in another store to a replica on it, and takes the lease there', async () => {
@@ -214,12 +223,8 @@ describe('sandbox leases across replicas', () => {
     });
 
     it('keeps a user\'s sandbox off other stores while theirs has no replica (restarting), then moves it once the store is lost', async () => {
-      const { clock, on } = hosts();
-      const a = await on('a', 'store-a');
-      const b = await on('b', 'store-b');
-      const u = await ensureUser(store.db, 'ann');
-      await a.acquire(u.id);
-      await a.stop();
+      const { clock, annLeftOnStoreA } = hosts();
+      const { b, u } = await annLeftOnStoreA();
       expect(await b.acquire(u.id)).toEqual({ ok: false, away: 'store-a', epoch: 1 });
       expect(await b.homeOf(u.id)).toEqual({ where: 'away', store: 'store-a' });
       // store-a seen last just under SANDGATE_HOST_LOST_SEC ago: still away.
@@ -268,12 +273,8 @@ describe('sandbox leases across replicas', () => {
     });
 
     it('never moves a user\'s files on a file operation, even when their store is lost', async () => {
-      const { clock, on } = hosts();
-      const a = await on('a', 'store-a');
-      const b = await on('b', 'store-b');
-      const u = await ensureUser(store.db, 'ann');
-      await a.acquire(u.id);
-      await a.stop();
+      const { clock, annLeftOnStoreA } = hosts();
+      const { b, u } = await annLeftOnStoreA();
       clock.advance(STORE_LOST_MS + 1);
       await b.beat();
       expect(await b.homeOf(u.id)).toEqual({ where: 'lost', store: 'store-a' });
