@@ -22,7 +22,7 @@
  */
 import crypto from 'node:crypto';
 import os from 'node:os';
-import { serializable, type Db, type Tx } from '../store/store.js';
+import { serializable, type Db } from '../store/store.js';
 import type { Logger } from '../logger.js';
 
 export interface ReplicaOptions {
@@ -370,6 +370,12 @@ export class Replica {
     // Nearly always: the files are where they were, one read says so.
     const kept = await this.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', userId).executeTakeFirst();
     if (kept?.workspace_store === mine) return { where: 'here' };
+    // In another store: where to reach it, read as it is now (the receiving end checks again).
+    if (kept?.workspace_store) {
+      const found = await this.storeState(this.db, userId, kept.workspace_store, this.now());
+      return found.where === 'here' ? { where: 'lost', store: kept.workspace_store } : found;
+    }
+    // In none yet: claimed for this store, unless another replica claimed it meanwhile.
     return serializable(this.db, async (tx): Promise<WorkspaceHome> => {
       const now = this.now();
       const row = await tx.selectFrom('sandbox_leases').select(['workspace_store', 'epoch']).where('user_id', '=', userId).executeTakeFirst();
@@ -419,7 +425,7 @@ export class Replica {
   }
 
   /** A store other than this one's: a live replica on it to reach it through, or away (seen lately), or lost ('here': it may be taken). */
-  private async storeState(tx: Tx, userId: number, store: string, now: number): Promise<WorkspaceHome> {
+  private async storeState(tx: Db, userId: number, store: string, now: number): Promise<WorkspaceHome> {
     const there = await tx
       .selectFrom('gateway_replicas')
       .selectAll()

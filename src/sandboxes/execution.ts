@@ -131,7 +131,7 @@ export class Execution implements SandboxExecution {
   }
 
   async openWorkspace(owner: SandboxOwner): Promise<Workspace> {
-    await admittedAccount(this.deps.db, owner);
+    const user = await admittedAccount(this.deps.db, owner);
     const { replica, hop } = this.deps;
     const home = replica && hop ? await replica.homeOf(owner.userId) : ({ where: 'here' } as const);
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
@@ -142,17 +142,18 @@ export class Execution implements SandboxExecution {
       const via = holder && holder.workspaceStore === home.store && holder.internalUrl && !holder.draining ? holder : home.via;
       return new Workspace(remoteWorkspace({ id: via.id, internalUrl: via.internalUrl! }, owner, { signer: hop!, selfId: replica!.id, log: this.deps.log }));
     }
-    const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    // The row just read names it, unless this is the first use (then one is claimed).
+    const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
 
   async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
-    await admittedAccount(this.deps.db, owner);
+    const user = await admittedAccount(this.deps.db, owner);
     const home = this.deps.replica ? await this.deps.replica.homeOf(owner.userId) : ({ where: 'here' } as const);
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
     if (home.where === 'lost') throw new WorkspaceError('EUNAVAILABLE', LOST_MESSAGE);
     if (home.where !== 'here') throw new WorkspaceError('EUNAVAILABLE', 'your files moved to another sandbox host a moment ago: try again');
-    const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     if (CHANGING_OPS.has(String(header.op))) this.touched(owner);
     return (await this.deps.volumes.helper(id)).request(header, data);
   }
