@@ -30,12 +30,14 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
   const dirs = { a: '', b: '' };
   const gateways: GatewayProcess[] = [];
   const procs: Record<'a' | 'b', GatewayProcess | undefined> = { a: undefined, b: undefined };
-  const ports = { a: 0, b: 0 };
+  const ports = { a: 0, b: 0, second: 0 };
   let databaseUrl = '';
   let lb: Haproxy | undefined;
   let store: Store | undefined;
   let token = '';
   let userId = 0;
+  let bobToken = '';
+  const urls: Record<'a' | 'b', string> = { a: '', b: '' };
 
   const env = (host: 'a' | 'b') => ({
     SANDGATE_DATA_DIR: dirs[host],
@@ -51,7 +53,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     const g = startGatewayProcess(env(host));
     gateways.push(g);
     procs[host] = g;
-    await g.ready();
+    urls[host] = await g.ready();
     return g;
   };
   const storeIdOf = (host: 'a' | 'b') => fs.readFileSync(path.join(dirs[host], 'workspaces', '.store-id'), 'utf8').trim();
@@ -67,15 +69,17 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     dirs.a = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-a-'));
     dirs.b = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-b-'));
     databaseUrl = await testDatabaseUrl();
-    [ports.a, ports.b] = [await freePort(), await freePort()];
-    const [ann] = await usersWithTokens(databaseUrl, ['ann']);
+    // A third server for a second gateway on one host, later (down until then).
+    [ports.a, ports.b, ports.second] = [await freePort(), await freePort(), await freePort()];
+    const [ann, bob] = await usersWithTokens(databaseUrl, ['ann', 'bob']);
     token = ann!.token;
+    bobToken = bob!.token;
     userId = ann!.user.id;
     await start('a');
     // The same keys on every host; the workspaces folder (and its store id) its own.
     for (const f of fs.readdirSync(dirs.a).filter((f) => f.endsWith('.key'))) fs.copyFileSync(path.join(dirs.a, f), path.join(dirs.b, f));
     await start('b');
-    lb = await startHaproxy([ports.a, ports.b], { log: true });
+    lb = await startHaproxy([ports.a, ports.b, ports.second], { log: true });
     store = await openStore({ dataDir: dirs.a, databaseUrl }, MIGRATIONS);
   }, 300_000);
 
@@ -170,5 +174,59 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
       expect(r.text).toContain('on the new host');
     }
     expect(await home()).toBe(other);
+  }, 180_000);
+
+  it('with two gateways on the user’s host, restarting the one holding their sandboxes hands them to the other there, with no failed run', async () => {
+    const h = await home();
+    const other = h === 'a' ? 'b' : 'a';
+    const otherSaid = procs[other]!.output().length;
+    const holder = procs[h]!;
+    const holderUrl = urls[h];
+    // A second gateway on the same host: the same data directory, so the same store.
+    const second = startGatewayProcess({ ...env(h), SANDGATE_PORT: String(ports.second) });
+    gateways.push(second);
+    await second.ready();
+    await eventually(async () => (await run('1')).ok && lb!.output().includes('/g3 '), 30_000);
+    // Two users (ids of both parities: a stopping gateway picks among the others by user id) with sandboxes the holder has.
+    const users = [
+      { token, call: (code: string) => execute(holderUrl, token, code) },
+      { token: bobToken, call: (code: string) => execute(holderUrl, bobToken, code) },
+    ];
+    for (const u of users) {
+      const r = await u.call("import os\ncount = 0\nopen('/workspace/mine.txt', 'w').write('kept')");
+      expect(r.ok, r.text).toBe(true);
+    }
+    const failures: string[] = [];
+    const counted = [0, 0];
+    const once = async (i: number, via: 'lb' | 'holder') => {
+      const code = "count += 1\nprint(count, open('/workspace/mine.txt').read())";
+      try {
+        const r = via === 'lb' ? await execute(lb!.url, users[i]!.token, code) : await users[i]!.call(code);
+        if (r.ok) counted[i]!++;
+        else failures.push(`${via}: ${r.text.slice(0, 300)}`);
+      } catch (e) {
+        failures.push(`${via}: ${(e as Error).message}`);
+      }
+    };
+    let stop = false;
+    const client = (async () => {
+      while (!stop) await Promise.all([once(0, 'lb'), once(1, 'lb')]);
+    })();
+    holder.child.kill('SIGTERM');
+    // Handed over, still serving for its grace: runs sent straight to it go to the gateway on its own store.
+    await until(() => holder.output().includes('sandboxes handed over to the other replicas'), 30_000);
+    for (let k = 0; k < 3; k++) await Promise.all([once(0, 'holder'), once(1, 'holder')]);
+    expect(await holder.exited).toBe(0);
+    stop = true;
+    await client;
+    expect(failures).toEqual([]);
+    // The same kernel counted every run of each: handed over on the host, never started afresh on the other one.
+    for (const [i, u] of users.entries()) {
+      const last = await execute(lb!.url, u.token, 'print(count)');
+      expect(last.text).toMatch(new RegExp(`(^|\\D)${counted[i]}(\\D|$)`));
+      expect(counted[i]).toBeGreaterThan(3);
+    }
+    expect(await home()).toBe(h);
+    expect(procs[other]!.output().slice(otherSaid)).not.toContain('sandbox started');
   }, 180_000);
 });
