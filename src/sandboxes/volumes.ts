@@ -39,6 +39,7 @@ export class WorkspaceVolumes implements WorkspaceStore {
   /** The confined helper of each ready workspace (workspace-helper.ts), made on first use. */
   private readonly helpers = new Map<string, WorkspaceHelper>();
 
+  /** This folder's id (`storeIdOf`): gateways that share the folder share it. */
   readonly storeId: string;
 
   constructor(private readonly opts: WorkspaceVolumesOptions) {
@@ -197,15 +198,6 @@ export class WorkspaceVolumes implements WorkspaceStore {
 }
 
 /**
- * Runs `fn` holding an exclusive flock(2) on `file`, against other gateway processes on
- * this host. The file is opened here (created 0600, never through a link), and util-linux's
- * flock (Node has no flock) locks that open file, inherited as its fd 3, then exits: the
- * lock stays with the file this process holds open, and goes when it is closed, by
- * `fn`'s end or by this process dying, so a gateway killed mid-way leaves no lock behind.
- * Only root (the gateway) can open the file, so no other local user can hold the lock.
- * Gives up after 120 s.
- */
-/**
  * The id of the workspaces folder `dir`, made once and kept in it (`.store-id`): every
  * gateway that mounts this folder (replicas on one host, or hosts sharing the folder on
  * network storage) reads the same id, and a folder on another host's own disk has another.
@@ -214,7 +206,7 @@ export function storeIdOf(dir: string): string {
   const file = path.join(dir, STORE_ID_FILE);
   const read = () => {
     const id = fs.readFileSync(file, 'utf8').trim();
-    if (!/^[A-Za-z0-9_-]{8,64}$/.test(id)) throw new Error(`${file} does not hold a workspace store id: remove it, and a new one is made`);
+    if (!/^[A-Za-z0-9_-]{8,64}$/.test(id)) throw new Error(`${file} does not hold a workspace store id: remove it and a new one is made (this folder is then a new store: users whose files it holds are named again at the next start)`);
     return id;
   };
   try {
@@ -237,6 +229,15 @@ export function storeIdOf(dir: string): string {
 
 const STORE_ID_FILE = '.store-id';
 
+/**
+ * Runs `fn` holding an exclusive flock(2) on `file`, against other gateway processes on
+ * this host. The file is opened here (created 0600, never through a link), and util-linux's
+ * flock (Node has no flock) locks that open file, inherited as its fd 3, then exits: the
+ * lock stays with the file this process holds open, and goes when it is closed, by
+ * `fn`'s end or by this process dying, so a gateway killed mid-way leaves no lock behind.
+ * Only root (the gateway) can open the file, so no other local user can hold the lock.
+ * Gives up after 120 s.
+ */
 async function withHostLock<T>(file: string, fn: () => Promise<T>): Promise<T> {
   const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_NOFOLLOW, 0o600);
   try {
