@@ -114,7 +114,7 @@ describe('backup and restore', () => {
     // Restore into an empty data directory, then start a gateway on it.
     const target = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-restored-'));
     const back = await cli(configFor({ SANDGATE_DATA_DIR: target }), 'restore', dir);
-    expect(back.code).toBe(0);
+    expect(back.code, back.err).toBe(0);
     expect(back.out).toMatch(/restored \d+ files and 1 workspaces/);
     // Not into one that holds anything.
     const refused = await cli(configFor({ SANDGATE_DATA_DIR: target }), 'restore', dir);
