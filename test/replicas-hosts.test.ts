@@ -10,11 +10,14 @@
  * elsewhere; once the host is lost (no gateway for SANDGATE_HOST_LOST_SEC), the user's
  * next run starts a fresh sandbox on the other host.
  */
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../src/migrations.js';
+import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
+import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
@@ -116,6 +119,41 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     // The other host's gateway reached them over the hop: files by the workspace endpoint, runs on the channel.
     expect(procs[other]!.output()).not.toContain('sandbox started');
   }, 180_000);
+
+  it('refuses a file operation hop that is unsigned, signed with another key, or asks for anything but the helper’s own fields; the helper keeps a signed one inside the workspace', async () => {
+    const h = await home();
+    const url = urls[h];
+    const id = /"replica":"([^"]+)","internalUrl"/.exec(procs[h]!.output())![1]!;
+    const owner = { userId, name: 'ann' };
+    const key = Buffer.from(fs.readFileSync(path.join(dirs[h], 'replicas.key'), 'utf8').trim(), 'base64');
+    const signer = new HopSigner({ key: replicaSubkey(key, 'internal hop') });
+    const send = async (s: HopSigner, body: object) => {
+      const sealed = s.sealRequest(HOP_WORKSPACE_PATH, JSON.stringify(body));
+      const { header, nonce } = s.signRequest('test', id, HOP_WORKSPACE_PATH, sealed);
+      const r = await fetch(`${url}${HOP_WORKSPACE_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
+      const text = await r.text();
+      return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as { reply?: { ok: boolean; code?: string }; data?: string } };
+    };
+    const read = { owner, header: { op: 'read', path: 'notes/n0.txt', offset: 0, length: 100 } };
+    expect((await fetch(`${url}${HOP_WORKSPACE_PATH}`, { method: 'POST', body: JSON.stringify(read) })).status).toBe(401);
+    expect((await send(new HopSigner({ key: crypto.randomBytes(32) }), read)).status).toBe(401);
+    // Signed: only the helper's operations and fields, each of its type.
+    for (const header of [{ op: 'exec', path: 'x' }, { op: 'stat', path: 'x', cmd: 'rm -rf /' }, { op: 'read', path: { $ne: 1 } }, { op: 'read', path: 'x', offset: -1 }]) {
+      expect((await send(signer, { owner, header })).status, JSON.stringify(header)).toBe(400);
+    }
+    // A signed one is served, and the workspace's helper still refuses what climbs out of it or through a link.
+    const ok = await send(signer, read);
+    expect(ok.status).toBe(200);
+    expect(Buffer.from(ok.answer().data ?? '', 'base64').toString()).toBe('note 0');
+    const made = await run("import os\nos.symlink('/etc', '/workspace/etc-link')");
+    expect(made.ok, made.text).toBe(true);
+    for (const p of ['../../../etc/passwd', 'etc-link/passwd', '/etc/passwd']) {
+      const r = await send(signer, { owner, header: { op: 'read', path: p, offset: 0, length: 100 } });
+      expect(r.status).toBe(200);
+      expect(r.answer().reply?.ok, p).toBe(false);
+      expect(r.answer().data).toBeUndefined();
+    }
+  }, 120_000);
 
   it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {
     const h = await home();
