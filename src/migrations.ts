@@ -14,7 +14,7 @@ import { githubIdentityMigration, usersMigration } from './accounts/schema.js';
 import { anonymousSessionsMigration, webMigration } from './auth/schema.js';
 import { adminMigration } from './accounts/admin-schema.js';
 import { rateBucketsMigration, rateBucketsUnloggedMigration, storeUsageMigration } from './limits/schema.js';
-import { replicasMigration, workspaceHomesMigration } from './replicas/schema.js';
+import { replicasMigration, workspaceDeletionsMigration, workspaceHomesMigration } from './replicas/schema.js';
 import { liveAttachmentsMigration } from './web/live/schema.js';
 import { oauthMigration } from './oauth/schema.js';
 import { tasksMigration } from './mcp/tasks/schema.js';
@@ -46,6 +46,7 @@ export const MIGRATIONS: readonly Migration[] = [
   auditEgressMigration,
   rateBucketsUnloggedMigration,
   workspaceHomesMigration,
+  workspaceDeletionsMigration,
 ];
 
 /** The schema version a step brings the store to. */

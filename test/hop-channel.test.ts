@@ -65,6 +65,7 @@ async function holder(execute: (code: string, opts: ExecuteOptions) => Promise<E
         return execute(opts.code, opts);
       },
       stopUserHere: async () => false,
+      removeDeletedWorkspaces: async () => 0,
       workspaceRequestHere: () => Promise.reject(new Error('no file operation travels on the run channel')),
       list: async () => [],
       pooled: () => [],

@@ -18,12 +18,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../src/migrations.js';
 import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
 import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
+import { HOP_DELETIONS_PATH } from '../src/sandboxes/remote.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
 import { freePort } from './support/ports.js';
 import { testDatabaseUrl } from './support/postgres.js';
 import { eventually, until } from './support/until.js';
+import { webSession } from './support/web-session.js';
 
 const LEASE_MS = 2000;
 const HOST_LOST_SEC = 12;
@@ -40,6 +42,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
   let token = '';
   let userId = 0;
   let bobToken = '';
+  let bobId = 0;
   const urls: Record<'a' | 'b', string> = { a: '', b: '' };
 
   const env = (host: 'a' | 'b') => ({
@@ -77,6 +80,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     const [ann, bob] = await usersWithTokens(databaseUrl, ['ann', 'bob']);
     token = ann!.token;
     bobToken = bob!.token;
+    bobId = bob!.user.id;
     userId = ann!.user.id;
     await start('a');
     // The same keys on every host; the workspaces folder (and its store id) its own.
@@ -153,6 +157,23 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
       expect(r.answer().reply?.ok, p).toBe(false);
       expect(r.answer().data).toBeUndefined();
     }
+    // Removing deleted users' files: which ones is the database's word, never the request's.
+    const askRemoval = async (s: HopSigner, body: object) => {
+      const sealed = s.sealRequest(HOP_DELETIONS_PATH, JSON.stringify(body));
+      const { header, nonce } = s.signRequest('test', id, HOP_DELETIONS_PATH, sealed);
+      const r = await fetch(`${url}${HOP_DELETIONS_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
+      const text = await r.text();
+      return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as { removed?: number } };
+    };
+    const ws = await workspaceId();
+    expect((await fetch(`${url}${HOP_DELETIONS_PATH}`, { method: 'POST', body: '{}' })).status).toBe(401);
+    expect((await askRemoval(new HopSigner({ key: crypto.randomBytes(32) }), {})).status).toBe(401);
+    expect((await askRemoval(signer, { workspace: ws })).status).toBe(400);
+    expect((await askRemoval(signer, [ws])).status).toBe(400);
+    const none = await askRemoval(signer, {});
+    expect(none.status).toBe(200);
+    expect(none.answer().removed).toBe(0);
+    expect(fs.existsSync(path.join(dirs[h], 'workspaces', `${ws}.img`))).toBe(true);
   }, 120_000);
 
   it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {
@@ -266,5 +287,47 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     }
     expect(await home()).toBe(h);
     expect(procs[other]!.output().slice(otherSaid)).not.toContain('sandbox started');
+  }, 180_000);
+
+  it('deleting a user removes their files from every host: at once where a gateway of that host answers, once it is back where none did', async () => {
+    // Ann's files are on her host, and the copy she left on the one she moved from when it was lost.
+    const annWs = await workspaceId();
+    const bobWs = (await store!.db.selectFrom('users').select('workspace_id').where('id', '=', bobId).executeTakeFirstOrThrow()).workspace_id!;
+    const image = (host: 'a' | 'b', ws: string) => path.join(dirs[host], 'workspaces', `${ws}.img`);
+    const h = await home();
+    const other = h === 'a' ? 'b' : 'a';
+    expect(fs.existsSync(image('a', annWs)) && fs.existsSync(image('b', annWs))).toBe(true);
+    expect(fs.existsSync(image(h, bobWs))).toBe(true);
+    const [root] = await usersWithTokens(databaseUrl, ['root'], { isAdmin: true });
+    const admin = await webSession({ url: urls[other], db: store!.db }, root!.user);
+
+    // Ann: deleted through the gateway of the host she left; her sandbox is on the other one.
+    const annGone = await admin.post(`/admin/users/${userId}/delete`, { confirm: 'ann' });
+    expect(annGone.status).toBe(200);
+    const annSaid = await annGone.text();
+    expect(annSaid).toContain('ann and their data are deleted.');
+    expect(annSaid).not.toContain('may remain');
+    expect(fs.existsSync(image(other, annWs))).toBe(false);
+    expect(fs.existsSync(image(h, annWs))).toBe(false);
+
+    // Bob: his host has no gateway running when he is deleted; his files go when one starts there again.
+    const onHost = gateways.filter((g) => g.child.exitCode === null && g.child.signalCode === null && g !== procs[other]);
+    expect(onHost).toHaveLength(1);
+    // Root's files, made on that host too: a user not deleted keeps theirs.
+    const rootRan = await execute(await onHost[0]!.ready(), root!.token, "open('/workspace/kept.txt', 'w').write('kept')");
+    expect(rootRan.ok, rootRan.text).toBe(true);
+    const rootWs = (await store!.db.selectFrom('users').select('workspace_id').where('id', '=', root!.user.id).executeTakeFirstOrThrow()).workspace_id!;
+    onHost[0]!.child.kill('SIGTERM');
+    expect(await onHost[0]!.exited).toBe(0);
+    const bobGone = await admin.post(`/admin/users/${bobId}/delete`, { confirm: 'bob' });
+    expect(bobGone.status).toBe(200);
+    expect(await bobGone.text()).toMatch(/bob and their data are deleted\. Copies of their files may remain on a sandbox host whose gateways are not running now/);
+    expect(fs.existsSync(image(h, bobWs))).toBe(true);
+    const back = await start(h);
+    await until(() => back.output().includes('removed this store’s copies of deleted users’ workspaces'), 30_000);
+    expect(fs.existsSync(image(h, bobWs))).toBe(false);
+    expect(fs.existsSync(image(h, rootWs))).toBe(true);
+    const kept = await callTool(lb!.url, root!.token, 'read_file', { path: 'kept.txt' });
+    expect(kept.text).toContain('kept');
   }, 180_000);
 });

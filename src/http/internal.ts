@@ -27,7 +27,7 @@ import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
 import { HOP_CHANNEL_PATH, MAX_RUN_FRAME_BYTES, serveChannel } from '../sandboxes/hop-channel.js';
-import { HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
+import { HOP_DELETIONS_PATH, HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 import { HOP_WORKSPACE_PATH, MAX_WORKSPACE_HOP_BODY, parseWorkspaceHop } from '../sandboxes/remote-workspace.js';
 import { GatewayError } from '../errors.js';
@@ -36,7 +36,7 @@ export interface InternalHopDeps {
   signer: HopSigner;
   /** This replica's id: a hop for another is refused. */
   selfId: string;
-  sandboxes: Pick<SandboxExecution, 'executeHere' | 'workspaceRequestHere'> & Pick<SandboxStops, 'stopUserHere'> & Pick<SandboxInspection, 'list' | 'pooled'>;
+  sandboxes: Pick<SandboxExecution, 'executeHere' | 'workspaceRequestHere'> & Pick<SandboxStops, 'stopUserHere' | 'removeDeletedWorkspaces'> & Pick<SandboxInspection, 'list' | 'pooled'>;
   log: Logger;
   /** Per-stream output the gateways keep (SANDGATE_OUTPUT_LIMIT_KB): how large an answer's frame may be. */
   outputLimitBytes: number;
@@ -150,7 +150,16 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     }
   };
 
+  /** Remove this store's copies of deleted users' workspaces now: which ones is the database's to say, never the request's. */
+  const deletions: RequestHandler = async (req, res) => {
+    const v = verified(req, res);
+    if (v === undefined) return;
+    if (typeof v !== 'object' || v === null || Array.isArray(v) || Object.keys(v).length) return bad(res, 'a request to remove deleted users’ workspaces');
+    answer(req, res, { removed: await sandboxes.removeDeletedWorkspaces() });
+  };
+
   return {
+    [HOP_DELETIONS_PATH]: [credential, express.raw({ type: () => true, limit: 4096 }), deletions],
     [HOP_WORKSPACE_PATH]: [...fileBody, workspace],
     [HOP_RUN_PATH]: [...body, run],
     [HOP_STOP_PATH]: [...body, stop],

@@ -455,6 +455,12 @@ export class Replica {
     return row && toInfo(row);
   }
 
+  /** The workspace stores a replica was on within `withinMs` (a week unless said), this one's included. */
+  async storesSeen(withinMs = 7 * 24 * 3600_000): Promise<string[]> {
+    const rows = await this.db.selectFrom('workspace_stores').select('id').where('seen_at', '>', this.now() - withinMs).execute();
+    return rows.map((r) => r.id);
+  }
+
   /** Every replica whose heartbeat is fresh, this one included. */
   async live(): Promise<ReplicaInfo[]> {
     const rows = await this.db.selectFrom('gateway_replicas').selectAll().where('heartbeat_at', '>', this.now() - this.leaseMs).orderBy('started_at').execute();

@@ -126,3 +126,37 @@ export const workspaceHomesMigration: Migration = {
       );
     `,
 };
+
+declare module '../store/tables.js' {
+  interface Tables {
+    workspace_deletions: WorkspaceDeletionsTable;
+  }
+}
+
+/** A deleted user's workspace (its id never comes back): every store removes its copy. */
+export interface WorkspaceDeletionsTable {
+  workspace_id: string;
+  deleted_at: number;
+}
+
+/**
+ * The workspaces of deleted users. Their files may be on a store whose gateways are away
+ * or whose host is lost when the user is deleted, or left on a store the user moved from:
+ * a gateway removes its store's copy of each one listed, when it starts and every few
+ * minutes. The rows stay (one per deleted user), since a store can come back any time.
+ */
+export const workspaceDeletionsMigration: Migration = {
+  description: 'replicas: the workspaces of deleted users, removed from every workspace store',
+  sqlite: `
+      CREATE TABLE workspace_deletions (
+        workspace_id TEXT PRIMARY KEY,
+        deleted_at INTEGER NOT NULL
+      ) WITHOUT ROWID;
+    `,
+  postgres: `
+      CREATE TABLE workspace_deletions (
+        workspace_id TEXT PRIMARY KEY,
+        deleted_at BIGINT NOT NULL
+      );
+    `,
+};

@@ -33,6 +33,8 @@ import { WarmPool } from './warm-pool.js';
 
 /** With replicas: how many lease times apart a replica sweeps the host for sandboxes no live replica holds. */
 const SWEEP_EVERY_LEASES = 5;
+/** How often a replica looks for deleted users' workspaces left on its store. */
+const DELETIONS_EVERY_MS = 5 * 60_000;
 
 /** What the gateway (and tests) drive: start, the pool, the reaper, shutdown. */
 export interface SandboxLifecycle {
@@ -70,6 +72,7 @@ export class Lifecycle implements SandboxLifecycle {
   private unwatch?: () => void;
   private reaper?: NodeJS.Timeout;
   private sweeper?: NodeJS.Timeout;
+  private deletions?: NodeJS.Timeout;
   /** The sweep under way (shutdown waits for it). */
   private sweeping?: Promise<void>;
 
@@ -98,6 +101,10 @@ export class Lifecycle implements SandboxLifecycle {
     this.reaper = setInterval(() => void this.reap().catch((e) => log.error({ err: e }, 'reaper failed')), opts.reapIntervalMs ?? reapIntervalMs(config));
     this.reaper.unref();
     if (replica) {
+      // A deleted user's files left on this store while it was away: removed now, then looked for every few minutes.
+      await this.deps.stops.removeDeletedWorkspaces().catch((e: unknown) => log.warn({ err: e }, 'could not remove deleted users’ workspaces'));
+      this.deletions = setInterval(() => void this.deps.stops.removeDeletedWorkspaces().catch((e: unknown) => log.warn({ err: e }, 'could not remove deleted users’ workspaces')), DELETIONS_EVERY_MS);
+      this.deletions.unref();
       this.sweeper = setInterval(() => void this.sweepUnheld().catch((e) => log.warn({ err: e }, 'could not sweep the sandboxes no replica holds')), replica.leaseMs * SWEEP_EVERY_LEASES);
       this.sweeper.unref();
     }
@@ -252,6 +259,7 @@ export class Lifecycle implements SandboxLifecycle {
     this.unwatch?.();
     if (this.reaper) clearInterval(this.reaper);
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.deletions) clearInterval(this.deletions);
     await this.sweeping?.catch(() => {});
     this.deps.executions.stop();
     for (const p of held.starting.values()) await p.catch(() => {});

@@ -130,6 +130,12 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
     return this.stops.destroyWorkspaceOf(user);
   }
+  removeDeletedElsewhere(): Promise<{ storesLeft: number }> {
+    return this.stops.removeDeletedElsewhere();
+  }
+  removeDeletedWorkspaces(): Promise<number> {
+    return this.stops.removeDeletedWorkspaces();
+  }
 
   // Idle
   prepare(owner: SandboxOwner): void {

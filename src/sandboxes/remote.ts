@@ -31,6 +31,8 @@ import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 export const HOP_RUN_PATH = '/internal/v2/run';
 export const HOP_STOP_PATH = '/internal/v2/stop';
 export const HOP_LIST_PATH = '/internal/v2/sandboxes';
+/** Asks a replica to remove its workspace store's copies of deleted users' workspaces now (the list is in the database). */
+export const HOP_DELETIONS_PATH = '/internal/v2/workspace-deletions';
 /**
  * The same endpoints as replicas of earlier releases send to them, bodies in clear (signed
  * all the same): served so that a rolling upgrade loses no run. Never sent to.

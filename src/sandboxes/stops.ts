@@ -10,7 +10,8 @@ import { forgetSandboxContainer } from './records.js';
 import { forgetCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
-import { askReplica, HOP_STOP_PATH } from './remote.js';
+import { askReplica, HOP_DELETIONS_PATH, HOP_STOP_PATH } from './remote.js';
+import { deletedAmong, markWorkspaceDeleted } from '../replicas/deletions.js';
 import { findLeftFor } from './adoption.js';
 import { getUser } from '../accounts/accounts.js';
 import type { Idle } from './idle.js';
@@ -62,8 +63,20 @@ export interface SandboxStops {
   stopUserHere(userId: number, opts?: StopOptions): Promise<boolean>;
   /** Stops every user sandbox with nothing running or queued; how many. */
   stopIdle(by?: string): Promise<number>;
-  /** Removes a user's workspace for good (their sandbox must be stopped first; the admin deletes the user next). */
+  /**
+   * Removes a user's workspace for good (their sandbox must be stopped first; the admin
+   * deletes the user next): this store's copy, with the workspace listed as a deleted
+   * user's for the other stores (`removeDeletedElsewhere`, `removeDeletedWorkspaces`).
+   */
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void>;
+  /**
+   * Once the deleted users' accounts are gone: asks a gateway of each other workspace
+   * store to remove its copies of their workspaces now. How many stores seen lately have
+   * no gateway that did (each removes them when one of its gateways starts or next looks).
+   */
+  removeDeletedElsewhere(): Promise<{ storesLeft: number }>;
+  /** Removes this store's copies of deleted users' workspaces (`workspace_deletions`); how many. */
+  removeDeletedWorkspaces(): Promise<number>;
 }
 
 export class Stops implements SandboxStops {
@@ -134,7 +147,49 @@ export class Stops implements SandboxStops {
 
   async destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
     if (this.deps.held.users.has(user.id)) throw new SandboxError('the user still has a sandbox running', 'busy');
-    if (user.workspaceId) await this.deps.volumes.destroy(user.workspaceId);
+    const id = user.workspaceId;
+    if (!id) return;
+    // Listed first, so that every other store removes its copy once the account is gone (`removeDeletedElsewhere`).
+    if (this.deps.replica) await markWorkspaceDeleted(this.deps.db, id);
+    await this.deps.volumes.destroy(id);
+  }
+
+  async removeDeletedElsewhere(): Promise<{ storesLeft: number }> {
+    const { replica, hop, volumes, log } = this.deps;
+    if (!replica || !hop) return { storesLeft: 0 };
+    // One gateway of each other store, asked to remove its copies now.
+    const live = (await replica.live()).filter((r) => r.id !== replica.id && r.internalUrl && r.workspaceStore && r.workspaceStore !== volumes.storeId);
+    const byStore = new Map(live.map((r) => [r.workspaceStore!, r]));
+    let storesLeft = (await replica.storesSeen()).filter((s) => s !== volumes.storeId && !byStore.has(s)).length;
+    for (const [store, r] of byStore) {
+      try {
+        await askReplica({ id: r.id, internalUrl: r.internalUrl! }, HOP_DELETIONS_PATH, {}, { signer: hop, selfId: replica.id, timeoutMs: 30_000 });
+      } catch (e) {
+        storesLeft++;
+        log.warn({ err: e, store, replica: r.id }, 'could not ask a gateway on another workspace store to remove deleted users’ files: it does when it next looks');
+      }
+    }
+    if (storesLeft) log.warn({ stores: storesLeft }, 'deleted users’ files may still be on workspace stores out of reach now: each removes them when one of its gateways starts or next looks');
+    return { storesLeft };
+  }
+
+  async removeDeletedWorkspaces(): Promise<number> {
+    const { replica, volumes, db, held, log } = this.deps;
+    if (!replica || !volumes.localIds) return 0;
+    const gone = await deletedAmong(db, await volumes.localIds());
+    let n = 0;
+    for (const id of gone) {
+      // Never one a sandbox here has mounted (ids are never given twice: this is a guard).
+      if ([...held.users.values()].some((sb) => sb.workspaceId === id)) continue;
+      try {
+        await volumes.destroy(id);
+        n++;
+      } catch (e) {
+        log.warn({ err: e, workspace: id }, 'could not remove a deleted user’s workspace from this store: tried again later');
+      }
+    }
+    if (n) log.info({ workspaces: n, store: volumes.storeId }, 'removed this store’s copies of deleted users’ workspaces');
+    return n;
   }
 
   /** Stops the user's sandbox now, whatever it is doing (its use recorded, its container removed). */

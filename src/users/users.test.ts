@@ -30,11 +30,21 @@ describe('what is done to a user as a whole', () => {
     sessions: { endSessionsOf: (id) => deleteUserSessions(store.db, id) },
     sandboxes: { stopUser: async (id) => calls.push(`sandbox ${id}`) },
   });
-  const workspaces = { destroyWorkspaceOf: async (u: User) => void calls.push(`workspace ${u.id}`) };
+  const workspaces = {
+    destroyWorkspaceOf: async (u: User) => void calls.push(`workspace ${u.id}`),
+    removeDeletedElsewhere: async () => {
+      calls.push('elsewhere');
+      return { storesLeft: 0 };
+    },
+  };
   /** A manager that still holds the user's sandbox: it refuses to remove the workspace. */
   const busyWorkspaces = {
     destroyWorkspaceOf: async () => {
       throw new Error('the user still has a sandbox running');
+    },
+    removeDeletedElsewhere: async () => {
+      calls.push('elsewhere');
+      return { storesLeft: 0 };
     },
   };
   const sessionsOf = async (u: User) =>
@@ -99,7 +109,8 @@ describe('what is done to a user as a whole', () => {
 
   it('deleting cuts off, removes the workspace, then every row of the user', async () => {
     await deleteUser({ ...gatewayParts(), workspaces }, alice, 'root');
-    expect(calls.slice(-2)).toEqual([`sandbox ${alice.id} kill=true by=root`, `workspace ${alice.id}`]);
+    // The other stores are asked only once the account is gone (a user whose delete failed keeps their files everywhere).
+    expect(calls.slice(-3)).toEqual([`sandbox ${alice.id} kill=true by=root`, `workspace ${alice.id}`, 'elsewhere']);
     expect(await getUser(store.db, alice.id)).toBeUndefined();
     expect(await sessionsOf(alice)).toBe(0);
     const tokens = await store.db.selectFrom('api_tokens').select((eb) => eb.fn.countAll<number>().as('n')).where('user_id', '=', alice.id).executeTakeFirstOrThrow();
@@ -111,6 +122,7 @@ describe('what is done to a user as a whole', () => {
 
   it('a workspace that cannot be removed leaves the account in place (cut off), so the delete can be tried again', async () => {
     await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(/still has a sandbox/);
+    expect(calls).not.toContain('elsewhere');
     expect(await getUser(store.db, alice.id)).toBeDefined();
     expect(await sessionsOf(alice)).toBe(0);
   });

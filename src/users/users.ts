@@ -41,6 +41,8 @@ export interface UserSandboxes {
 /** Workspaces removed for good (the SandboxManager, which refuses while the user's sandbox runs). */
 export interface Workspaces {
   destroyWorkspaceOf(user: User): Promise<void>;
+  /** Other workspace stores' copies, once the account is gone: how many stores out of reach now remove theirs later (src/sandboxes/stops.ts). */
+  removeDeletedElsewhere(): Promise<{ storesLeft: number }>;
 }
 
 export interface UserParts {
@@ -80,9 +82,14 @@ export async function enableUser(parts: Pick<UserParts, 'db'>, user: User): Prom
   await setUserDisabled(parts.db, user.id, false);
 }
 
-/** Deletes a user and their data: cut off first, then their workspace, then every row of theirs (the store cascades from users). */
-export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<void> {
+/**
+ * Deletes a user and their data: cut off first, then their workspace, then every row of
+ * theirs (the store cascades from users). How many workspace stores, out of reach now,
+ * remove their copy of the user's files when one of their gateways is back.
+ */
+export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<{ storesLeft: number }> {
   await cutOff(parts, user, by);
   await parts.workspaces.destroyWorkspaceOf(user);
   await deleteAccount(parts.db, user.id);
+  return parts.workspaces.removeDeletedElsewhere();
 }

@@ -233,8 +233,11 @@ export function adminPage(deps: AdminDeps): AdminPage {
       const u = await userById(req.params.id);
       notSelf(req, u, 'delete');
       if (str(req.body.confirm) !== u.name) throw new GatewayError(`Type the user’s name (${u.name}) to delete them.`, { reason: 'invalid_request', status: 400 });
-      await audited(req, 'user/delete', u.id, () => deleteUser({ ...userParts, workspaces: sandboxes }, u, admin(req).name));
-      await usersAnswer(res, `${u.name} and their data are deleted.`);
+      const { storesLeft } = await audited(req, 'user/delete', u.id, () => deleteUser({ ...userParts, workspaces: sandboxes }, u, admin(req).name));
+      const later = storesLeft
+        ? ` Copies of their files may remain on ${storesLeft === 1 ? 'a sandbox host' : `${storesLeft} sandbox hosts`} whose gateways are not running now: each removes them when one of its gateways starts again.`
+        : '';
+      await usersAnswer(res, `${u.name} and their data are deleted.${later}`);
     },
 
     async tokens(req, res) {
