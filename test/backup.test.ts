@@ -92,6 +92,7 @@ describe('backup and restore', () => {
 
     // Everything made before the backup begins must be in it.
     const before = [...made];
+    const storeId = fs.readFileSync(path.join(gw!.harness.config.dataDir, 'workspaces', '.store-id'), 'utf8');
     const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-backups-')), 'one');
     const taken = await cli(gw!.harness.config, 'backup', dir);
     expect(taken.err).toBe('');
@@ -116,6 +117,8 @@ describe('backup and restore', () => {
     const back = await cli(configFor({ SANDGATE_DATA_DIR: target }), 'restore', dir);
     expect(back.code, back.err).toBe(0);
     expect(back.out).toMatch(/restored \d+ files and 1 workspaces/);
+    // The same workspace store as before: where the database says the users' files are.
+    expect(fs.readFileSync(path.join(target, 'workspaces', '.store-id'), 'utf8')).toBe(storeId);
     // Not into one that holds anything.
     const refused = await cli(configFor({ SANDGATE_DATA_DIR: target }), 'restore', dir);
     expect(refused.err).toMatch(/is not empty: restore into an empty data directory/);

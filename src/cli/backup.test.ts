@@ -46,4 +46,22 @@ describe('restore refuses a crafted backup', () => {
     await expect(restore(craftedBackup({}), target)).rejects.toThrow(/is not empty: restore into an empty data directory/);
     expect(fs.readFileSync(path.join(target, 'sandgate.db'), 'utf8')).toBe('mine');
   });
+
+  it('a workspace store id that is not one', async () => {
+    for (const storeId of ['../../etc', 'a\nb', 'short', 42]) {
+      await expect(restore(craftedBackup({ storeId }), emptyDataDir()), String(storeId)).rejects.toThrow(/has a workspace store id that is not one/);
+    }
+  });
+});
+
+describe('restore puts the workspaces folder back as the store it was', () => {
+  it('with its store id, so the users whose files it holds are found there again', async () => {
+    const target = emptyDataDir();
+    await restore(craftedBackup({ storeId: 'Zx9_store-id-01' }), target);
+    expect(fs.readFileSync(path.join(target, 'workspaces', '.store-id'), 'utf8')).toBe('Zx9_store-id-01\n');
+    // A backup of an earlier release has none: the folder gets a new one at the gateway's start.
+    const older = emptyDataDir();
+    await restore(craftedBackup({}), older);
+    expect(fs.existsSync(path.join(older, 'workspaces', '.store-id'))).toBe(false);
+  });
 });

@@ -15,7 +15,7 @@ import fsp from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import type { Store } from '../store/store.js';
-import { mountPoints } from '../sandboxes/volumes.js';
+import { isStoreId, mountPoints, readStoreId, STORE_ID_FILE } from '../sandboxes/volumes.js';
 
 const run = promisify(execFile);
 
@@ -31,6 +31,12 @@ export interface BackupManifest {
   schemaVersion: number;
   files: string[];
   workspaces: { id: string; kind: 'image' | 'directory' }[];
+  /**
+   * The workspaces folder's store id (src/sandboxes/volumes.ts), put back by a restore: the
+   * users whose files the folder holds are found there again. Absent from a backup of a
+   * folder that had none, or taken by an earlier release.
+   */
+  storeId?: string;
 }
 
 export class BackupError extends Error {
@@ -120,6 +126,8 @@ export async function backup(store: Store, dataDir: string, dir: string, say: (l
   const to = path.join(dir, 'workspaces');
   await fsp.mkdir(to, { mode: 0o711 });
   const entries = fs.existsSync(from) ? await fsp.readdir(from, { withFileTypes: true }) : [];
+  const storeId = fs.existsSync(from) ? readStoreId(from) : undefined;
+  if (storeId) manifest.storeId = storeId;
   for (const e of entries) {
     if (e.isFile() && e.name.endsWith('.img')) {
       const id = e.name.slice(0, -'.img'.length);
@@ -130,7 +138,7 @@ export async function backup(store: Store, dataDir: string, dir: string, say: (l
       manifest.workspaces.push({ id: e.name, kind: 'directory' });
     }
   }
-  say(`workspaces: ${manifest.workspaces.length}`);
+  say(`workspaces: ${manifest.workspaces.length}${storeId ? ` (workspace store ${storeId})` : ''}`);
   await fsp.writeFile(path.join(dir, MANIFEST), `${JSON.stringify(manifest, null, 2)}\n`, { mode: 0o600 });
   return manifest;
 }
@@ -148,6 +156,7 @@ export async function readManifest(dir: string): Promise<BackupManifest> {
   if (!m.files.every(safe) || !m.workspaces.every((w) => safe(w.id) && (w.kind === 'image' || w.kind === 'directory'))) {
     throw new BackupError(`${dir}/${MANIFEST} names a file outside the backup`);
   }
+  if (m.storeId !== undefined && !isStoreId(m.storeId)) throw new BackupError(`${dir}/${MANIFEST} has a workspace store id that is not one`);
   return m;
 }
 
@@ -176,6 +185,8 @@ export async function restore(dir: string, dataDir: string, say: (line: string) 
   }
   const to = path.join(dataDir, 'workspaces');
   await fsp.mkdir(to, { mode: 0o711 });
+  // The folder is the store it was: where the database says these users' files are.
+  if (m.storeId) await fsp.writeFile(path.join(to, STORE_ID_FILE), `${m.storeId}\n`, { mode: 0o644, flag: 'wx' });
   for (const w of m.workspaces) {
     if (w.kind === 'image') await copySparse(path.join(dir, 'workspaces', `${w.id}.img`), path.join(to, `${w.id}.img`));
     else await run('cp', ['-a', path.join(dir, 'workspaces', w.id), path.join(to, w.id)]);

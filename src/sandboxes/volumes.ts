@@ -206,7 +206,7 @@ export function storeIdOf(dir: string): string {
   const file = path.join(dir, STORE_ID_FILE);
   const read = () => {
     const id = fs.readFileSync(file, 'utf8').trim();
-    if (!/^[A-Za-z0-9_-]{8,64}$/.test(id)) throw new Error(`${file} does not hold a workspace store id: remove it and a new one is made (this folder is then a new store: users whose files it holds are named again at the next start)`);
+    if (!isStoreId(id)) throw new Error(`${file} does not hold a workspace store id: remove it and a new one is made (this folder is then a new store: users whose files it holds are named again at the next start)`);
     return id;
   };
   try {
@@ -227,7 +227,31 @@ export function storeIdOf(dir: string): string {
   return read();
 }
 
-const STORE_ID_FILE = '.store-id';
+/** Where a workspaces folder keeps its store id. */
+export const STORE_ID_FILE = '.store-id';
+
+/** Whether `id` has the shape of a workspaces folder's store id. */
+export function isStoreId(id: unknown): id is string {
+  return typeof id === 'string' && /^[A-Za-z0-9_-]{8,64}$/.test(id);
+}
+
+/** The store id kept in workspaces folder `dir`, without making one: undefined when it has none. */
+export function readStoreId(dir: string): string | undefined {
+  let id: string;
+  try {
+    const fd = fs.openSync(path.join(dir, STORE_ID_FILE), fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    try {
+      id = fs.readFileSync(fd, 'utf8').trim();
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+    throw e;
+  }
+  if (!isStoreId(id)) throw new Error(`${path.join(dir, STORE_ID_FILE)} does not hold a workspace store id`);
+  return id;
+}
 
 /**
  * Runs `fn` holding an exclusive flock(2) on `file`, against other gateway processes on
