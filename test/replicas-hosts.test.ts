@@ -19,6 +19,7 @@ import { MIGRATIONS } from '../src/migrations.js';
 import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
 import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
 import { HOP_DELETIONS_PATH } from '../src/sandboxes/remote.js';
+import { MAX_FILE_HOPS_UNDERWAY } from '../src/http/internal.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
@@ -157,6 +158,21 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
       expect(r.answer().reply?.ok, p).toBe(false);
       expect(r.answer().data).toBeUndefined();
     }
+    // A flood of file operations: past the ones served at once, each is refused with nothing done.
+    const flood = await Promise.all(
+      Array.from({ length: 80 }, async (_, i) => {
+        const r = await send(signer, { owner, header: { op: 'write', path: `flood/f${i}.bin` }, data: crypto.randomBytes(512 * 1024).toString('base64') });
+        const a = r.answer() as { reply?: { ok: boolean }; error?: { reason: string; message: string } };
+        return { i, status: r.status, ok: a.reply?.ok === true, busy: a.error?.reason === 'busy' };
+      }),
+    );
+    const busy = flood.filter((f) => f.busy);
+    expect(flood.every((f) => f.status === 200 && (f.ok || f.busy)), JSON.stringify(flood.filter((f) => !f.ok && !f.busy))).toBe(true);
+    expect(busy.length).toBeGreaterThan(0);
+    expect(busy.length).toBeLessThanOrEqual(80 - MAX_FILE_HOPS_UNDERWAY);
+    const written = await run("import os\nprint(sorted(int(n[1:-4]) for n in os.listdir('/workspace/flood')))");
+    expect(written.text).toContain(JSON.stringify(flood.filter((f) => f.ok).map((f) => f.i)).replaceAll(',', ', '));
+
     // Removing deleted users' files: which ones is the database's word, never the request's.
     const askRemoval = async (s: HopSigner, body: object) => {
       const sealed = s.sealRequest(HOP_DELETIONS_PATH, JSON.stringify(body));

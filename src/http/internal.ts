@@ -32,6 +32,15 @@ import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 import { HOP_WORKSPACE_PATH, MAX_WORKSPACE_HOP_BODY, parseWorkspaceHop } from '../sandboxes/remote-workspace.js';
 import { GatewayError } from '../errors.js';
 
+/** File operations from other hosts served at once by this gateway; one more is refused ("try again"). */
+export const MAX_FILE_HOPS_UNDERWAY = 32;
+/**
+ * A file operation from another host reaches the workspace's helper within this long of
+ * arriving, or is refused with nothing done: with the helper's own 30 s limit it ends
+ * before the sender gives up (35 s, remote-workspace.ts), so no write lands unseen.
+ */
+export const FILE_HOP_START_WITHIN_MS = 4_000;
+
 export interface InternalHopDeps {
   signer: HopSigner;
   /** This replica's id: a hop for another is refused. */
@@ -135,18 +144,27 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     answer(req, res, { sandboxes: await sandboxes.list({ stats: v?.stats === true }), pooled: sandboxes.pooled() });
   };
 
+  let fileOpsUnderway = 0;
   const workspace: RequestHandler = async (req, res) => {
+    const received = Date.now();
     const v = verified(req, res);
     if (v === undefined) return;
     const hop = parseWorkspaceHop(v);
     if (!hop) return bad(res, 'a file operation');
+    // Other hosts' file operations take a bounded share of this gateway; beyond it, nothing is done and the sender is told to try again.
+    if (fileOpsUnderway >= MAX_FILE_HOPS_UNDERWAY) {
+      return answer(req, res, { error: { reason: 'busy', message: 'the gateway on the host of these files is busy with other file operations: try again in a moment' } });
+    }
+    fileOpsUnderway++;
     try {
-      const r = await sandboxes.workspaceRequestHere(hop.owner, hop.header, hop.data);
+      const r = await sandboxes.workspaceRequestHere(hop.owner, hop.header, hop.data, received + FILE_HOP_START_WITHIN_MS);
       answer(req, res, { reply: r.reply, ...(r.data && { data: r.data.toString('base64') }) });
     } catch (e) {
       // A refusal the other gateway shows as the workspace unavailable, with this message.
       if (!(e instanceof GatewayError)) deps.log.error({ err: e, user: hop.owner.name }, 'a file operation sent by another replica failed');
       answer(req, res, { error: { reason: e instanceof GatewayError ? e.reason : 'internal', message: e instanceof GatewayError ? e.message : 'the gateway on the host of these files could not reach them' } });
+    } finally {
+      fileOpsUnderway--;
     }
   };
 

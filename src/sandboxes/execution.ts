@@ -79,8 +79,9 @@ export interface SandboxExecution {
    * One request of the owner's workspace helper, on this gateway's workspace store only:
    * refused (held_elsewhere) when their files are in another. The internal hop's end for
    * file operations from gateways on other hosts (src/sandboxes/remote-workspace.ts).
+   * Refused with nothing done when it would reach the helper after `startBy` (epoch ms).
    */
-  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }>;
+  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer, startBy?: number): Promise<{ reply: HelperReply; data?: Buffer }>;
   /** Tells `listener` whenever an execution created, changed or deleted files (the web app refreshes its file tree). */
   onFilesChanged(listener: FilesListener): () => void;
   /**
@@ -147,15 +148,18 @@ export class Execution implements SandboxExecution {
     return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
   }
 
-  async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+  async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer, startBy = Infinity): Promise<{ reply: HelperReply; data?: Buffer }> {
     const user = await admittedAccount(this.deps.db, owner);
     const home = this.deps.replica ? await this.deps.replica.homeOf(owner.userId) : ({ where: 'here' } as const);
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
     if (home.where === 'lost') throw new WorkspaceError('EUNAVAILABLE', LOST_MESSAGE);
     if (home.where !== 'here') throw new WorkspaceError('EUNAVAILABLE', 'your files moved to another sandbox host a moment ago: try again');
     const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    const helper = await this.deps.volumes.helper(id);
+    // Too late to start: the sender may give up before it would end. Nothing is done.
+    if (Date.now() > startBy) throw new WorkspaceError('EUNAVAILABLE', 'the gateway on the host of these files was too slow to start this file operation, so it did nothing: try again');
     if (CHANGING_OPS.has(String(header.op))) this.touched(owner);
-    return (await this.deps.volumes.helper(id)).request(header, data);
+    return helper.request(header, data);
   }
 
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {

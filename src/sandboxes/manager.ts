@@ -74,8 +74,8 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   openWorkspace(owner: SandboxOwner): Promise<Workspace> {
     return this.execution.openWorkspace(owner);
   }
-  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
-    return this.execution.workspaceRequestHere(owner, header, data);
+  workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer, startBy?: number): Promise<{ reply: HelperReply; data?: Buffer }> {
+    return this.execution.workspaceRequestHere(owner, header, data, startBy);
   }
   onFilesChanged(listener: FilesListener): () => void {
     return this.execution.onFilesChanged(listener);
