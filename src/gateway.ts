@@ -35,8 +35,8 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager, createWorkspaceStore, gatewayIdFor } from './sandboxes/index.js';
-import { replicaKeyAgrees } from './sandboxes/remote.js';
-import { KeyFileError } from './errors.js';
+import { replicaKeyAgrees, storeShared } from './sandboxes/remote.js';
+import { ConfigError, KeyFileError } from './errors.js';
 import { Replica } from './replicas/leases.js';
 import { HopSigner, replicaSubkey } from './replicas/hop-auth.js';
 import { internalUrlFor } from './replicas/internal-url.js';
@@ -44,7 +44,7 @@ import { loadOrCreateKey } from './secrets/key-file.js';
 import { internalChannel, internalHop } from './http/internal.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver, WorkspaceStore } from './sandboxes/types.js';
-import { ownersOfWorkspaces } from './accounts/accounts.js';
+import { ownersOfWorkspaces, usersWorkspacesAmong } from './accounts/accounts.js';
 import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { MIGRATIONS } from './migrations.js';
@@ -144,11 +144,15 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
   try {
     const { gateway, hop, volumes } = compose(config, logger, parts, store);
     if (gateway.replica && hop) await refuseAnotherReplicaKey(gateway.replica, hop, logger);
+    if (gateway.replica && hop) await refuseCopiedWorkspaceStore(gateway.replica, hop, volumes, logger);
     // Registered before anything may take a sandbox (an adoption at start, the first run).
     await gateway.replica?.start();
     // The users whose files are on this store's disk, where no store was named for them yet (an earlier release's rows).
     if (gateway.replica && volumes.localIds) {
-      const claimed = await gateway.replica.claimFiles(await ownersOfWorkspaces(store.db, await volumes.localIds()));
+      const local = await volumes.localIds();
+      // Every workspace on this store's disk, recorded as a copy here: deleting its user asks this store too.
+      await gateway.replica.noteCopies(await usersWorkspacesAmong(store.db, local));
+      const claimed = await gateway.replica.claimFiles(await ownersOfWorkspaces(store.db, local));
       if (claimed) logger.info({ users: claimed, store: volumes.storeId }, 'named this workspace store as where these users\' files are');
     }
     return gateway;
@@ -176,6 +180,35 @@ async function refuseAnotherReplicaKey(replica: Replica, hop: HopSigner, logger:
     );
   }
   if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id) }, 'no other replica answered to confirm the replica key is shared: if it is not, runs sent between replicas will fail');
+}
+
+/**
+ * A workspaces folder with the store id of one another live replica uses, but not that
+ * folder (a data directory or a disk copied from another host): both would take the users'
+ * files for their own, each serving them from its own copy. The gateway writes a probe
+ * into its folder and asks those replicas to read it through theirs; when one does not
+ * find it, the gateway does not start, and says what to do. When none answers, it starts.
+ */
+async function refuseCopiedWorkspaceStore(replica: Replica, hop: HopSigner, volumes: WorkspaceStore, logger: Logger): Promise<void> {
+  const probes = volumes.probes;
+  if (!probes) return;
+  const live = (await replica.live()).filter((r) => r.id !== replica.id && r.internalUrl && r.workspaceStore === volumes.storeId);
+  if (!live.length) return;
+  const others = live.map((r) => ({ id: r.id, internalUrl: r.internalUrl! }));
+  const word = probes.write(replica.id);
+  try {
+    const r = await storeShared(others, word, { signer: hop, selfId: replica.id });
+    if (r.result === 'differs') {
+      const host = live.find((o) => o.id === r.replica)?.sandboxHost ?? 'another host';
+      throw new ConfigError(
+        `this gateway's workspaces folder has the workspace store id (${volumes.storeId}) of the folder the gateway ${r.replica} on ${host} uses, but it is another folder: one of the two was copied from the other (a data directory or a disk). ` +
+          'On the host set up by copying, remove workspaces/.store-id from the data directory before its gateway starts (its folder is then a store of its own: copy only the key files to set up a host); or mount the one folder on both',
+      );
+    }
+    if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id), store: volumes.storeId }, 'no replica on this workspace store answered to confirm it shares this folder');
+  } finally {
+    probes.remove(replica.id);
+  }
 }
 
 function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner; volumes: WorkspaceStore } {
@@ -282,7 +315,7 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       limiters: { tokenFailures: rateLimiterFor(store.db, { perMinute: 120, burst: 60 }, 'oauth-token-failures'), register: rateLimiterFor(store.db, { perMinute: 60, burst: 30 }, 'oauth-register') },
       auth: web.auth,
     });
-  const internalDeps = replica && hop && { signer: hop, selfId: replica.id, sandboxes: manager, log: logger.child({ module: 'replicas' }), outputLimitBytes: config.outputLimitKb * 1024 };
+  const internalDeps = replica && hop && { signer: hop, selfId: replica.id, sandboxes: manager, workspaces: volumes, log: logger.child({ module: 'replicas' }), outputLimitBytes: config.outputLimitKb * 1024 };
   const app = createApp({
     config,
     store,

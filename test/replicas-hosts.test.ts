@@ -18,7 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MIGRATIONS } from '../src/migrations.js';
 import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
 import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
-import { HOP_DELETIONS_PATH } from '../src/sandboxes/remote.js';
+import { HOP_DELETIONS_PATH, HOP_STORE_PROBE_PATH } from '../src/sandboxes/remote.js';
 import { MAX_FILE_HOPS_UNDERWAY } from '../src/http/internal.js';
 import { openStore, type Store } from '../src/store/store.js';
 import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
@@ -181,6 +181,22 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
       const text = await r.text();
       return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as { removed?: number } };
     };
+    // A store probe: the asker's own only (the id its credential was signed by), never another replica's.
+    const askProbe = async (body: object) => {
+      const sealed = signer.sealRequest(HOP_STORE_PROBE_PATH, JSON.stringify(body));
+      const { header, nonce } = signer.signRequest('test', id, HOP_STORE_PROBE_PATH, sealed);
+      const r = await fetch(`${url}${HOP_STORE_PROBE_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
+      const text = await r.text();
+      return { status: r.status, answer: () => JSON.parse(signer.openAnswer(nonce, 0, text.trim())) as { store?: string; probe?: string | null } };
+    };
+    expect((await fetch(`${url}${HOP_STORE_PROBE_PATH}`, { method: 'POST', body: '{"replica":"test"}' })).status).toBe(401);
+    expect((await askProbe({ replica: id })).status).toBe(400);
+    expect((await askProbe({ replica: '../../.store-id' })).status).toBe(400);
+    expect((await askProbe({ replica: 'test', path: '/etc/passwd' })).status).toBe(400);
+    const mine = await askProbe({ replica: 'test' });
+    expect(mine.status).toBe(200);
+    expect(mine.answer()).toEqual({ store: storeIdOf(h), probe: null });
+
     const ws = await workspaceId();
     expect((await fetch(`${url}${HOP_DELETIONS_PATH}`, { method: 'POST', body: '{}' })).status).toBe(401);
     expect((await askRemoval(new HopSigner({ key: crypto.randomBytes(32) }), {})).status).toBe(401);
@@ -190,6 +206,31 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(none.status).toBe(200);
     expect(none.answer().removed).toBe(0);
     expect(fs.existsSync(path.join(dirs[h], 'workspaces', `${ws}.img`))).toBe(true);
+  }, 120_000);
+
+  it('does not start a gateway whose workspaces folder is a copy of another host’s (its store id with it), and says what to do', async () => {
+    const h = await home();
+    // A data directory copied whole to set up a third host: the keys and the store id, not the folder the others use.
+    const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-copy-'));
+    for (const f of fs.readdirSync(dirs[h]).filter((f) => f.endsWith('.key'))) fs.copyFileSync(path.join(dirs[h], f), path.join(copy, f));
+    fs.mkdirSync(path.join(copy, 'workspaces'), { mode: 0o711 });
+    fs.copyFileSync(path.join(dirs[h], 'workspaces', '.store-id'), path.join(copy, 'workspaces', '.store-id'));
+    const cloned = startGatewayProcess({ ...env(h), SANDGATE_DATA_DIR: copy, SANDGATE_PORT: String(await freePort()) });
+    gateways.push(cloned);
+    expect(await cloned.exited).toBe(2);
+    expect(cloned.output()).toMatch(/workspaces folder has the workspace store id \([^)]+\) of the folder the gateway \S+ on \S+ uses, but it is another folder: one of the two was copied from the other[^\n]*remove workspaces\/\.store-id/);
+    // Its probe is gone, and the real folder never had one.
+    expect(fs.readdirSync(path.join(copy, 'workspaces')).filter((n) => n.startsWith('.store-probe-'))).toEqual([]);
+    expect(fs.readdirSync(path.join(dirs[h], 'workspaces')).filter((n) => n.startsWith('.store-probe-'))).toEqual([]);
+    // As told: without the copied id, it is a store of its own, and starts.
+    fs.rmSync(path.join(copy, 'workspaces', '.store-id'));
+    const own = startGatewayProcess({ ...env(h), SANDGATE_DATA_DIR: copy, SANDGATE_PORT: String(await freePort()) });
+    gateways.push(own);
+    await own.ready();
+    expect(fs.readFileSync(path.join(copy, 'workspaces', '.store-id'), 'utf8').trim()).not.toBe(storeIdOf(h));
+    own.child.kill('SIGTERM');
+    expect(await own.exited).toBe(0);
+    await killAndClean([], copy);
   }, 120_000);
 
   it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {
@@ -322,7 +363,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(annGone.status).toBe(200);
     const annSaid = await annGone.text();
     expect(annSaid).toContain('ann and their data are deleted.');
-    expect(annSaid).not.toContain('may remain');
+    expect(annSaid).not.toContain('still on');
     expect(fs.existsSync(image(other, annWs))).toBe(false);
     expect(fs.existsSync(image(h, annWs))).toBe(false);
 
@@ -337,7 +378,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(await onHost[0]!.exited).toBe(0);
     const bobGone = await admin.post(`/admin/users/${bobId}/delete`, { confirm: 'bob' });
     expect(bobGone.status).toBe(200);
-    expect(await bobGone.text()).toMatch(/bob and their data are deleted\. Copies of their files may remain on a sandbox host whose gateways are not running now/);
+    expect(await bobGone.text()).toMatch(/bob and their data are deleted\. Copies of their files are still on a sandbox host whose gateways are not running now: they are removed when one of its gateways starts again/);
     expect(fs.existsSync(image(h, bobWs))).toBe(true);
     const back = await start(h);
     await until(() => back.output().includes('removed this store’s copies of deleted users’ workspaces'), 30_000);

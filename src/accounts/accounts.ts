@@ -122,6 +122,16 @@ export async function ownersOfWorkspaces(db: Db, ids: readonly string[]): Promis
   return out;
 }
 
+/** Which of the workspaces `ids` a user has. */
+export async function usersWorkspacesAmong(db: Db, ids: readonly string[]): Promise<string[]> {
+  const out: string[] = [];
+  for (let i = 0; i < ids.length; i += 500) {
+    const rows = await db.selectFrom('users').select('workspace_id').where('workspace_id', 'in', ids.slice(i, i + 500)).execute();
+    out.push(...rows.map((r) => r.workspace_id!));
+  }
+  return out;
+}
+
 export async function workspaceInUse(db: Db, id: string): Promise<boolean> {
   return !!(await db.selectFrom('users').select('id').where('workspace_id', '=', id).executeTakeFirst());
 }

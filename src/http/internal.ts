@@ -26,8 +26,9 @@ import { HOP_HEADER, HopAuthError, type HopClaims, type HopSigner } from '../rep
 import type { SandboxExecution } from '../sandboxes/execution.js';
 import type { SandboxInspection } from '../sandboxes/inspection.js';
 import type { SandboxStops } from '../sandboxes/stops.js';
+import type { WorkspaceStore } from '../sandboxes/types.js';
 import { HOP_CHANNEL_PATH, MAX_RUN_FRAME_BYTES, serveChannel } from '../sandboxes/hop-channel.js';
-import { HOP_DELETIONS_PATH, HOP_LIST_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
+import { HOP_DELETIONS_PATH, HOP_LIST_PATH, HOP_STORE_PROBE_PATH, HOP_RUN_PATH, HOP_STOP_PATH, HOP_V1_PATHS, parseHopRun, serveRun } from '../sandboxes/remote.js';
 import { MAX_CODE_BYTES } from '../sandboxes/run.js';
 import { HOP_WORKSPACE_PATH, MAX_WORKSPACE_HOP_BODY, parseWorkspaceHop } from '../sandboxes/remote-workspace.js';
 import { GatewayError } from '../errors.js';
@@ -45,6 +46,8 @@ export interface InternalHopDeps {
   signer: HopSigner;
   /** This replica's id: a hop for another is refused. */
   selfId: string;
+  /** Its workspace store: the probes another replica leaves in it are read back (`HOP_STORE_PROBE_PATH`). */
+  workspaces?: Pick<WorkspaceStore, 'storeId' | 'probes'>;
   sandboxes: Pick<SandboxExecution, 'executeHere' | 'workspaceRequestHere'> & Pick<SandboxStops, 'stopUserHere' | 'removeDeletedWorkspaces'> & Pick<SandboxInspection, 'list' | 'pooled'>;
   log: Logger;
   /** Per-stream output the gateways keep (SANDGATE_OUTPUT_LIMIT_KB): how large an answer's frame may be. */
@@ -176,7 +179,18 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     answer(req, res, { removed: await sandboxes.removeDeletedWorkspaces() });
   };
 
+  /** The probe the asking replica left in this store's folder, as this replica reads it: whether the two share the folder. */
+  const storeProbe: RequestHandler = (req, res) => {
+    const v = verified(req, res) as Record<string, unknown> | undefined;
+    if (v === undefined) return;
+    // Only the asker's own probe: its id is the one the hop's credential was signed by.
+    if (typeof v !== 'object' || v === null || v.replica !== (res.locals.hop as HopClaims).from || Object.keys(v).length !== 1) return bad(res, 'a store probe');
+    const probe = deps.workspaces?.probes?.read(String(v.replica));
+    answer(req, res, { store: deps.workspaces?.storeId ?? null, probe: probe ?? null });
+  };
+
   return {
+    [HOP_STORE_PROBE_PATH]: [credential, express.raw({ type: () => true, limit: 4096 }), storeProbe],
     [HOP_DELETIONS_PATH]: [credential, express.raw({ type: () => true, limit: 4096 }), deletions],
     [HOP_WORKSPACE_PATH]: [...fileBody, workspace],
     [HOP_RUN_PATH]: [...body, run],

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { claimWorkspace, deleteUser, ensureUser } from '../accounts/accounts.js';
-import { deletedAmong, markWorkspaceDeleted } from './deletions.js';
+import { copiesOf, deletedAmong, forgetCopy, markWorkspaceDeleted, noteCopies } from './deletions.js';
 import { storePerTest, type TestStore } from '../../test/support/store.js';
 
 describe('deleted users’ workspaces, for every store to remove', () => {
@@ -27,5 +27,17 @@ describe('deleted users’ workspaces, for every store to remove', () => {
     const ids = Array.from({ length: 1200 }, (_, i) => `ws-${String(i).padStart(8, '0')}`);
     for (const id of ids.filter((_, i) => i % 100 === 7)) await markWorkspaceDeleted(store.db, id);
     expect((await deletedAmong(store.db, ids)).sort()).toEqual(ids.filter((_, i) => i % 100 === 7));
+  });
+
+  it('knows which stores hold a copy of a workspace, noted any number of times, until each forgets its own', async () => {
+    await noteCopies(store.db, ['ws-ann-000001', 'ws-bob-000001'], 'store-a');
+    await noteCopies(store.db, ['ws-ann-000001'], 'store-b');
+    await noteCopies(store.db, ['ws-ann-000001'], 'store-a');
+    expect(await copiesOf(store.db, 'ws-ann-000001')).toEqual(['store-a', 'store-b']);
+    await forgetCopy(store.db, 'ws-ann-000001', 'store-a');
+    expect(await copiesOf(store.db, 'ws-ann-000001')).toEqual(['store-b']);
+    expect(await copiesOf(store.db, 'ws-bob-000001')).toEqual(['store-a']);
+    await noteCopies(store.db, [], 'store-a');
+    expect(await copiesOf(store.db, 'ws-nobody-0001')).toEqual([]);
   });
 });

@@ -1,10 +1,10 @@
 /**
- * The workspaces of deleted users (`workspace_deletions`, schema.ts). Deleting a user
- * removes their files from the store they are in; when gateways keep workspaces on their
- * own hosts' disks, a copy can also be on a store that is away or lost at that moment, or
- * on one the user's files moved from. Each gateway removes its store's copies of the
- * workspaces listed here (src/sandboxes/stops.ts), so the rest go when their host does
- * come back.
+ * Which workspace stores hold a copy of each workspace (`workspace_copies`), and the
+ * workspaces of deleted users (`workspace_deletions`; schema.ts). When gateways keep
+ * workspaces on their own hosts' disks, a user's files can be on a store that is away or
+ * lost when they are deleted, or on one they moved from. Each gateway removes its store's
+ * copies of the workspaces listed as deleted (src/sandboxes/stops.ts), so the rest go
+ * when their host does come back.
  */
 import type { Db } from '../store/store.js';
 
@@ -27,4 +27,23 @@ export async function deletedAmong(db: Db, ids: readonly string[]): Promise<stri
     out.push(...rows.map((r) => r.workspace_id));
   }
   return out;
+}
+
+/** Records that workspace store `store` holds a copy of workspace `id` (again: nothing happens). */
+export async function noteCopies(db: Db, ids: readonly string[], store: string): Promise<void> {
+  for (let i = 0; i < ids.length; i += 500) {
+    const rows = ids.slice(i, i + 500).map((workspace_id) => ({ workspace_id, store }));
+    if (rows.length) await db.insertInto('workspace_copies').values(rows).onConflict((oc) => oc.columns(['workspace_id', 'store']).doNothing()).execute();
+  }
+}
+
+/** The workspace stores holding a copy of workspace `id`. */
+export async function copiesOf(db: Db, id: string): Promise<string[]> {
+  const rows = await db.selectFrom('workspace_copies').select('store').where('workspace_id', '=', id).orderBy('store').execute();
+  return rows.map((r) => r.store);
+}
+
+/** Store `store` no longer holds workspace `id`. */
+export async function forgetCopy(db: Db, id: string, store: string): Promise<void> {
+  await db.deleteFrom('workspace_copies').where('workspace_id', '=', id).where('store', '=', store).execute();
 }

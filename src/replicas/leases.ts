@@ -24,6 +24,7 @@ import crypto from 'node:crypto';
 import os from 'node:os';
 import { serializable, type Db } from '../store/store.js';
 import type { Logger } from '../logger.js';
+import { copiesOf, forgetCopy, noteCopies } from './deletions.js';
 
 export interface ReplicaOptions {
   /** New at every start unless given (tests name theirs). */
@@ -119,6 +120,8 @@ export class Replica {
   private beatStartedAt = -Infinity;
   /** The epoch of each lease this replica holds, by user id. */
   private readonly held = new Map<number, number>();
+  /** Workspaces recorded as having a copy in this replica's store (`noteCopies`). */
+  private readonly copies = new Set<string>();
   /** Releases under way, by user id: a take of the same lease waits for them. */
   private readonly releasing = new Map<number, Promise<void>>();
   /** Releases that failed, by user id, with their epoch: tried again at each beat. */
@@ -416,6 +419,26 @@ export class Replica {
     return claimed;
   }
 
+  /** Records that this replica's store holds the workspaces `ids` (each written once per process). */
+  async noteCopies(ids: readonly string[]): Promise<void> {
+    const mine = this.opts.workspaceStore;
+    const fresh = ids.filter((id) => !this.copies.has(id));
+    if (!mine || !fresh.length) return;
+    await noteCopies(this.db, fresh, mine);
+    for (const id of fresh) this.copies.add(id);
+  }
+
+  /** This replica's store no longer holds workspace `id`. */
+  async forgetCopy(id: string): Promise<void> {
+    this.copies.delete(id);
+    if (this.opts.workspaceStore) await forgetCopy(this.db, id, this.opts.workspaceStore);
+  }
+
+  /** The stores holding a copy of workspace `id`. */
+  copiesOf(id: string): Promise<string[]> {
+    return copiesOf(this.db, id);
+  }
+
   /** Whether `userId`'s files are in another workspace store than this replica's (read only: nothing is claimed). */
   async filesElsewhere(userId: number): Promise<boolean> {
     const mine = this.opts.workspaceStore;
@@ -453,12 +476,6 @@ export class Replica {
       .where('r.heartbeat_at', '>', this.now() - this.leaseMs)
       .executeTakeFirst();
     return row && toInfo(row);
-  }
-
-  /** The workspace stores a replica was on within `withinMs` (a week unless said), this one's included. */
-  async storesSeen(withinMs = 7 * 24 * 3600_000): Promise<string[]> {
-    const rows = await this.db.selectFrom('workspace_stores').select('id').where('seen_at', '>', this.now() - withinMs).execute();
-    return rows.map((r) => r.id);
   }
 
   /** Every replica whose heartbeat is fresh, this one included. */

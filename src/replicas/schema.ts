@@ -129,8 +129,15 @@ export const workspaceHomesMigration: Migration = {
 
 declare module '../store/tables.js' {
   interface Tables {
+    workspace_copies: WorkspaceCopiesTable;
     workspace_deletions: WorkspaceDeletionsTable;
   }
+}
+
+/** A workspace store holding a copy of a workspace: where a sandbox of its user started, or a gateway found it at start. */
+export interface WorkspaceCopiesTable {
+  workspace_id: string;
+  store: string;
 }
 
 /** A deleted user's workspace (its id never comes back): every store removes its copy. */
@@ -140,23 +147,43 @@ export interface WorkspaceDeletionsTable {
 }
 
 /**
- * The workspaces of deleted users. Their files may be on a store whose gateways are away
- * or whose host is lost when the user is deleted, or left on a store the user moved from:
- * a gateway removes its store's copy of each one listed, when it starts and every few
- * minutes. The rows stay (one per deleted user), since a store can come back any time.
+ * Where workspaces have copies, and which are deleted users'. With gateways keeping
+ * workspaces on their own hosts' disks, a user's files can be on more than one store: the
+ * one of their last sandbox, and one they moved from when its host was lost. Deleting a
+ * user asks a gateway of each store holding a copy to remove it; a store none of whose
+ * gateways is running then removes its copies of the workspaces listed in
+ * `workspace_deletions` when one of them starts, or looks again every few minutes. Those
+ * rows stay (one per deleted user): a store can come back any time. The copies a store
+ * had before are taken from the leases here, and from each store's folder at its next start.
  */
 export const workspaceDeletionsMigration: Migration = {
-  description: 'replicas: the workspaces of deleted users, removed from every workspace store',
+  description: 'replicas: the stores holding each workspace, and the workspaces of deleted users',
   sqlite: `
+      CREATE TABLE workspace_copies (
+        workspace_id TEXT NOT NULL,
+        store TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, store)
+      ) WITHOUT ROWID;
       CREATE TABLE workspace_deletions (
         workspace_id TEXT PRIMARY KEY,
         deleted_at INTEGER NOT NULL
       ) WITHOUT ROWID;
+      INSERT INTO workspace_copies (workspace_id, store)
+        SELECT u.workspace_id, l.workspace_store FROM users u JOIN sandbox_leases l ON l.user_id = u.id
+        WHERE u.workspace_id IS NOT NULL AND l.workspace_store IS NOT NULL;
     `,
   postgres: `
+      CREATE TABLE workspace_copies (
+        workspace_id TEXT NOT NULL,
+        store TEXT NOT NULL,
+        PRIMARY KEY (workspace_id, store)
+      );
       CREATE TABLE workspace_deletions (
         workspace_id TEXT PRIMARY KEY,
         deleted_at BIGINT NOT NULL
       );
+      INSERT INTO workspace_copies (workspace_id, store)
+        SELECT u.workspace_id, l.workspace_store FROM users u JOIN sandbox_leases l ON l.user_id = u.id
+        WHERE u.workspace_id IS NOT NULL AND l.workspace_store IS NOT NULL;
     `,
 };

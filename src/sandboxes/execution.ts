@@ -145,7 +145,9 @@ export class Execution implements SandboxExecution {
     }
     // The row just read names it, unless this is the first use (then one is claimed).
     const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
-    return new Workspace(await this.deps.volumes.helper(id), () => this.touched(owner));
+    const helper = await this.deps.volumes.helper(id);
+    await replica?.noteCopies([id]);
+    return new Workspace(helper, () => this.touched(owner));
   }
 
   async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer, startBy = Infinity): Promise<{ reply: HelperReply; data?: Buffer }> {
@@ -156,6 +158,7 @@ export class Execution implements SandboxExecution {
     if (home.where !== 'here') throw new WorkspaceError('EUNAVAILABLE', 'your files moved to another sandbox host a moment ago: try again');
     const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
     const helper = await this.deps.volumes.helper(id);
+    await this.deps.replica?.noteCopies([id]);
     // Too late to start: the sender may give up before it would end. Nothing is done.
     if (Date.now() > startBy) throw new WorkspaceError('EUNAVAILABLE', 'the gateway on the host of these files was too slow to start this file operation, so it did nothing: try again');
     if (CHANGING_OPS.has(String(header.op))) this.touched(owner);

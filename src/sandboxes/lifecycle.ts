@@ -438,6 +438,7 @@ export class Lifecycle implements SandboxLifecycle {
         throw e;
       });
       if (claimed === pooled.workspaceId) {
+        await this.deps.replica?.noteCopies([claimed]);
         await this.deps.prepareTools(pooled.toolsDir, owner);
         metrics.sandboxStarts.inc({ kind: 'pool' });
         log.info({ user: owner.name }, 'sandbox taken from the warm pool');
@@ -489,6 +490,8 @@ export class Lifecycle implements SandboxLifecycle {
   private async startLive(owner: SandboxOwner | undefined, workspaceId: string, ceiling: Permissions): Promise<Live> {
     const started = performance.now();
     const workspace = await this.deps.volumes.ensure(workspaceId);
+    // Where a user's files are now: a store deleting them asks this one too (a pooled workspace is noted when it is claimed).
+    if (owner) await this.deps.replica?.noteCopies([workspaceId]);
     const toolsDir = path.join(this.deps.toolsMountsDir, workspaceId);
     await fsp.mkdir(toolsDir, { recursive: true });
     await this.deps.prepareTools(toolsDir, owner);

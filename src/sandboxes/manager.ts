@@ -130,8 +130,8 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
     return this.stops.destroyWorkspaceOf(user);
   }
-  removeDeletedElsewhere(): Promise<{ storesLeft: number }> {
-    return this.stops.removeDeletedElsewhere();
+  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }> {
+    return this.stops.removeDeletedElsewhere(user);
   }
   removeDeletedWorkspaces(): Promise<number> {
     return this.stops.removeDeletedWorkspaces();

@@ -33,6 +33,8 @@ export const HOP_STOP_PATH = '/internal/v2/stop';
 export const HOP_LIST_PATH = '/internal/v2/sandboxes';
 /** Asks a replica to remove its workspace store's copies of deleted users' workspaces now (the list is in the database). */
 export const HOP_DELETIONS_PATH = '/internal/v2/workspace-deletions';
+/** Asks a replica for the store probe another left in its workspaces folder (WorkspaceStore.probes). */
+export const HOP_STORE_PROBE_PATH = '/internal/v2/store-probe';
 /**
  * The same endpoints as replicas of earlier releases send to them, bodies in clear (signed
  * all the same): served so that a rolling upgrade loses no run. Never sent to.
@@ -392,6 +394,33 @@ export async function replicaKeyAgrees(others: readonly HopTarget[], o: AskOptio
     }
   }
   return { result: 'unknown' };
+}
+
+/**
+ * Whether the replicas `others`, on this one's workspace store by its id, see this
+ * folder: each is asked for the probe `word` written for `selfId` (WorkspaceStore.probes),
+ * read through its own folder, until one answers (for `withinMs`, while a shared folder
+ * shows a new file late). 'differs' when one answers that its folder has no such probe, or
+ * another: the two folders are not one (copied from the other host's).
+ */
+export async function storeShared(others: readonly HopTarget[], word: string, o: AskOptions & { withinMs?: number }): Promise<{ result: 'shared' | 'unknown' } | { result: 'differs'; replica: string }> {
+  const end = Date.now() + (o.withinMs ?? 10_000);
+  for (;;) {
+    let heard: string | undefined;
+    for (const target of others) {
+      try {
+        const a = (await askReplica(target, HOP_STORE_PROBE_PATH, { replica: o.selfId }, { ...o, timeoutMs: o.timeoutMs ?? 3000 })) as { probe?: unknown };
+        if (a?.probe === word) return { result: 'shared' };
+        heard ??= target.id;
+      } catch {
+        /* the next one */
+      }
+    }
+    // Nobody answered: nothing to tell. Answered without the probe: asked again while a shared folder may show it late.
+    if (!heard) return { result: 'unknown' };
+    if (Date.now() >= end) return { result: 'differs', replica: heard };
+    await new Promise((r) => setTimeout(r, 500));
+  }
 }
 
 /** At most `max` bytes read from an answer's chunks, as text. */

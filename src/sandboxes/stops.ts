@@ -70,11 +70,11 @@ export interface SandboxStops {
    */
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void>;
   /**
-   * Once the deleted users' accounts are gone: asks a gateway of each other workspace
-   * store to remove its copies of their workspaces now. How many stores seen lately have
-   * no gateway that did (each removes them when one of its gateways starts or next looks).
+   * Once a deleted user's account is gone: asks a gateway of each other workspace store
+   * holding a copy of their workspace to remove it now. How many such stores still hold
+   * one (no gateway of theirs answered: each removes it when one starts or next looks).
    */
-  removeDeletedElsewhere(): Promise<{ storesLeft: number }>;
+  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }>;
   /** Removes this store's copies of deleted users' workspaces (`workspace_deletions`); how many. */
   removeDeletedWorkspaces(): Promise<number>;
 }
@@ -149,27 +149,32 @@ export class Stops implements SandboxStops {
     if (this.deps.held.users.has(user.id)) throw new SandboxError('the user still has a sandbox running', 'busy');
     const id = user.workspaceId;
     if (!id) return;
+    const { replica, db, volumes } = this.deps;
     // Listed first, so that every other store removes its copy once the account is gone (`removeDeletedElsewhere`).
-    if (this.deps.replica) await markWorkspaceDeleted(this.deps.db, id);
-    await this.deps.volumes.destroy(id);
+    if (replica) await markWorkspaceDeleted(db, id);
+    await volumes.destroy(id);
+    await replica?.forgetCopy(id);
   }
 
-  async removeDeletedElsewhere(): Promise<{ storesLeft: number }> {
+  async removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }> {
     const { replica, hop, volumes, log } = this.deps;
-    if (!replica || !hop) return { storesLeft: 0 };
-    // One gateway of each other store, asked to remove its copies now.
-    const live = (await replica.live()).filter((r) => r.id !== replica.id && r.internalUrl && r.workspaceStore && r.workspaceStore !== volumes.storeId);
-    const byStore = new Map(live.map((r) => [r.workspaceStore!, r]));
-    let storesLeft = (await replica.storesSeen()).filter((s) => s !== volumes.storeId && !byStore.has(s)).length;
-    for (const [store, r] of byStore) {
+    const id = user.workspaceId;
+    if (!replica || !hop || !id) return { storesLeft: 0 };
+    const stores = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId);
+    if (!stores.length) return { storesLeft: 0 };
+    // A gateway of each store holding a copy, asked to remove its copies now.
+    const live = await replica.live();
+    for (const store of stores) {
+      const r = live.find((x) => x.id !== replica.id && x.internalUrl && x.workspaceStore === store);
+      if (!r) continue;
       try {
         await askReplica({ id: r.id, internalUrl: r.internalUrl! }, HOP_DELETIONS_PATH, {}, { signer: hop, selfId: replica.id, timeoutMs: 30_000 });
       } catch (e) {
-        storesLeft++;
-        log.warn({ err: e, store, replica: r.id }, 'could not ask a gateway on another workspace store to remove deleted users’ files: it does when it next looks');
+        log.warn({ err: e, store, replica: r.id }, 'could not ask a gateway on another workspace store to remove a deleted user’s files: it does when it next looks');
       }
     }
-    if (storesLeft) log.warn({ stores: storesLeft }, 'deleted users’ files may still be on workspace stores out of reach now: each removes them when one of its gateways starts or next looks');
+    const storesLeft = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId).length;
+    if (storesLeft) log.warn({ workspace: id, stores: storesLeft }, 'a deleted user’s files are still on workspace stores out of reach now: each removes them when one of its gateways starts or next looks');
     return { storesLeft };
   }
 
@@ -183,6 +188,7 @@ export class Stops implements SandboxStops {
       if ([...held.users.values()].some((sb) => sb.workspaceId === id)) continue;
       try {
         await volumes.destroy(id);
+        await replica.forgetCopy(id);
         n++;
       } catch (e) {
         log.warn({ err: e, workspace: id }, 'could not remove a deleted user’s workspace from this store: tried again later');

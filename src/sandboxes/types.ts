@@ -24,6 +24,15 @@ export interface SandboxOwner {
  * Where users' workspaces live: host directories (volumes.ts, beside Docker) or claims on
  * a cluster (kubernetes/workspaces.ts). A workspace is known by an id the database keeps.
  */
+/** See WorkspaceStore.probes. */
+export interface StoreProbes {
+  /** Writes a fresh mark for `replicaId`; what it says. */
+  write(replicaId: string): string;
+  /** The mark for `replicaId` as this folder has it, or undefined. */
+  read(replicaId: string): string | undefined;
+  remove(replicaId: string): void;
+}
+
 export interface WorkspaceStore {
   /**
    * Which files this store reaches: gateways whose stores have the same id see the same
@@ -33,6 +42,13 @@ export interface WorkspaceStore {
   readonly storeId: string;
   /** The ids of the workspaces in this store, where it can list them cheaply (a host's folder); a cluster's store does not. */
   localIds?(): Promise<string[]>;
+  /**
+   * Marks written into a host folder's store, one per replica that asks (`.store-probe-<id>`):
+   * a replica starting on a store another already uses writes one, and that one reads it
+   * back through its own folder. Different words mean two folders with one store id (a data
+   * directory or disk copied from another host). A cluster's store has none.
+   */
+  probes?: StoreProbes;
   /** A fresh, unused workspace id. */
   newId(): string;
   /** Makes the workspace ready; what the driver mounts at /workspace (a host path, a claim name). */

@@ -20,7 +20,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { SANDBOX_GID, SANDBOX_UID } from './workspace.js';
 import { WorkspaceHelper } from './workspace-helper.js';
-import type { WorkspaceStore } from './types.js';
+import type { StoreProbes, WorkspaceStore } from './types.js';
 
 const run = promisify(execFile);
 
@@ -41,10 +41,12 @@ export class WorkspaceVolumes implements WorkspaceStore {
 
   /** This folder's id (`storeIdOf`): gateways that share the folder share it. */
   readonly storeId: string;
+  readonly probes: StoreProbes;
 
   constructor(private readonly opts: WorkspaceVolumesOptions) {
     fs.mkdirSync(opts.dir, { recursive: true, mode: 0o711 });
     this.storeId = storeIdOf(opts.dir);
+    this.probes = storeProbes(opts.dir);
   }
 
   /** Every workspace in the folder: an image (loop) or a directory with no image beside it (directory). */
@@ -225,6 +227,44 @@ export function storeIdOf(dir: string): string {
     fs.rmSync(tmp, { force: true });
   }
   return read();
+}
+
+/** A replica id as a probe's file name: nothing else is ever one. */
+const PROBE_NAME = /^[A-Za-z0-9_-]{1,100}$/;
+
+/**
+ * The store probes of workspaces folder `dir` (WorkspaceStore.probes): files
+ * `.store-probe-<replica id>`, the gateway's alone (0600), never a workspace's name.
+ */
+export function storeProbes(dir: string): StoreProbes {
+  const file = (id: string) => {
+    if (!PROBE_NAME.test(id)) throw new Error('not a replica id');
+    return path.join(dir, `.store-probe-${id}`);
+  };
+  return {
+    write(id) {
+      const word = crypto.randomBytes(16).toString('base64url');
+      fs.writeFileSync(file(id), word, { mode: 0o600 });
+      return word;
+    },
+    read(id) {
+      if (!PROBE_NAME.test(id)) return undefined;
+      try {
+        const fd = fs.openSync(file(id), fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+        try {
+          return fs.readFileSync(fd, 'utf8').slice(0, 64);
+        } finally {
+          fs.closeSync(fd);
+        }
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
+        throw e;
+      }
+    },
+    remove(id) {
+      fs.rmSync(file(id), { force: true });
+    },
+  };
 }
 
 /** Where a workspaces folder keeps its store id. */

@@ -42,7 +42,7 @@ export interface UserSandboxes {
 export interface Workspaces {
   destroyWorkspaceOf(user: User): Promise<void>;
   /** Other workspace stores' copies, once the account is gone: how many stores out of reach now remove theirs later (src/sandboxes/stops.ts). */
-  removeDeletedElsewhere(): Promise<{ storesLeft: number }>;
+  removeDeletedElsewhere(user: User): Promise<{ storesLeft: number }>;
 }
 
 export interface UserParts {
@@ -91,5 +91,5 @@ export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, 
   await cutOff(parts, user, by);
   await parts.workspaces.destroyWorkspaceOf(user);
   await deleteAccount(parts.db, user.id);
-  return parts.workspaces.removeDeletedElsewhere();
+  return parts.workspaces.removeDeletedElsewhere(user);
 }

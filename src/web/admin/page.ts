@@ -235,7 +235,7 @@ export function adminPage(deps: AdminDeps): AdminPage {
       if (str(req.body.confirm) !== u.name) throw new GatewayError(`Type the user’s name (${u.name}) to delete them.`, { reason: 'invalid_request', status: 400 });
       const { storesLeft } = await audited(req, 'user/delete', u.id, () => deleteUser({ ...userParts, workspaces: sandboxes }, u, admin(req).name));
       const later = storesLeft
-        ? ` Copies of their files may remain on ${storesLeft === 1 ? 'a sandbox host' : `${storesLeft} sandbox hosts`} whose gateways are not running now: each removes them when one of its gateways starts again.`
+        ? ` Copies of their files are still on ${storesLeft === 1 ? 'a sandbox host' : `${storesLeft} sandbox hosts`} whose gateways are not running now: they are removed when one of its gateways starts again.`
         : '';
       await usersAnswer(res, `${u.name} and their data are deleted.${later}`);
     },
