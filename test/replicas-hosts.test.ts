@@ -132,13 +132,15 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     const owner = { userId, name: 'ann' };
     const key = Buffer.from(fs.readFileSync(path.join(dirs[h], 'replicas.key'), 'utf8').trim(), 'base64');
     const signer = new HopSigner({ key: replicaSubkey(key, 'internal hop') });
-    const send = async (s: HopSigner, body: object) => {
-      const sealed = s.sealRequest(HOP_WORKSPACE_PATH, JSON.stringify(body));
-      const { header, nonce } = s.signRequest('test', id, HOP_WORKSPACE_PATH, sealed);
-      const r = await fetch(`${url}${HOP_WORKSPACE_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
+    /** A hop to `to` on the home gateway, signed and sealed by `s` as a replica would send it; its status, and its answer opened. */
+    const hop = async <T,>(to: string, s: HopSigner, body: unknown) => {
+      const sealed = s.sealRequest(to, JSON.stringify(body));
+      const { header, nonce } = s.signRequest('test', id, to, sealed);
+      const r = await fetch(`${url}${to}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
       const text = await r.text();
-      return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as { reply?: { ok: boolean; code?: string }; data?: string } };
+      return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as T };
     };
+    const send = (s: HopSigner, body: object) => hop<{ reply?: { ok: boolean; code?: string }; data?: string }>(HOP_WORKSPACE_PATH, s, body);
     const read = { owner, header: { op: 'read', path: 'notes/n0.txt', offset: 0, length: 100 } };
     expect((await fetch(`${url}${HOP_WORKSPACE_PATH}`, { method: 'POST', body: JSON.stringify(read) })).status).toBe(401);
     expect((await send(new HopSigner({ key: crypto.randomBytes(32) }), read)).status).toBe(401);
@@ -174,21 +176,9 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(written.text).toContain(JSON.stringify(flood.filter((f) => f.ok).map((f) => f.i)).replaceAll(',', ', '));
 
     // Removing deleted users' files: which ones is the database's word, never the request's.
-    const askRemoval = async (s: HopSigner, body: object) => {
-      const sealed = s.sealRequest(HOP_DELETIONS_PATH, JSON.stringify(body));
-      const { header, nonce } = s.signRequest('test', id, HOP_DELETIONS_PATH, sealed);
-      const r = await fetch(`${url}${HOP_DELETIONS_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
-      const text = await r.text();
-      return { status: r.status, answer: () => JSON.parse(s.openAnswer(nonce, 0, text.trim())) as { removed?: number } };
-    };
+    const askRemoval = (s: HopSigner, body: unknown) => hop<{ removed?: number }>(HOP_DELETIONS_PATH, s, body);
     // A store probe: the asker's own only (the id its credential was signed by), never another replica's.
-    const askProbe = async (body: object) => {
-      const sealed = signer.sealRequest(HOP_STORE_PROBE_PATH, JSON.stringify(body));
-      const { header, nonce } = signer.signRequest('test', id, HOP_STORE_PROBE_PATH, sealed);
-      const r = await fetch(`${url}${HOP_STORE_PROBE_PATH}`, { method: 'POST', headers: { [HOP_HEADER]: header }, body: new Uint8Array(sealed) });
-      const text = await r.text();
-      return { status: r.status, answer: () => JSON.parse(signer.openAnswer(nonce, 0, text.trim())) as { store?: string; probe?: string | null } };
-    };
+    const askProbe = (body: object) => hop<{ store?: string; probe?: string | null }>(HOP_STORE_PROBE_PATH, signer, body);
     expect((await fetch(`${url}${HOP_STORE_PROBE_PATH}`, { method: 'POST', body: '{"replica":"test"}' })).status).toBe(401);
     expect((await askProbe({ replica: id })).status).toBe(400);
     expect((await askProbe({ replica: '../../.store-id' })).status).toBe(400);
