@@ -126,7 +126,12 @@ export async function backup(store: Store, dataDir: string, dir: string, say: (l
   const to = path.join(dir, 'workspaces');
   await fsp.mkdir(to, { mode: 0o711 });
   const entries = fs.existsSync(from) ? await fsp.readdir(from, { withFileTypes: true }) : [];
-  const storeId = fs.existsSync(from) ? readStoreId(from) : undefined;
+  let storeId: string | undefined;
+  try {
+    storeId = fs.existsSync(from) ? readStoreId(from) : undefined;
+  } catch (e) {
+    throw new BackupError(`${(e as Error).message}: remove it and start the gateway once (it makes a new one), then back up again`);
+  }
   if (storeId) manifest.storeId = storeId;
   for (const e of entries) {
     if (e.isFile() && e.name.endsWith('.img')) {

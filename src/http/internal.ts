@@ -35,10 +35,13 @@ import { GatewayError } from '../errors.js';
 
 /** File operations from other hosts served at once by this gateway; one more is refused ("try again"). */
 export const MAX_FILE_HOPS_UNDERWAY = 32;
+/** The same for one user's: one user's flood leaves room for the others'. */
+export const MAX_FILE_HOPS_PER_USER = 8;
 /**
  * A file operation from another host reaches the workspace's helper within this long of
- * arriving, or is refused with nothing done: with the helper's own 30 s limit it ends
- * before the sender gives up (35 s, remote-workspace.ts), so no write lands unseen.
+ * its arrival (before its body), or is refused with nothing done: with the helper's own
+ * 30 s limit it ends before the sender gives up (35 s, remote-workspace.ts), unless it
+ * waits in the helper behind other requests of the same workspace.
  */
 export const FILE_HOP_START_WITHIN_MS = 4_000;
 
@@ -66,6 +69,8 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
   };
   /** The credential, checked before the body is read: a request without a valid one costs no upload. */
   const credential: RequestHandler = (req, res, next) => {
+    // When the request arrived, before its body: a file operation's time to start counts from here.
+    res.locals.received = Date.now();
     try {
       res.locals.hop = deps.signer.verifyHeader(req.get(HOP_HEADER), deps.selfId, req.path);
     } catch (e) {
@@ -148,19 +153,23 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
   };
 
   let fileOpsUnderway = 0;
+  const fileOpsOf = new Map<number, number>();
   const workspace: RequestHandler = async (req, res) => {
-    const received = Date.now();
     const v = verified(req, res);
     if (v === undefined) return;
     const hop = parseWorkspaceHop(v);
     if (!hop) return bad(res, 'a file operation');
-    // Other hosts' file operations take a bounded share of this gateway; beyond it, nothing is done and the sender is told to try again.
-    if (fileOpsUnderway >= MAX_FILE_HOPS_UNDERWAY) {
+    // Other hosts' file operations take a bounded share of this gateway, and one user a bounded share of that;
+    // beyond it, nothing is done and the sender is told to try again.
+    const user = hop.owner.userId;
+    const theirs = fileOpsOf.get(user) ?? 0;
+    if (fileOpsUnderway >= MAX_FILE_HOPS_UNDERWAY || theirs >= MAX_FILE_HOPS_PER_USER) {
       return answer(req, res, { error: { reason: 'busy', message: 'the gateway on the host of these files is busy with other file operations: try again in a moment' } });
     }
     fileOpsUnderway++;
+    fileOpsOf.set(user, theirs + 1);
     try {
-      const r = await sandboxes.workspaceRequestHere(hop.owner, hop.header, hop.data, received + FILE_HOP_START_WITHIN_MS);
+      const r = await sandboxes.workspaceRequestHere(hop.owner, hop.header, hop.data, (res.locals.received as number) + FILE_HOP_START_WITHIN_MS);
       answer(req, res, { reply: r.reply, ...(r.data && { data: r.data.toString('base64') }) });
     } catch (e) {
       // A refusal the other gateway shows as the workspace unavailable, with this message.
@@ -168,6 +177,9 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
       answer(req, res, { error: { reason: e instanceof GatewayError ? e.reason : 'internal', message: e instanceof GatewayError ? e.message : 'the gateway on the host of these files could not reach them' } });
     } finally {
       fileOpsUnderway--;
+      const left = (fileOpsOf.get(user) ?? 1) - 1;
+      if (left > 0) fileOpsOf.set(user, left);
+      else fileOpsOf.delete(user);
     }
   };
 

@@ -6,11 +6,25 @@
  * copies of the workspaces listed as deleted (src/sandboxes/stops.ts), so the rest go
  * when their host does come back.
  */
+import { deleteUser } from '../accounts/accounts.js';
+import { sql } from 'kysely';
 import type { Db } from '../store/store.js';
 
-/** Lists workspace `id` as a deleted user's, for every store to remove (again: nothing happens). */
-export async function markWorkspaceDeleted(db: Db, id: string, now = Date.now()): Promise<void> {
-  await db.insertInto('workspace_deletions').values({ workspace_id: id, deleted_at: now }).onConflict((oc) => oc.column('workspace_id').doNothing()).execute();
+/**
+ * Deletes the account of `userId` and, in the same transaction, lists the workspace its
+ * row names as a deleted user's, for every store to remove: a workspace is on the list
+ * only once no user has it, and whatever workspace the user had at the end is on it.
+ */
+export async function deleteAccountListingWorkspace(db: Db, userId: number, now = Date.now()): Promise<boolean> {
+  return db.transaction().execute(async (tx) => {
+    await tx
+      .insertInto('workspace_deletions')
+      .columns(['workspace_id', 'deleted_at'])
+      .expression((eb) => eb.selectFrom('users').select(['workspace_id', sql<number>`CAST(${now} AS BIGINT)`.as('deleted_at')]).where('id', '=', userId).where('workspace_id', 'is not', null))
+      .onConflict((oc) => oc.column('workspace_id').doNothing())
+      .execute();
+    return deleteUser(tx, userId);
+  });
 }
 
 /** Which of `ids` (the workspaces a store has) are deleted users', and named by no user now. */

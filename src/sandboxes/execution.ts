@@ -144,10 +144,17 @@ export class Execution implements SandboxExecution {
       return new Workspace(remoteWorkspace({ id: via.id, internalUrl: via.internalUrl! }, owner, { signer: hop!, selfId: replica!.id, log: this.deps.log }));
     }
     // The row just read names it, unless this is the first use (then one is claimed).
-    const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    const id = user?.workspaceId ?? (await this.firstWorkspace(owner));
     const helper = await this.deps.volumes.helper(id);
     await replica?.noteCopies([id]);
     return new Workspace(helper, () => this.touched(owner));
+  }
+
+  /** The user's first workspace, made on this store (by a file operation, before any run): their files are here from now on. */
+  private async firstWorkspace(owner: SandboxOwner): Promise<string> {
+    const id = (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    await this.deps.replica?.claimFiles([owner.userId]);
+    return id;
   }
 
   async workspaceRequestHere(owner: SandboxOwner, header: Record<string, unknown>, data?: Buffer, startBy = Infinity): Promise<{ reply: HelperReply; data?: Buffer }> {
@@ -156,7 +163,7 @@ export class Execution implements SandboxExecution {
     if (home.where === 'away') throw new WorkspaceError('EUNAVAILABLE', AWAY_MESSAGE);
     if (home.where === 'lost') throw new WorkspaceError('EUNAVAILABLE', LOST_MESSAGE);
     if (home.where !== 'here') throw new WorkspaceError('EUNAVAILABLE', 'your files moved to another sandbox host a moment ago: try again');
-    const id = user?.workspaceId ?? (await this.deps.lifecycle.workspaceIdFor(owner, true))!;
+    const id = user?.workspaceId ?? (await this.firstWorkspace(owner));
     const helper = await this.deps.volumes.helper(id);
     await this.deps.replica?.noteCopies([id]);
     // Too late to start: the sender may give up before it would end. Nothing is done.

@@ -130,7 +130,7 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void> {
     return this.stops.destroyWorkspaceOf(user);
   }
-  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }> {
+  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number | undefined }> {
     return this.stops.removeDeletedElsewhere(user);
   }
   removeDeletedWorkspaces(): Promise<number> {

@@ -11,7 +11,7 @@ import { forgetCgroup } from './cgroup.js';
 import { SandboxError } from './errors.js';
 import type { Held, PartDeps } from './held.js';
 import { askReplica, HOP_DELETIONS_PATH, HOP_STOP_PATH } from './remote.js';
-import { deletedAmong, markWorkspaceDeleted } from '../replicas/deletions.js';
+import { deletedAmong } from '../replicas/deletions.js';
 import { findLeftFor } from './adoption.js';
 import { getUser } from '../accounts/accounts.js';
 import type { Idle } from './idle.js';
@@ -64,17 +64,18 @@ export interface SandboxStops {
   /** Stops every user sandbox with nothing running or queued; how many. */
   stopIdle(by?: string): Promise<number>;
   /**
-   * Removes a user's workspace for good (their sandbox must be stopped first; the admin
-   * deletes the user next): this store's copy, with the workspace listed as a deleted
-   * user's for the other stores (`removeDeletedElsewhere`, `removeDeletedWorkspaces`).
+   * Removes this store's copy of a user's workspace for good (their sandbox must be
+   * stopped first; the account is deleted next, with the workspace listed as a deleted
+   * user's for the other stores: src/users/users.ts, `removeDeletedElsewhere`).
    */
   destroyWorkspaceOf(user: { id: number; workspaceId: string | null }): Promise<void>;
   /**
    * Once a deleted user's account is gone: asks a gateway of each other workspace store
    * holding a copy of their workspace to remove it now. How many such stores still hold
-   * one (no gateway of theirs answered: each removes it when one starts or next looks).
+   * one (no gateway of theirs answered, or it could not yet: each removes it when one
+   * starts or next looks); undefined when the store could not be asked.
    */
-  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }>;
+  removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number | undefined }>;
   /** Removes this store's copies of deleted users' workspaces (`workspace_deletions`); how many. */
   removeDeletedWorkspaces(): Promise<number>;
 }
@@ -149,36 +150,46 @@ export class Stops implements SandboxStops {
     if (this.deps.held.users.has(user.id)) throw new SandboxError('the user still has a sandbox running', 'busy');
     const id = user.workspaceId;
     if (!id) return;
-    const { replica, db, volumes } = this.deps;
-    // Listed first, so that every other store removes its copy once the account is gone (`removeDeletedElsewhere`).
-    if (replica) await markWorkspaceDeleted(db, id);
-    await volumes.destroy(id);
-    await replica?.forgetCopy(id);
+    await this.deps.volumes.destroy(id);
+    await this.deps.replica?.forgetCopy(id);
   }
 
-  async removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number }> {
+  async removeDeletedElsewhere(user: { workspaceId: string | null }): Promise<{ storesLeft: number | undefined }> {
     const { replica, hop, volumes, log } = this.deps;
     const id = user.workspaceId;
     if (!replica || !hop || !id) return { storesLeft: 0 };
-    const stores = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId);
-    if (!stores.length) return { storesLeft: 0 };
-    // A gateway of each store holding a copy, asked to remove its copies now.
-    const live = await replica.live();
-    for (const store of stores) {
-      const r = live.find((x) => x.id !== replica.id && x.internalUrl && x.workspaceStore === store);
-      if (!r) continue;
-      try {
-        await askReplica({ id: r.id, internalUrl: r.internalUrl! }, HOP_DELETIONS_PATH, {}, { signer: hop, selfId: replica.id, timeoutMs: 30_000 });
-      } catch (e) {
-        log.warn({ err: e, store, replica: r.id }, 'could not ask a gateway on another workspace store to remove a deleted user’s files: it does when it next looks');
-      }
+    try {
+      const stores = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId);
+      if (!stores.length) return { storesLeft: 0 };
+      // A gateway of each store holding a copy, all asked at once to remove their copies now.
+      const live = await replica.live();
+      await Promise.allSettled(
+        stores.map(async (store) => {
+          const r = live.find((x) => x.id !== replica.id && x.internalUrl && x.workspaceStore === store);
+          if (!r) return;
+          await askReplica({ id: r.id, internalUrl: r.internalUrl! }, HOP_DELETIONS_PATH, {}, { signer: hop, selfId: replica.id, timeoutMs: 10_000 }).catch((e: unknown) =>
+            log.warn({ err: e, store, replica: r.id }, 'could not ask a gateway on another workspace store to remove a deleted user’s files: it does when it next looks'),
+          );
+        }),
+      );
+      const storesLeft = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId).length;
+      if (storesLeft) log.warn({ workspace: id, stores: storesLeft }, 'a deleted user’s files are still on other workspace stores: each removes them when one of its gateways starts or next looks');
+      return { storesLeft };
+    } catch (e) {
+      log.warn({ err: e, workspace: id }, 'could not ask the other workspace stores to remove a deleted user’s files: each does when it next looks');
+      return { storesLeft: undefined };
     }
-    const storesLeft = (await replica.copiesOf(id)).filter((s) => s !== volumes.storeId).length;
-    if (storesLeft) log.warn({ workspace: id, stores: storesLeft }, 'a deleted user’s files are still on workspace stores out of reach now: each removes them when one of its gateways starts or next looks');
-    return { storesLeft };
   }
 
-  async removeDeletedWorkspaces(): Promise<number> {
+  /** The removal under way: a start, the timer and a hop asking at once share it. */
+  private removing?: Promise<number>;
+
+  removeDeletedWorkspaces(): Promise<number> {
+    this.removing ??= this.removeDeletedNow().finally(() => (this.removing = undefined));
+    return this.removing;
+  }
+
+  private async removeDeletedNow(): Promise<number> {
     const { replica, volumes, db, held, log } = this.deps;
     if (!replica || !volumes.localIds) return 0;
     const gone = await deletedAmong(db, await volumes.localIds());

@@ -20,10 +20,6 @@ export interface SandboxOwner {
   name: string;
 }
 
-/**
- * Where users' workspaces live: host directories (volumes.ts, beside Docker) or claims on
- * a cluster (kubernetes/workspaces.ts). A workspace is known by an id the database keeps.
- */
 /** See WorkspaceStore.probes. */
 export interface StoreProbes {
   /** Writes a fresh mark for `replicaId`; what it says. */
@@ -33,6 +29,10 @@ export interface StoreProbes {
   remove(replicaId: string): void;
 }
 
+/**
+ * Where users' workspaces live: host directories (volumes.ts, beside Docker) or claims on
+ * a cluster (kubernetes/workspaces.ts). A workspace is known by an id the database keeps.
+ */
 export interface WorkspaceStore {
   /**
    * Which files this store reaches: gateways whose stores have the same id see the same

@@ -14,7 +14,8 @@
  * Nothing here writes the audit log: the admin page wraps each call in its audit entry,
  * so the entry's outcome and duration cover the whole use-case.
  */
-import { deleteUser as deleteAccount, setUserDisabled, type User } from '../accounts/accounts.js';
+import { getUser, setUserDisabled, type User } from '../accounts/accounts.js';
+import { deleteAccountListingWorkspace } from '../replicas/deletions.js';
 import type { Db } from '../store/store.js';
 
 /** The web app's sessions: every one of a user's ends (WebSessions, or the sessions table itself). */
@@ -42,7 +43,7 @@ export interface UserSandboxes {
 export interface Workspaces {
   destroyWorkspaceOf(user: User): Promise<void>;
   /** Other workspace stores' copies, once the account is gone: how many stores out of reach now remove theirs later (src/sandboxes/stops.ts). */
-  removeDeletedElsewhere(user: User): Promise<{ storesLeft: number }>;
+  removeDeletedElsewhere(user: User): Promise<{ storesLeft: number | undefined }>;
 }
 
 export interface UserParts {
@@ -83,13 +84,19 @@ export async function enableUser(parts: Pick<UserParts, 'db'>, user: User): Prom
 }
 
 /**
- * Deletes a user and their data: cut off first, then their workspace, then every row of
- * theirs (the store cascades from users). How many workspace stores, out of reach now,
- * remove their copy of the user's files when one of their gateways is back.
+ * Deletes a user and their data: disabled and cut off first, then their workspace, then
+ * every row of theirs (the store cascades from users), their workspace listed for every
+ * store to remove. How many workspace stores, out of reach now, still hold a copy of the
+ * user's files (undefined: it could not be told), each removing it when one of its
+ * gateways is back.
  */
-export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<{ storesLeft: number }> {
+export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, user: User, by?: string): Promise<{ storesLeft: number | undefined }> {
+  // Disabled first: no request of theirs gets in meanwhile (to make them a workspace elsewhere).
+  await setUserDisabled(parts.db, user.id, true);
   await cutOff(parts, user, by);
-  await parts.workspaces.destroyWorkspaceOf(user);
-  await deleteAccount(parts.db, user.id);
-  return parts.workspaces.removeDeletedElsewhere(user);
+  // The workspace they have now (the row read before may be older).
+  const last = (await getUser(parts.db, user.id)) ?? user;
+  await parts.workspaces.destroyWorkspaceOf(last);
+  await deleteAccountListingWorkspace(parts.db, user.id);
+  return parts.workspaces.removeDeletedElsewhere(last);
 }

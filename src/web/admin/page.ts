@@ -234,9 +234,12 @@ export function adminPage(deps: AdminDeps): AdminPage {
       notSelf(req, u, 'delete');
       if (str(req.body.confirm) !== u.name) throw new GatewayError(`Type the user’s name (${u.name}) to delete them.`, { reason: 'invalid_request', status: 400 });
       const { storesLeft } = await audited(req, 'user/delete', u.id, () => deleteUser({ ...userParts, workspaces: sandboxes }, u, admin(req).name));
-      const later = storesLeft
-        ? ` Copies of their files are still on ${storesLeft === 1 ? 'a sandbox host' : `${storesLeft} sandbox hosts`} whose gateways are not running now: they are removed when one of its gateways starts again.`
-        : '';
+      const later =
+        storesLeft === undefined
+          ? ' Whether copies of their files are left on other sandbox hosts could not be checked now: each host removes them when one of its gateways next looks (within five minutes).'
+          : storesLeft
+            ? ` Copies of their files are still on ${storesLeft === 1 ? 'a sandbox host' : `${storesLeft} sandbox hosts`} whose gateways could not remove them now: they are removed when one of its gateways starts again or next looks.`
+            : '';
       await usersAnswer(res, `${u.name} and their data are deleted.${later}`);
     },
 
