@@ -44,7 +44,7 @@ import { loadOrCreateKey } from './secrets/key-file.js';
 import { internalChannel, internalHop } from './http/internal.js';
 import type { SandboxManager } from './sandboxes/manager.js';
 import type { HealthCheck, SandboxDriver, WorkspaceStore } from './sandboxes/types.js';
-import { ownersOfWorkspaces, usersWorkspacesAmong } from './accounts/accounts.js';
+import { ownersOfWorkspaces } from './accounts/accounts.js';
 import { SkillsDir } from './skills/skills.js';
 import { openStore, type Db, type Store } from './store/store.js';
 import { MIGRATIONS } from './migrations.js';
@@ -149,10 +149,10 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
     await gateway.replica?.start();
     // The users whose files are on this store's disk, where no store was named for them yet (an earlier release's rows).
     if (gateway.replica && volumes.localIds) {
-      const local = await volumes.localIds();
-      // Every workspace on this store's disk, recorded as a copy here: deleting its user asks this store too.
-      await gateway.replica.noteCopies(await usersWorkspacesAmong(store.db, local));
-      const claimed = await gateway.replica.claimFiles(await ownersOfWorkspaces(store.db, local));
+      const owners = await ownersOfWorkspaces(store.db, await volumes.localIds());
+      // Every user's workspace on this store's disk, recorded as a copy here: deleting its user asks this store too.
+      await gateway.replica.noteCopies(owners.map((o) => o.workspaceId));
+      const claimed = await gateway.replica.claimFiles(owners.map((o) => o.userId));
       if (claimed) logger.info({ users: claimed, store: volumes.storeId }, 'named this workspace store as where these users\' files are');
     }
     return gateway;

@@ -112,22 +112,12 @@ export async function workspacesOf(db: Db, userIds: readonly number[]): Promise<
   return rows.map((r) => r.workspace_id!);
 }
 
-/** The users whose workspace is one of `ids`. */
-export async function ownersOfWorkspaces(db: Db, ids: readonly string[]): Promise<number[]> {
-  const out: number[] = [];
+/** The users whose workspace is one of `ids`, each with that workspace. */
+export async function ownersOfWorkspaces(db: Db, ids: readonly string[]): Promise<{ userId: number; workspaceId: string }[]> {
+  const out: { userId: number; workspaceId: string }[] = [];
   for (let i = 0; i < ids.length; i += 500) {
-    const rows = await db.selectFrom('users').select('id').where('workspace_id', 'in', ids.slice(i, i + 500)).execute();
-    out.push(...rows.map((r) => r.id));
-  }
-  return out;
-}
-
-/** Which of the workspaces `ids` a user has. */
-export async function usersWorkspacesAmong(db: Db, ids: readonly string[]): Promise<string[]> {
-  const out: string[] = [];
-  for (let i = 0; i < ids.length; i += 500) {
-    const rows = await db.selectFrom('users').select('workspace_id').where('workspace_id', 'in', ids.slice(i, i + 500)).execute();
-    out.push(...rows.map((r) => r.workspace_id!));
+    const rows = await db.selectFrom('users').select(['id', 'workspace_id']).where('workspace_id', 'in', ids.slice(i, i + 500)).execute();
+    out.push(...rows.map((r) => ({ userId: r.id, workspaceId: r.workspace_id! })));
   }
   return out;
 }

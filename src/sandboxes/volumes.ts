@@ -205,18 +205,10 @@ export class WorkspaceVolumes implements WorkspaceStore {
  * network storage) reads the same id, and a folder on another host's own disk has another.
  */
 export function storeIdOf(dir: string): string {
-  const file = path.join(dir, STORE_ID_FILE);
-  const read = () => {
-    const id = fs.readFileSync(file, 'utf8').trim();
-    if (!isStoreId(id)) throw new Error(`${file} does not hold a workspace store id: remove it and a new one is made (this folder is then a new store: users whose files it holds are named again at the next start)`);
-    return id;
-  };
-  try {
-    return read();
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
-  }
+  const found = readStoreId(dir);
+  if (found) return found;
   // Written aside and linked into place: of two gateways starting at once, one id wins and both read it.
+  const file = path.join(dir, STORE_ID_FILE);
   const tmp = `${file}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`;
   fs.writeFileSync(tmp, `${crypto.randomBytes(12).toString('base64url')}\n`, { mode: 0o644 });
   try {
@@ -226,7 +218,7 @@ export function storeIdOf(dir: string): string {
   } finally {
     fs.rmSync(tmp, { force: true });
   }
-  return read();
+  return readStoreId(dir)!;
 }
 
 /** A replica id as a probe's file name: nothing else is ever one. */
@@ -275,7 +267,7 @@ export function isStoreId(id: unknown): id is string {
   return typeof id === 'string' && /^[A-Za-z0-9_-]{8,64}$/.test(id);
 }
 
-/** The store id kept in workspaces folder `dir`, without making one: undefined when it has none. */
+/** The store id kept in workspaces folder `dir` (never through a link), without making one: undefined when it has none. */
 export function readStoreId(dir: string): string | undefined {
   let id: string;
   try {
@@ -289,7 +281,7 @@ export function readStoreId(dir: string): string | undefined {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') return undefined;
     throw e;
   }
-  if (!isStoreId(id)) throw new Error(`${path.join(dir, STORE_ID_FILE)} does not hold a workspace store id`);
+  if (!isStoreId(id)) throw new Error(`${path.join(dir, STORE_ID_FILE)} does not hold a workspace store id: remove it and a new one is made (this folder is then a new store: users whose files it holds are named again at the next start)`);
   return id;
 }
 
