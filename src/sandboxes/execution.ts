@@ -20,7 +20,7 @@ import { claimOne, egressSettings, MAX_CODE_BYTES, runOne } from './run.js';
 import type { ExecuteOptions, ExecuteResult, SandboxOwner } from './types.js';
 import { recordUse, type ExecutionLog } from './usage.js';
 import { Workspace, WorkspaceError } from './workspace.js';
-import type { HelperReply } from './workspace-helper.js';
+import { TOO_LATE_MESSAGE, type HelperReply } from './workspace-helper.js';
 import { CHANGING_OPS, remoteWorkspace } from './remote-workspace.js';
 import type { UserSandbox } from './live.js';
 import { HopChannels } from './hop-channel.js';
@@ -166,10 +166,11 @@ export class Execution implements SandboxExecution {
     const id = user?.workspaceId ?? (await this.firstWorkspace(owner));
     const helper = await this.deps.volumes.helper(id);
     await this.deps.replica?.noteCopies([id]);
-    // Too late to start: the sender may give up before it would end. Nothing is done.
-    if (Date.now() > startBy) throw new WorkspaceError('EUNAVAILABLE', 'the gateway on the host of these files was too slow to start this file operation, so it did nothing: try again');
+    // Too late to start: the sender may give up before it would end. Nothing is done. The
+    // helper holds it behind the workspace's other requests while it still can start in time.
+    if (Date.now() > startBy) throw new WorkspaceError('EUNAVAILABLE', TOO_LATE_MESSAGE);
     if (CHANGING_OPS.has(String(header.op))) this.touched(owner);
-    return helper.request(header, data);
+    return helper.request(header, data, startBy);
   }
 
   execute(owner: SandboxOwner, opts: ExecuteOptions): Promise<ExecuteResult> {

@@ -5,7 +5,11 @@
  * confinement: its own namespaces, chrooted into the workspace, the sandbox's uid with no
  * capability). The gateway itself never opens a path inside a workspace.
  *
- * Requests are pipelined: written at once, answered in order. What comes back is read
+ * Requests are pipelined: written at once, answered in order. One that must start by a
+ * deadline (another host's file operation, whose sender gives up after a while) is held
+ * here instead, with every request after it, until those before it are answered: it is
+ * written only while it can still start in time, and otherwise refused with nothing done.
+ * What comes back is read
  * with the same suspicion as anything from a sandbox's side: a reply header longer than
  * MAX_REPLY_HEADER, a payload larger than asked for, or anything not in the wire format
  * ends the helper (pending requests fail with a clear error; the next one starts a fresh
@@ -63,6 +67,17 @@ interface Pending {
   reject: (e: Error) => void;
 }
 
+/** A request not written to the helper yet. */
+interface Held extends Pending {
+  header: Record<string, unknown>;
+  data?: Buffer;
+  /** Epoch ms after which it is not started (Infinity: no deadline). */
+  startBy: number;
+}
+
+/** What a request refused for its deadline says: nothing was done. */
+export const TOO_LATE_MESSAGE = 'the gateway on the host of these files was too slow to start this file operation, so it did nothing: try again';
+
 /** Raised when the helper itself failed (not a refused request): its message is for users. */
 export class HelperError extends GatewayError {
   override name = 'HelperError';
@@ -79,6 +94,8 @@ export interface HelperRequests {
 export class WorkspaceHelper implements HelperRequests {
   private child?: HelperProcess;
   private readonly queue: Pending[] = [];
+  /** Requests waiting here for those before them (see the top of this file), in order. */
+  private readonly held: Held[] = [];
   /** Bytes received and not yet taken, as the chunks they came in (joined once, when whole). */
   private chunks: Buffer[] = [];
   private buffered = 0;
@@ -92,18 +109,39 @@ export class WorkspaceHelper implements HelperRequests {
 
   constructor(private readonly opts: HelperOptions) {}
 
-  /** Sends one request (with `data` as its payload) and resolves with the reply. */
-  request(header: Record<string, unknown>, data?: Buffer): Promise<{ reply: HelperReply; data?: Buffer }> {
+  /**
+   * Sends one request (with `data` as its payload) and resolves with the reply. With
+   * `startBy` (epoch ms), it is refused with nothing done (a HelperError saying so) when
+   * the requests before it are answered only after that time.
+   */
+  request(header: Record<string, unknown>, data?: Buffer, startBy = Infinity): Promise<{ reply: HelperReply; data?: Buffer }> {
     if (this.closed) return Promise.reject(new HelperError('the workspace is being released'));
-    const child = this.child ?? this.start();
     clearTimeout(this.idle);
     return new Promise((resolve, reject) => {
-      this.queue.push({ resolve, reject });
-      if (this.queue.length === 1) this.armTimer();
-      const line = JSON.stringify(data ? { ...header, bytes: data.length } : header) + '\n';
-      child.stdin.write(line);
-      if (data?.length) child.stdin.write(data);
+      const r: Held = { header, data, startBy, resolve, reject };
+      if (this.held.length || (startBy !== Infinity && this.queue.length)) this.held.push(r);
+      else this.write(r);
     });
+  }
+
+  private write(r: Held): void {
+    const child = this.child ?? this.start();
+    this.queue.push({ resolve: r.resolve, reject: r.reject });
+    if (this.queue.length === 1) this.armTimer();
+    const line = JSON.stringify(r.data ? { ...r.header, bytes: r.data.length } : r.header) + '\n';
+    child.stdin.write(line);
+    if (r.data?.length) child.stdin.write(r.data);
+  }
+
+  /** Writes the held requests that may go now: up to one with a deadline, which goes only once the helper has nothing before it. */
+  private release(): void {
+    while (this.held.length) {
+      const r = this.held[0]!;
+      if (r.startBy !== Infinity && this.queue.length) return;
+      this.held.shift();
+      if (Date.now() > r.startBy) r.reject(new HelperError(TOO_LATE_MESSAGE));
+      else this.write(r);
+    }
   }
 
   /** Ends the helper (pending requests fail); a later request starts a new one unless `final`. */
@@ -229,6 +267,7 @@ export class WorkspaceHelper implements HelperRequests {
     const p = this.queue.shift();
     if (!p) return this.broken('a reply nobody asked for');
     clearTimeout(this.timer);
+    this.release();
     if (this.queue.length) this.armTimer();
     else this.idle = setTimeout(() => void this.close(), this.opts.idleMs ?? IDLE_MS).unref();
     p.resolve({ reply, data });
@@ -254,6 +293,7 @@ export class WorkspaceHelper implements HelperRequests {
     clearTimeout(this.idle);
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     const err = new HelperError(`The workspace could not be reached: ${why}. Try again.`);
-    for (const p of this.queue.splice(0)) p.reject(err);
+    // Those held here were never written: nothing of them was done either.
+    for (const p of [...this.queue.splice(0), ...this.held.splice(0)]) p.reject(err);
   }
 }

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SANDBOX_GID, SANDBOX_UID, Workspace, WorkspaceError } from './workspace.js';
-import { WorkspaceHelper } from './workspace-helper.js';
+import { TOO_LATE_MESSAGE, WorkspaceHelper } from './workspace-helper.js';
 
 let root: string;
 let outside: string;
@@ -153,6 +153,32 @@ describe('Workspace helper confinement', () => {
     expect(listing[0]!.path).toBe('\udcff'.repeat(250));
     expect((await ws.stat(listing[0]!.path)).type).toBe('dir');
     expect(ms).toBeLessThan(5000);
+  });
+
+  it('a request with a deadline waits behind the others and is not started once it has passed', async () => {
+    await ws.write('up.txt', '1');
+    const helperProcess = `workspace_helper.py ${root} `;
+    // The helper stops answering for a while (busy with another request, say).
+    execFileSync('pkill', ['-STOP', '-f', helperProcess]);
+    let lateWrite: Promise<unknown>, inTime: Promise<unknown>;
+    try {
+      const before = helper.request({ op: 'write', path: 'before.txt' }, Buffer.from('a'));
+      lateWrite = helper.request({ op: 'write', path: 'late.txt' }, Buffer.from('b'), Date.now() + 150);
+      const after = helper.request({ op: 'write', path: 'after.txt' }, Buffer.from('c'));
+      inTime = helper.request({ op: 'write', path: 'in-time.txt' }, Buffer.from('d'), Date.now() + 20_000);
+      lateWrite.catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 600));
+      execFileSync('pkill', ['-CONT', '-f', helperProcess]);
+      expect((await before).reply.ok).toBe(true);
+      expect((await after).reply.ok).toBe(true);
+    } finally {
+      execFileSync('pkill', ['-CONT', '-f', helperProcess]);
+    }
+    await expect(lateWrite).rejects.toThrow(TOO_LATE_MESSAGE);
+    expect(((await inTime) as { reply: { ok: boolean } }).reply.ok).toBe(true);
+    // The late one did nothing; those around it were done, in order.
+    expect(fs.existsSync(path.join(root, 'late.txt'))).toBe(false);
+    for (const [f, d] of [['before.txt', 'a'], ['after.txt', 'c'], ['in-time.txt', 'd']]) expect(fs.readFileSync(path.join(root, f!), 'utf8')).toBe(d);
   });
 
   it('a helper that dies is replaced on the next request', async () => {
