@@ -148,6 +148,43 @@ describe('sandgate sandboxes', () => {
   });
 });
 
+describe('sandgate stores', () => {
+  it('lists the workspace stores and forgets a lost one, refusing one whose gateway may be restarting', async () => {
+    const now = Date.now();
+    await h.store.db
+      .insertInto('workspace_stores')
+      .values([
+        { id: 'host-gone', seen_at: now - 3_600_000 },
+        { id: 'host-restarting', seen_at: now - 30_000 },
+      ])
+      .execute();
+    await h.store.db
+      .insertInto('workspace_copies')
+      .values([
+        { workspace_id: 'ws-stores-0001', store: 'host-gone' },
+        { workspace_id: 'ws-stores-0001', store: 'host-restarting' },
+      ])
+      .execute();
+    const listed = await cli('stores', 'list');
+    expect(listed.code).toBe(0);
+    expect(listed.out).toMatch(/^STORE\s+STATE\s+LAST SEEN\s+GATEWAYS\s+USERS\s+COPIES\s+OF DELETED USERS\n/);
+    expect(listed.out).toMatch(/\nhost-gone\s+lost\s+\S+\s+-\s+0\s+1\s+0/);
+    expect(listed.out).toMatch(/\nhost-restarting\s+away\s/);
+    const json = JSON.parse((await cli('stores', 'list', '--json')).out) as { id: string; state: string }[];
+    expect(json.filter((r) => r.id.startsWith('host-'))).toMatchObject([{ id: 'host-gone', state: 'lost' }, { id: 'host-restarting', state: 'away' }]);
+
+    const refused = await cli('stores', 'forget', 'host-restarting');
+    expect(refused.code).toBe(1);
+    expect(refused.err).toMatch(/was running 30 s ago: it may be restarting/);
+    const forgot = await cli('stores', 'forget', 'host-gone');
+    expect(forgot.code).toBe(0);
+    expect(forgot.out).toMatch(/^Forgot workspace store host-gone: 1 workspace copies \(0 of deleted users\)/);
+    expect((await cli('stores', 'list')).out).not.toMatch(/host-gone/);
+    expect((await cli('stores', 'forget', 'host-gone')).err).toMatch(/no workspace store host-gone is known/);
+    expect((await cli('stores', 'forget')).code).toBe(2);
+  });
+});
+
 describe('sandgate audit', () => {
   it('shows one user’s entries with argument shapes', async () => {
     const alice = (await findUser(h.store.db, 'alice'))!;

@@ -28,6 +28,8 @@ async function main(): Promise<number> {
     dataDir: config.dataDir,
     publicUrl: config.publicUrl,
     maxTokensPerUser: config.maxTokensPerUser,
+    replicaLeaseMs: config.replicaLeaseMs,
+    hostLostSec: config.hostLostSec,
     githubInstall: !!config.githubClientId,
     readSecret: async () => {
       const chunks: Buffer[] = [];

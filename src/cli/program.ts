@@ -21,6 +21,7 @@ import { createToken, findTokenBySecret, getToken, listTokens, parseExpiry, revo
 import { listSandboxes, stopUserSandbox } from './sandboxes.js';
 import { backup, BackupError, restore } from './backup.js';
 import { copyStore } from '../store/copy.js';
+import { forgetWorkspaceStore, listWorkspaceStores, StoreNotForgotten } from '../replicas/stores.js';
 import { deleteUserSessions } from '../auth/sessions.js';
 import { disableUser, enableUser, stillRefused } from '../users/users.js';
 import { utcText } from '../dates.js';
@@ -44,6 +45,10 @@ export interface CliContext {
   out(text: string): void;
   err(text: string): void;
   now?: () => number;
+  /** SANDGATE_REPLICA_LEASE_MS: a gateway whose heartbeat is older is not running. */
+  replicaLeaseMs?: number;
+  /** SANDGATE_HOST_LOST_SEC: a workspace store with no running gateway for this long is lost. */
+  hostLostSec?: number;
   /** Opens (creating its tables in) the Postgres database at `url`, for `db copy`. */
   openStoreAt?(url: string): Promise<Store>;
 }
@@ -255,6 +260,38 @@ export function buildProgram(ctx: CliContext, store: () => Promise<Store>): Comm
       const u = await requireUser(await db(), name);
       const stopped = await stopUserSandbox(ctx.driver(), await db(), u);
       ctx.out(stopped ? `Stopped ${stopped} sandbox container(s) of ${u.name}.` : `${u.name} has no running sandbox.`);
+    });
+
+  // ---------------------------------------------------------------- workspace stores
+  const stores = program.command('stores').description('Workspace stores: where users’ files are kept (one per host that keeps them on its own disk)');
+  const storeTimes = () => ({ leaseMs: ctx.replicaLeaseMs ?? 4000, lostMs: ctx.hostLostSec === undefined ? undefined : ctx.hostLostSec * 1000, now: now() });
+  stores
+    .command('list')
+    .description('List the workspace stores the database knows of: their gateways, and what each holds')
+    .option('--json', 'print JSON')
+    .action(async (o: { json?: boolean }) => {
+      const list = await listWorkspaceStores(await db(), storeTimes());
+      if (o.json) return ctx.out(JSON.stringify(list, null, 2));
+      if (!list.length) return ctx.out('No workspace stores yet: one is recorded when a gateway on Postgres starts.');
+      ctx.out(
+        table(
+          ['STORE', 'STATE', 'LAST SEEN', 'GATEWAYS', 'USERS', 'COPIES', 'OF DELETED USERS'],
+          list.map((r) => [r.id, r.state, iso(r.seenAt), r.gateways.map((g) => `${g.id}@${g.sandboxHost}${g.draining ? ' (stopping)' : ''}`).join(', ') || '-', String(r.users), String(r.copies), String(r.deletedCopies)]),
+        ),
+      );
+    });
+  stores
+    .command('forget')
+    .description('Forget a lost workspace store whose host is retired for good: its users’ next runs start with empty workspaces, as they would anyway')
+    .argument('<store>', 'its id, as `sandgate stores list` shows it')
+    .action(async (id: string) => {
+      const gone = await forgetWorkspaceStore(await db(), id, storeTimes()).catch((e: unknown) => {
+        throw e instanceof StoreNotForgotten ? new CliError(e.message) : e;
+      });
+      ctx.out(
+        `Forgot workspace store ${id}: ${gone.copies} workspace copies (${gone.deletedCopies} of deleted users), and ${gone.users} users’ record that their files are there. ` +
+          'If its host does come back, its gateway records what it holds when it starts, and removes the deleted users’ files.',
+      );
     });
 
   // ---------------------------------------------------------------- provider keys

@@ -183,7 +183,11 @@ export class Replica {
     // The last beat is too old: another replica may be taking a lease right now, and a
     // renewal could land between its read and its write. Every lease is given up here (and
     // freed in the store below) and taken again through acquire, never renewed blindly.
-    if (!this.fresh()) this.lose([...this.held.keys()]);
+    if (!this.fresh()) {
+      this.lose([...this.held.keys()]);
+      // Its store may have been forgotten meanwhile (`sandgate stores forget`): copies are recorded again as they are used.
+      this.copies.clear();
+    }
     try {
       await this.retryReleases();
       // Where it is reached goes with every beat: a write of it that failed once is made good.
