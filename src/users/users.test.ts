@@ -120,10 +120,14 @@ describe('what is done to a user as a whole', () => {
     expect(await sessionsOf(bob)).toBe(1);
   });
 
-  it('a workspace that cannot be removed leaves the account in place (cut off), so the delete can be tried again', async () => {
-    await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(/still has a sandbox/);
+  it('a workspace that cannot be removed leaves the account in place (disabled, cut off), says so, and the delete can be tried again', async () => {
+    await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(
+      /^alice is disabled and signed out everywhere, but their files could not be removed \(the user still has a sandbox running\), so nothing else of theirs was deleted\. Delete them again/,
+    );
     expect(calls).not.toContain('elsewhere');
-    expect(await getUser(store.db, alice.id)).toBeDefined();
+    expect((await getUser(store.db, alice.id))?.disabledAt).not.toBeNull();
     expect(await sessionsOf(alice)).toBe(0);
+    await deleteUser({ ...gatewayParts(), workspaces }, (await getUser(store.db, alice.id))!, 'root');
+    expect(await getUser(store.db, alice.id)).toBeUndefined();
   });
 });

@@ -14,6 +14,7 @@
  * Nothing here writes the audit log: the admin page wraps each call in its audit entry,
  * so the entry's outcome and duration cover the whole use-case.
  */
+import { GatewayError } from '../errors.js';
 import { getUser, setUserDisabled, type User } from '../accounts/accounts.js';
 import { deleteAccountListingWorkspace } from '../replicas/deletions.js';
 import type { Db } from '../store/store.js';
@@ -96,7 +97,16 @@ export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, 
   await cutOff(parts, user, by);
   // The workspace they have now (the row read before may be older).
   const last = (await getUser(parts.db, user.id)) ?? user;
-  await parts.workspaces.destroyWorkspaceOf(last);
+  try {
+    await parts.workspaces.destroyWorkspaceOf(last);
+  } catch (e) {
+    // Left disabled: the admin meant them gone. Saying so, and what to do, is the admin's answer.
+    const why = e instanceof Error ? e.message : String(e);
+    throw new GatewayError(
+      `${user.name} is disabled and signed out everywhere, but their files could not be removed (${why}), so nothing else of theirs was deleted. Delete them again to try once more, or enable them to let them back in.`,
+      { reason: 'workspace_unavailable', status: 503, cause: e },
+    );
+  }
   await deleteAccountListingWorkspace(parts.db, user.id);
   return parts.workspaces.removeDeletedElsewhere(last);
 }
