@@ -35,8 +35,9 @@ import { IDENTITY_BOUNDARY, type ModelBoundary } from './pii/boundary.js';
 import { createDetector, detectorOptions, loadOrCreatePiiKey, parsePiiSettings, PiiVault, preloadWordKnowledge, ttlMs } from './pii/index.js';
 import { createPiiBoundary, dropInactiveTokenScopes } from './pii/pii-boundary.js';
 import { createDriver, createSandboxManager, createWorkspaceStore, gatewayIdFor } from './sandboxes/index.js';
-import { replicaKeyAgrees, storeShared } from './sandboxes/remote.js';
-import { ConfigError, KeyFileError } from './errors.js';
+import { replicaKeyAgrees } from './sandboxes/remote.js';
+import { StoreCopyCheck } from './sandboxes/store-copies.js';
+import { KeyFileError } from './errors.js';
 import { Replica } from './replicas/leases.js';
 import { HopSigner, replicaSubkey } from './replicas/hop-auth.js';
 import { internalUrlFor } from './replicas/internal-url.js';
@@ -112,6 +113,12 @@ export interface Gateway {
    * over as they fall idle, within SANDGATE_DRAIN_SEC. Alone, it returns at once.
    */
   drain(): Promise<void>;
+  /**
+   * Once it serves, on a replica of several: `onCopied` is told (once) when a replica that
+   * started before this one turns up on its workspace store id with another folder (one of
+   * the two folders was copied): this one must stop (src/sandboxes/store-copies.ts).
+   */
+  watchWorkspaceStore(onCopied: (message: string) => void): void;
   /** `stopAll` also stops user sandboxes (otherwise the next start adopts them). */
   close(opts?: { stopAll?: boolean; releaseVolumes?: boolean }): Promise<void>;
 }
@@ -142,9 +149,9 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
   fs.chmodSync(config.dataDir, 0o700);
   const store = await openStore(config, MIGRATIONS);
   try {
-    const { gateway, hop, volumes } = compose(config, logger, parts, store);
+    const { gateway, volumes, hop, storeCopies } = compose(config, logger, parts, store);
     if (gateway.replica && hop) await refuseAnotherReplicaKey(gateway.replica, hop, logger);
-    if (gateway.replica && hop) await refuseCopiedWorkspaceStore(gateway.replica, hop, volumes, logger);
+    await storeCopies?.atStart();
     // Registered before anything may take a sandbox (an adoption at start, the first run).
     await gateway.replica?.start();
     // The users whose files are on this store's disk, where no store was named for them yet (an earlier release's rows).
@@ -182,36 +189,7 @@ async function refuseAnotherReplicaKey(replica: Replica, hop: HopSigner, logger:
   if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id) }, 'no other replica answered to confirm the replica key is shared: if it is not, runs sent between replicas will fail');
 }
 
-/**
- * A workspaces folder with the store id of one another live replica uses, but not that
- * folder (a data directory or a disk copied from another host): both would take the users'
- * files for their own, each serving them from its own copy. The gateway writes a probe
- * into its folder and asks those replicas to read it through theirs; when one does not
- * find it, the gateway does not start, and says what to do. When none answers, it starts.
- */
-async function refuseCopiedWorkspaceStore(replica: Replica, hop: HopSigner, volumes: WorkspaceStore, logger: Logger): Promise<void> {
-  const probes = volumes.probes;
-  if (!probes) return;
-  const live = (await replica.live()).filter((r) => r.id !== replica.id && r.internalUrl && r.workspaceStore === volumes.storeId);
-  if (!live.length) return;
-  const others = live.map((r) => ({ id: r.id, internalUrl: r.internalUrl! }));
-  const word = probes.write(replica.id);
-  try {
-    const r = await storeShared(others, word, { signer: hop, selfId: replica.id });
-    if (r.result === 'differs') {
-      const host = live.find((o) => o.id === r.replica)?.sandboxHost ?? 'another host';
-      throw new ConfigError(
-        `this gateway's workspaces folder has the workspace store id (${volumes.storeId}) of the folder the gateway ${r.replica} on ${host} uses, but it is another folder: one of the two was copied from the other (a data directory or a disk). ` +
-          'On the host set up by copying, remove workspaces/.store-id from the data directory before its gateway starts (its folder is then a store of its own: copy only the key files to set up a host); or mount the one folder on both',
-      );
-    }
-    if (r.result === 'unknown') logger.warn({ replicas: others.map((o) => o.id), store: volumes.storeId }, 'no replica on this workspace store answered to confirm it shares this folder');
-  } finally {
-    probes.remove(replica.id);
-  }
-}
-
-function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner; volumes: WorkspaceStore } {
+function compose(config: Config, logger: Logger, parts: GatewayParts, store: Store): { gateway: Gateway; hop?: HopSigner; volumes: WorkspaceStore; storeCopies?: StoreCopyCheck } {
   const upstream = createUpstream({ config, db: store.db, audit: (e) => recordAudit(store.db, e), logger });
   const driver = parts.driver ?? createDriver(config, logger);
   // This gateway among the replicas on its store. On SQLite it is the only one (one process
@@ -229,6 +207,8 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
   // sealed, with keys derived from the installation's replica key.
   const replicaKey = replica && loadOrCreateKey(config.dataDir, 'replicas.key', { configured: config.replicaKey || undefined, setting: 'SANDGATE_REPLICA_KEY' });
   const hop = replicaKey && new HopSigner({ key: replicaSubkey(replicaKey, 'internal hop') });
+  // Whether another live replica on this workspace store id has another folder (a copied one): at start, and while it runs.
+  const storeCopies = replica && hop && volumes.probes ? new StoreCopyCheck(replica, hop, volumes, logger.child({ module: 'replicas' })) : undefined;
   const liveKey = replicaKey && replicaSubkey(replicaKey, 'live updates');
   const manager = createSandboxManager(config, store.db, logger, { driver, volumes, prepareTools: upstream.prepareTools, replica, hop });
   manager.setBridgeHandler(upstream.bridgeHandler);
@@ -445,9 +425,11 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       logger.info({ ms: Date.now() - t0 }, 'drained');
     },
     hopRunsUnderway: () => channelUpgrade?.underway() ?? 0,
+    watchWorkspaceStore: (onCopied) => storeCopies?.watch(onCopied),
     async close(opts = {}) {
       closed = true;
       unobserve();
+      storeCopies?.stop();
       channelUpgrade?.close();
       await agent.close();
       await web.close();
@@ -467,5 +449,5 @@ function compose(config: Config, logger: Logger, parts: GatewayParts, store: Sto
       await stopTracing?.();
     },
   };
-  return { gateway, hop: hop || undefined, volumes };
+  return { gateway, hop: hop || undefined, volumes, storeCopies };
 }

@@ -111,7 +111,8 @@ async function main(): Promise<void> {
   });
 
   let stopping = false;
-  const shutdown = (signal: string) => {
+  /** Drains, then closes; `code` is the exit status (2: a setting the operator must fix). */
+  const shutdown = (signal: string, code = 0) => {
     if (stopping) {
       logger.warn('second signal: exiting now');
       process.exit(1);
@@ -138,11 +139,17 @@ async function main(): Promise<void> {
       .catch((e) => logger.error({ err: e }, 'shutdown failed'))
       .finally(() => {
         logger.info('stopped');
-        process.exit(0);
+        process.exit(code);
       });
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  // Two folders under one workspace store id, found while serving: the later gateway of the two stops, as it would not have started.
+  gateway.watchWorkspaceStore((message) => {
+    logger.error({ err: message }, 'this gateway stops: its workspaces folder is a copy of another gateway’s');
+    process.stderr.write(`sandgate: ${message}\n`);
+    shutdown('copied workspace store', 2);
+  });
 }
 
 main().catch((e: unknown) => {

@@ -228,6 +228,44 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     await killAndClean([], copy);
   }, 120_000);
 
+  it('stops a gateway on a copied folder that started while the original’s gateway was not running, once that one is back', async () => {
+    const h = await home();
+    const original = procs[h]!;
+    const copy = fs.mkdtempSync(path.join(os.tmpdir(), 'sandgate-host-copy-'));
+    for (const f of fs.readdirSync(dirs[h]).filter((f) => f.endsWith('.key'))) fs.copyFileSync(path.join(dirs[h], f), path.join(copy, f));
+    fs.mkdirSync(path.join(copy, 'workspaces'), { mode: 0o711 });
+    fs.copyFileSync(path.join(dirs[h], 'workspaces', '.store-id'), path.join(copy, 'workspaces', '.store-id'));
+    const heartbeats = async () => (await store!.db.selectFrom('gateway_replicas').select('heartbeat_at').where('workspace_store', '=', storeIdOf(h)).execute()).map((r) => Number(r.heartbeat_at));
+    // The original's gateway is paused (cut off, say) until no replica on its store counts as running.
+    original.child.kill('SIGSTOP');
+    let cloned: GatewayProcess | undefined;
+    try {
+      await eventually(async () => (await heartbeats()).every((t) => t < Date.now() - LEASE_MS - 500), 20_000);
+      // So the copy passes the check at start: no live replica has its store id.
+      cloned = startGatewayProcess({ ...env(h), SANDGATE_DATA_DIR: copy, SANDGATE_PORT: String(await freePort()) });
+      gateways.push(cloned);
+      await cloned.ready();
+    } finally {
+      original.child.kill('SIGCONT');
+    }
+    // Back, the original is a replica on its store that started before the copy: the copy asks it, and stops.
+    expect(await Promise.race([cloned.exited, new Promise((r) => setTimeout(() => r('still running after 60 s'), 60_000))])).toBe(2);
+    expect(cloned.output()).toMatch(/this gateway stops: its workspaces folder is a copy of another gateway’s/);
+    expect(cloned.output()).toMatch(/workspaces folder has the workspace store id \([^)]+\) of the folder the gateway \S+ on \S+ uses, but it is another folder/);
+    expect(fs.readdirSync(path.join(copy, 'workspaces')).filter((n) => n.startsWith('.store-probe-'))).toEqual([]);
+    // The original goes on serving the user's files, never asked to stop.
+    expect(original.child.exitCode).toBeNull();
+    let last = '';
+    await eventually(async () => {
+      const x = await run("print(open('/workspace/notes/n0.txt').read())");
+      last = x.text;
+      return x.ok;
+    }, 30_000).catch(() => expect.fail(last));
+    expect(last).toContain('note 0');
+    expect(await home()).toBe(h);
+    await killAndClean([], copy);
+  }, 180_000);
+
   it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {
     const h = await home();
     const g = procs[h]!;
@@ -375,9 +413,20 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(bobGone.status).toBe(200);
     expect(await bobGone.text()).toMatch(/bob and their data are deleted\. Copies of their files are still on a sandbox host whose gateways could not remove them now: they are removed when one of its gateways starts again/);
     expect(fs.existsSync(image(h, bobWs))).toBe(true);
+    // The admin page says where: the host with no gateway now holds one deleted user's copy.
+    const storeRow = async (host: 'a' | 'b') => {
+      const html = await (await admin.get('/admin')).text();
+      return html.match(new RegExp(`<tr class="store-(\\w+)"><td><code>${storeIdOf(host)}</code></td>(?:<td>[^<]*</td>){5}<td>(\\d+)</td></tr>`))?.slice(1);
+    };
+    const [state, toRemove] = (await storeRow(h)) ?? [];
+    // Away, or lost once SANDGATE_HOST_LOST_SEC has passed since its gateway stopped.
+    expect(['away', 'lost']).toContain(state);
+    expect(toRemove).toBe('1');
+    expect(await storeRow(other)).toEqual(['live', '0']);
     const back = await start(h);
     await until(() => back.output().includes('removed this store’s copies of deleted users’ workspaces'), 30_000);
     expect(fs.existsSync(image(h, bobWs))).toBe(false);
+    expect(await storeRow(h)).toEqual(['live', '0']);
     expect(fs.existsSync(image(h, rootWs))).toBe(true);
     const kept = await callTool(lb!.url, root!.token, 'read_file', { path: 'kept.txt' });
     expect(kept.text).toContain('kept');

@@ -399,26 +399,34 @@ export async function replicaKeyAgrees(others: readonly HopTarget[], o: AskOptio
 /**
  * Whether the replicas `others`, on this one's workspace store by its id, see this
  * folder: each is asked for the probe `word` written for `selfId` (WorkspaceStore.probes),
- * read through its own folder, until one answers (for `withinMs`, while a shared folder
- * shows a new file late). 'differs' when one answers that its folder has no such probe, or
- * another: the two folders are not one (copied from the other host's).
+ * read through its own folder, again and again for `withinMs` while a shared folder may
+ * show a new file late. 'shared' when every one that answered found it; 'differs' when
+ * one kept answering without it (or with another): the two folders are not one (copied
+ * from the other host's); 'unknown' when none answered.
  */
 export async function storeShared(others: readonly HopTarget[], word: string, o: AskOptions & { withinMs?: number }): Promise<{ result: 'shared' | 'unknown' } | { result: 'differs'; replica: string }> {
   const end = Date.now() + (o.withinMs ?? 10_000);
+  const found = new Set<string>();
   for (;;) {
-    let heard: string | undefined;
+    let answered = 0;
+    let missing: string | undefined;
     for (const target of others) {
+      if (found.has(target.id)) {
+        answered++;
+        continue;
+      }
       try {
         const a = (await askReplica(target, HOP_STORE_PROBE_PATH, { replica: o.selfId }, { ...o, timeoutMs: o.timeoutMs ?? 3000 })) as { probe?: unknown };
-        if (a?.probe === word) return { result: 'shared' };
-        heard ??= target.id;
+        answered++;
+        if (a?.probe === word) found.add(target.id);
+        else missing ??= target.id;
       } catch {
-        /* the next one */
+        /* no answer: nothing to tell from this one */
       }
     }
-    // Nobody answered: nothing to tell. Answered without the probe: asked again while a shared folder may show it late.
-    if (!heard) return { result: 'unknown' };
-    if (Date.now() >= end) return { result: 'differs', replica: heard };
+    if (!answered) return { result: 'unknown' };
+    if (!missing) return { result: 'shared' };
+    if (Date.now() >= end) return { result: 'differs', replica: missing };
     await new Promise((r) => setTimeout(r, 500));
   }
 }

@@ -26,13 +26,14 @@ import { getUser, setUserPermissions, type User } from '../../accounts/accounts.
 import { getToken, revokeToken } from '../../tokens/tokens.js';
 import type { Upstream } from '../../upstream/index.js';
 import { deleteUser, disableUser, enableUser, stillRefused, type UserParts } from '../../users/users.js';
+import { listWorkspaceStores } from '../../replicas/stores.js';
 import { SandboxMonitor, type SandboxSnapshot } from './sandbox-monitor.js';
 import { authenticateToken, bearerToken } from '../../auth/bearer.js';
 import type { WebSessions } from '../../auth/session-middleware.js';
 import { sendRefusal } from '../../http/errors.js';
 import type { LiveHub } from '../live/hub.js';
 import { renderPage, renderPartial } from '../render.js';
-import { AUDIT_CSV_MAX, AUDIT_PAGE, PERIODS, auditFilter, auditRow, pageNumber, sandboxView, str, strays, tokensView, upstreamView, networkView, usageOf, userNames, usersView } from './view.js';
+import { AUDIT_CSV_MAX, AUDIT_PAGE, PERIODS, auditFilter, auditRow, pageNumber, sandboxView, storesView, str, strays, tokensView, upstreamView, networkView, usageOf, userNames, usersView } from './view.js';
 
 export interface AdminDeps {
   config: Config;
@@ -169,7 +170,9 @@ export function adminPage(deps: AdminDeps): AdminPage {
 
     async sandboxes(req, res) {
       const snap = await monitor.sample();
-      renderPage(res, 'admin/sandboxes', { ...page(req), live: 'admin' }, { title: 'Admin · sandboxes', tab: 'sandboxes', ...sandboxView(snap), preflight: deps.preflight(), ...(await strays(sandboxes)) });
+      // With gateways on several sandbox hosts: each host's workspace store (none on SQLite).
+      const stores = await listWorkspaceStores(db, { leaseMs: config.replicaLeaseMs, lostMs: config.hostLostSec * 1000 });
+      renderPage(res, 'admin/sandboxes', { ...page(req), live: 'admin' }, { title: 'Admin · sandboxes', tab: 'sandboxes', ...sandboxView(snap), preflight: deps.preflight(), ...(await strays(sandboxes)), stores: storesView(stores) });
     },
     async sandboxRows(_req, res) {
       res.type('html').send(rowsHtml(await monitor.sample()));

@@ -10,6 +10,7 @@ import type { Config } from '../../config.js';
 import { utcText } from '../../dates.js';
 import { GatewayError } from '../../errors.js';
 import type { SandboxInspection } from '../../sandboxes/inspection.js';
+import type { WorkspaceStoreRow } from '../../replicas/stores.js';
 import { executionUsage, sandboxRecords } from '../../sandboxes/records.js';
 import type { Db } from '../../store/store.js';
 import { findUser, listUsers } from '../../accounts/accounts.js';
@@ -52,6 +53,15 @@ export const sandboxView = (snap: SandboxSnapshot) => ({
   runtime: snap.runtime,
   unreachable: snap.unreachable,
 });
+
+/** Each workspace store (a sandbox host keeping files on its own disk), as `sandgate stores list` shows it. */
+export const storesView = (stores: WorkspaceStoreRow[], now = Date.now()) =>
+  stores.map((r) => ({
+    ...r,
+    stateText: r.state === 'live' ? 'running' : r.state === 'away' ? 'no gateway now (restarting?)' : 'lost',
+    seen: r.state === 'live' ? 'now' : `${ago(r.seenAt, now)} ago`,
+    gatewayText: r.gateways.map((g) => `${g.sandboxHost}${g.draining ? ' (stopping)' : ''}`).join(', ') || '–',
+  }));
 
 /** Containers nobody tracks, and runtime processes whose container is gone. */
 export async function strays(sandboxes: SandboxInspection) {
