@@ -154,6 +154,20 @@ describe('sandbox leases across replicas', () => {
     expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 2 });
   });
 
+  it('beats first when a lease is asked for after its heartbeat fell behind (a loaded host), instead of refusing', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    const lost: number[] = [];
+    a.onLost((userId) => lost.push(userId));
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    clock.advance(LEASE_MS); // no beat for a whole lease time, and none due before the next ask
+    expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 2 });
+    // The late beat gave the old lease up first: never renewed blindly.
+    expect(lost).toEqual([u.id]);
+    expect(a.holds(u.id)).toBe(true);
+  });
+
   it('tells the manager when a lease is seen in other hands', async () => {
     const { clock, replica } = cluster();
     const a = await replica('a');

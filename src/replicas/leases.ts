@@ -294,6 +294,10 @@ export class Replica {
    */
   async acquire(userId: number): Promise<LeaseResult> {
     if (this.draining) throw new LeaseLost('this gateway is stopping: it takes no new sandbox');
+    // Its last heartbeat is late (a loaded host, a slow store): one now (or the one under
+    // way), and the lease is taken if it lands, rather than the run turned away.
+    if (!this.fresh()) await this.beat();
+    if (this.draining) throw new LeaseLost('this gateway is stopping: it takes no new sandbox');
     if (!this.fresh()) throw new LeaseLost('this gateway cannot reach the store: it takes no sandbox until it can');
     // A release begun earlier lands first, so it cannot undo this take.
     await this.releasing.get(userId);
