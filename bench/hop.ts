@@ -7,11 +7,13 @@
  *
  *   node --import tsx bench/hop.ts     (BENCH_ROUNDS, default 5; BENCH_CALLS per side and round,
  *                                      default 1000; BENCH_WARMUP, default 200;
+ *                                      BENCH_TASKS=1 for a client declaring MCP tasks;
  *                                      BENCH_NODE_ARGS for both gateways' node)
  *
  * Each round starts a fresh pair of gateways (which cores they land on, and how their
  * code warms, differ from one start to the next more than from call to call). Prints
- * p50, p95 and mean of each side and their difference (the hop's own cost: a sealed
+ * p50, p95 and mean of each side, the CPU time each gateway spent a call on each side
+ * (/proc/PID/stat), and their difference (the hop's own cost: a sealed
  * frame each way, the holder saying it took the run, and the processes it wakes) for
  * every round, then the median and range of the rounds' p50 differences.
  *
@@ -20,13 +22,15 @@
  * kept WebSocket (the same `ws` library, a "taken" frame and an answer frame). What the
  * hop adds beyond that is the gateways' own work and the cost of waking them.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { executeOverMcp, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from '../test/support/gateway-process.js';
 import { startPostgresCluster } from '../test/support/postgres.js';
+import { modernRequest } from '../test/support/raw-request.js';
+import { TASKS_EXTENSION } from '../src/mcp/tasks/tasks.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const CALLS = Number(process.env.BENCH_CALLS ?? 1000);
@@ -36,16 +40,35 @@ const BLOCK = 20;
 const pct = (xs: number[], p: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))]!;
 const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length;
 
-/** WARMUP calls, then CALLS timed calls of each side in alternating blocks of BLOCK. */
-async function alternated(direct: () => Promise<number>, hopped: () => Promise<number>): Promise<[number[], number[]]> {
+/**
+ * WARMUP calls, then CALLS timed calls of each side in alternating blocks of BLOCK. With
+ * `cpu` (each process's CPU time so far, in ms), also the CPU time each process spent on
+ * each side's blocks, per call.
+ */
+async function alternated(direct: () => Promise<number>, hopped: () => Promise<number>, cpu?: () => number[]): Promise<[number[], number[], number[][]]> {
   for (let i = 0; i < WARMUP; i++) await (i % 2 ? direct() : hopped());
   const times: [number[], number[]] = [[], []];
+  const spent: number[][] = [[], []];
+  const block = async (side: 0 | 1, call: () => Promise<number>) => {
+    const before = cpu?.() ?? [];
+    for (let i = 0; i < BLOCK; i++) times[side].push(await call());
+    const after = cpu?.() ?? [];
+    after.forEach((t, k) => (spent[side]![k] = (spent[side]![k] ?? 0) + t - before[k]!));
+  };
   while (times[0].length < CALLS) {
-    for (let i = 0; i < BLOCK; i++) times[0].push(await direct());
-    for (let i = 0; i < BLOCK; i++) times[1].push(await hopped());
+    await block(0, direct);
+    await block(1, hopped);
   }
-  return times;
+  return [times[0], times[1], spent.map((side, k) => side.map((t) => t / times[k as 0 | 1].length))];
 }
+
+const CLOCK_TICKS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+/** The CPU time (user and system) process `pid` has used, in ms (proc(5): fields 14 and 15 of its stat). */
+const cpuMsOf = (pid: number): number => {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1000) / CLOCK_TICKS;
+};
 
 const f = (ms: number) => `${ms >= 0 ? '+' : ''}${ms.toFixed(2)} ms`;
 
@@ -65,19 +88,27 @@ async function round(cluster: Awaited<ReturnType<typeof startPostgresCluster>>, 
     const b = startGatewayProcess(env, nodeArgs);
     gateways.push(a, b);
     const [urlA, urlB] = await Promise.all([a.ready(), b.ready()]);
+    // BENCH_TASKS=1: a client that declares MCP tasks (its runs are kept runs, which live where the sandbox does).
+    const tasks = process.env.BENCH_TASKS === '1';
     const call = async (url: string) => {
       const t = performance.now();
-      const r = await executeOverMcp(url, token, '1+1');
-      if (!r.ok) throw new Error(`a run failed: ${r.text}`);
+      if (tasks) {
+        const m = await modernRequest(`${url}/mcp`, token, 'tools/call', { name: 'execute_code', arguments: { language: 'python', code: '1+1' } }, { extensions: { [TASKS_EXTENSION]: {} } });
+        if (m.result?.resultType !== 'complete') throw new Error(`a run failed: ${JSON.stringify(m).slice(0, 300)}`);
+      } else {
+        const r = await executeOverMcp(url, token, '1+1');
+        if (!r.ok) throw new Error(`a run failed: ${r.text}`);
+      }
       return performance.now() - t;
     };
     await call(urlA);
-    const [direct, hop] = await alternated(() => call(urlA), () => call(urlB));
+    const pids = [a.child.pid!, b.child.pid!];
+    const [direct, hop, cpu] = await alternated(() => call(urlA), () => call(urlB), () => pids.map(cpuMsOf));
     const ms = (x: number) => `${x.toFixed(2)} ms`;
-    console.log(`\nround ${n}: warm execute_code over MCP, ${direct.length} calls a side, one user whose sandbox replica A holds`);
-    console.log(`straight to A:        p50 ${ms(pct(direct, 50))}  p95 ${ms(pct(direct, 95))}  mean ${ms(mean(direct))}`);
-    console.log(`to B, hopped to A:    p50 ${ms(pct(hop, 50))}  p95 ${ms(pct(hop, 95))}  mean ${ms(mean(hop))}`);
-    console.log(`the hop adds:         p50 ${f(pct(hop, 50) - pct(direct, 50))}  p95 ${f(pct(hop, 95) - pct(direct, 95))}  mean ${f(mean(hop) - mean(direct))}`);
+    console.log(`\nround ${n}: warm execute_code over MCP${tasks ? ' (a client declaring tasks)' : ''}, ${direct.length} calls a side, one user whose sandbox replica A holds`);
+    console.log(`straight to A:        p50 ${ms(pct(direct, 50))}  p95 ${ms(pct(direct, 95))}  mean ${ms(mean(direct))}   CPU a call: A ${ms(cpu[0]![0]!)}, B ${ms(cpu[0]![1]!)}`);
+    console.log(`to B, hopped to A:    p50 ${ms(pct(hop, 50))}  p95 ${ms(pct(hop, 95))}  mean ${ms(mean(hop))}   CPU a call: A ${ms(cpu[1]![0]!)}, B ${ms(cpu[1]![1]!)}`);
+    console.log(`the hop adds:         p50 ${f(pct(hop, 50) - pct(direct, 50))}  p95 ${f(pct(hop, 95) - pct(direct, 95))}  mean ${f(mean(hop) - mean(direct))}   CPU a call, both gateways: ${f(cpu[1]![0]! + cpu[1]![1]! - cpu[0]![0]! - cpu[0]![1]!)}`);
     return pct(hop, 50) - pct(direct, 50);
   } finally {
     // A profile is written when node exits on its own: stopped, not killed, when asked for one.

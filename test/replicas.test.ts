@@ -20,6 +20,8 @@ import type { Gateway } from './support/mcp.js';
 import crypto from 'node:crypto';
 import { HOP_HEADER, HopSigner, replicaSubkey } from '../src/replicas/hop-auth.js';
 import { HOP_RUN_PATH, HOP_V1_PATHS } from '../src/sandboxes/remote.js';
+import { TASKS_EXTENSION } from '../src/mcp/tasks/tasks.js';
+import { modernRequest } from './support/raw-request.js';
 
 const LEASE_MS = 2000;
 
@@ -72,6 +74,13 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(throughB.text).toContain('written through A');
       // The same Python kernel answered, in the same container.
       expect(throughB.text).toContain("[result] 'set through A'");
+      expect(await onWorkspace()).toHaveLength(1);
+      // A client that declares MCP tasks too: its short runs through B are answered by A's kernel, one after another.
+      for (let i = 1; i <= 3; i++) {
+        const m = await modernRequest(`${urlB}/mcp`, token, 'tools/call', { name: 'execute_code', arguments: { language: 'python', code: `kept_in_kernel + ' ${i}'` } }, { extensions: { [TASKS_EXTENSION]: {} } });
+        expect(m.result?.resultType, JSON.stringify(m)).toBe('complete');
+        expect(JSON.stringify(m.result?.content)).toContain(`[result] 'set through A ${i}'`);
+      }
       expect(await onWorkspace()).toHaveLength(1);
       expect(b.output()).not.toContain('adopted sandbox');
       // On the run channel B keeps open to A, not an HTTP request each.

@@ -249,6 +249,10 @@ export class Execution implements SandboxExecution {
     if (mayForward) {
       const sent = await this.forwarded(owner, opts, timeoutSec);
       if (sent) return sent;
+    } else if (opts.keep !== undefined && this.knownHolder(owner)) {
+      // A kept run lives where its sandbox does: refused here at once, before the store is
+      // asked, and its caller sends the call on as any other (execute-code.ts: runOrTask).
+      throw new SandboxError(`${owner.name}'s sandbox is held by another gateway of this installation`, 'held_elsewhere');
     }
     // The user's row, read once: whether their account may run code, and their ceiling.
     const ceiling = ceilingFrom(await admittedAccount(this.deps.db, owner), cfg);
@@ -311,10 +315,11 @@ export class Execution implements SandboxExecution {
       try {
         return await this.deps.lifecycle.sandboxFor(owner, ceiling);
       } catch (e) {
-        if (!mayForward || !hop || !replica) throw e;
-        // Another replica holds it: the run goes there, over the internal hop.
+        if (!hop || !replica) throw e;
+        // Another replica holds it: the run goes there, over the internal hop (and the next one too, at once).
+        if (e instanceof HeldElsewhere && e.holder.internalUrl) this.holders.set(owner.userId, { target: { id: e.holder.id, internalUrl: e.holder.internalUrl }, until: Date.now() + HOLDER_KEPT_MS });
+        if (!mayForward) throw e;
         if (e instanceof HeldElsewhere && e.holder.internalUrl) {
-          this.holders.set(owner.userId, { target: { id: e.holder.id, internalUrl: e.holder.internalUrl }, until: Date.now() + HOLDER_KEPT_MS });
           const sent = await this.forwarded(owner, opts, timeoutSec);
           if (sent) return sent;
         }
@@ -334,21 +339,27 @@ export class Execution implements SandboxExecution {
    * when none is known (or the one known no longer holds it: the store is asked again).
    */
   private async forwarded(owner: SandboxOwner, opts: ExecuteOptions, timeoutSec: number): Promise<ExecuteResult | undefined> {
+    const target = this.knownHolder(owner);
+    if (!target) return undefined;
+    try {
+      return await this.sent(target, owner, opts, timeoutSec);
+    } catch (e) {
+      if (!(e instanceof HopRefused)) throw e;
+      this.holders.delete(owner.userId);
+      this.deps.log.debug({ user: owner.name, holder: target.id, err: e.message }, 'the replica last known to hold a sandbox did not take the run: asking the store');
+      return undefined;
+    }
+  }
+
+  /** The replica this one saw holding the owner's sandbox within HOLDER_KEPT_MS, when this one does not hold it now. */
+  private knownHolder(owner: SandboxOwner): HopTarget | undefined {
     const known = this.holders.get(owner.userId);
-    const { hop, replica } = this.deps;
-    if (!known || !hop || !replica) return undefined;
+    if (!known || !this.deps.hop || !this.deps.replica) return undefined;
     if (known.until < Date.now() || this.deps.held.users.has(owner.userId)) {
       this.holders.delete(owner.userId);
       return undefined;
     }
-    try {
-      return await this.sent(known.target, owner, opts, timeoutSec);
-    } catch (e) {
-      if (!(e instanceof HopRefused)) throw e;
-      this.holders.delete(owner.userId);
-      this.deps.log.debug({ user: owner.name, holder: known.target.id, err: e.message }, 'the replica last known to hold a sandbox did not take the run: asking the store');
-      return undefined;
-    }
+    return known.target;
   }
 
   /**
