@@ -123,6 +123,22 @@ describe('sandbox leases across replicas', () => {
     expect(a.holds(u.id)).toBe(false);
     // It is registered again, and may take leases anew.
     expect(await a.acquire(u.id)).toEqual({ ok: true, epoch: 3 });
+    // As the process it is, started when it did: not newer than replicas that started after it.
+    const row = await store.db.selectFrom('gateway_replicas').select('started_at').where('id', '=', 'a').executeTakeFirstOrThrow();
+    expect(row.started_at).toBe(1_700_000_000_000);
+  });
+
+  it('never registers again once stopped, whatever beat comes late', async () => {
+    const { replica } = cluster();
+    const a = await replica('a');
+    const u = await ensureUser(store.db, 'ann');
+    await a.acquire(u.id);
+    const under = a.beat();
+    await a.stop();
+    await under;
+    await a.beat();
+    expect(await store.db.selectFrom('gateway_replicas').select('id').execute()).toEqual([]);
+    await expect(a.acquire(u.id)).rejects.toThrow(/stopping/);
   });
 
   it('lets leases run out when the heartbeat cannot reach the store', async () => {

@@ -130,6 +130,10 @@ export class Replica {
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
   private draining = false;
+  /** `stop` was called: no beat writes this replica's row again. */
+  private stopped = false;
+  /** When this replica started (epoch ms): kept when it registers again, as it is the same process. */
+  private startedAt = 0;
   /** Where other replicas reach this one: known once the gateway listens (`setInternalUrl`). */
   private internalUrl: string | null;
 
@@ -152,6 +156,7 @@ export class Replica {
   async start(): Promise<void> {
     const now = this.now();
     const started = this.monotonic();
+    this.startedAt = now;
     await this.db
       .insertInto('gateway_replicas')
       .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: now, heartbeat_at: now, draining_at: null, workspace_store: this.opts.workspaceStore ?? null })
@@ -179,6 +184,8 @@ export class Replica {
   }
 
   private async beatOnce(): Promise<void> {
+    // Gone from the table by its own hand: a late beat must not bring the row back.
+    if (this.stopped) return;
     const started = this.monotonic();
     // The last beat is too old: another replica may be taking a lease right now, and a
     // renewal could land between its read and its write. Every lease is given up here (and
@@ -193,6 +200,7 @@ export class Replica {
       // Where it is reached goes with every beat: a write of it that failed once is made good.
       const r = await this.db.updateTable('gateway_replicas').set({ heartbeat_at: this.now(), internal_url: this.internalUrl }).where('id', '=', this.id).executeTakeFirst();
       if (Number(r.numUpdatedRows) === 0) {
+        if (this.stopped) return;
         // Another replica removed this one as dead: every lease it had may be taken.
         this.log?.warn({ replica: this.id }, 'this replica was taken for dead: its sandboxes are given up');
         this.lose([...this.held.keys()]);
@@ -201,7 +209,7 @@ export class Replica {
         await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
         await this.db
           .insertInto('gateway_replicas')
-          .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.now(), heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null, workspace_store: this.opts.workspaceStore ?? null })
+          .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.startedAt, heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null, workspace_store: this.opts.workspaceStore ?? null })
           .execute();
         this.beatStartedAt = started;
         return;
@@ -520,8 +528,10 @@ export class Replica {
   async stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
-    await this.beating;
+    // Before the beat under way ends: a lease asked for meanwhile is refused, and no beat registers this replica again.
     this.draining = true;
+    this.stopped = true;
+    await this.beating;
     this.held.clear();
     await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).execute();
     await this.db.deleteFrom('gateway_replicas').where('id', '=', this.id).execute();
