@@ -111,6 +111,8 @@ async function main(): Promise<void> {
   });
 
   let stopping = false;
+  /** The exit status: 2 once a setting the operator must fix was found, whatever stop was under way. */
+  let exitCode = 0;
   /** Drains, then closes; `code` is the exit status (2: a setting the operator must fix). */
   const shutdown = (signal: string, code = 0) => {
     if (stopping) {
@@ -118,6 +120,7 @@ async function main(): Promise<void> {
       process.exit(1);
     }
     stopping = true;
+    exitCode = Math.max(exitCode, code);
     logger.info({ signal }, 'shutting down');
     // Drain, then up to 10 s for the requests under way, then 15 s to close.
     const force = setTimeout(() => process.exit(1), 25_000 + (gateway.replica ? config.drainSec * 1000 : 0));
@@ -139,16 +142,33 @@ async function main(): Promise<void> {
       .catch((e) => logger.error({ err: e }, 'shutdown failed'))
       .finally(() => {
         logger.info('stopped');
-        process.exit(code);
+        process.exit(exitCode);
       });
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
-  // Two folders under one workspace store id, found while serving: the later gateway of the two stops, as it would not have started.
+  // Two folders under one workspace store id, found while serving: the later gateway of the
+  // two stops, as it would not have started. At once, not after a drain: whatever it serves
+  // meanwhile is from the copy (users' files written there, runs on it). Its sandboxes stop
+  // with it (they mount the copy); their users' next runs go to the other folder's gateways.
   gateway.watchWorkspaceStore((message) => {
-    logger.error({ err: message }, 'this gateway stops: its workspaces folder is a copy of another gateway’s');
+    logger.error({ err: message }, 'this gateway stops at once, with its sandboxes: its workspaces folder is a copy of another gateway’s');
     process.stderr.write(`sandgate: ${message}\n`);
-    shutdown('copied workspace store', 2);
+    exitCode = 2;
+    // A stop under way ends as it began, with this status.
+    if (stopping) return;
+    stopping = true;
+    setTimeout(() => process.exit(2), 25_000).unref();
+    server.close();
+    server.closeIdleConnections();
+    void metricsServer?.close();
+    void gateway
+      .close({ stopAll: true })
+      .catch((e) => logger.error({ err: e }, 'shutdown failed'))
+      .finally(() => {
+        logger.info('stopped');
+        process.exit(2);
+      });
   });
 }
 

@@ -21,6 +21,9 @@ import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
 import { HOP_DELETIONS_PATH, HOP_STORE_PROBE_PATH } from '../src/sandboxes/remote.js';
 import { MAX_FILE_HOPS_PER_USER } from '../src/http/internal.js';
 import { openStore, type Store } from '../src/store/store.js';
+import { configFor } from '../src/config.js';
+import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
+import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
 import { callTool, executeOverMcp as execute, killAndClean, startGatewayProcess, usersWithTokens, type GatewayProcess } from './support/gateway-process.js';
 import { startHaproxy, type Haproxy } from './support/haproxy.js';
 import { freePort } from './support/ports.js';
@@ -190,7 +193,7 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect((await askProbe({ replica: 'test', path: '/etc/passwd' })).status).toBe(400);
     const mine = await askProbe({ replica: 'test' });
     expect(mine.status).toBe(200);
-    expect(mine.answer()).toEqual({ store: storeIdOf(h), probe: null });
+    expect(mine.answer()).toEqual({ store: storeIdOf(h), probes: true, probe: null });
 
     const ws = await workspaceId();
     expect((await fetch(`${url}${HOP_DELETIONS_PATH}`, { method: 'POST', body: '{}' })).status).toBe(401);
@@ -244,13 +247,22 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
       // So the copy passes the check at start: no live replica has its store id.
       cloned = startGatewayProcess({ ...env(h), SANDGATE_DATA_DIR: copy, SANDGATE_PORT: String(await freePort()) });
       gateways.push(cloned);
-      await cloned.ready();
+      const clonedUrl = await cloned.ready();
+      // Meanwhile it serves the user, from the copy (which has none of their files).
+      const onCopy = await execute(clonedUrl, token, "import os; print(sorted(os.listdir('/workspace')))");
+      expect(onCopy.ok, onCopy.text).toBe(true);
+      expect(onCopy.text).not.toContain('notes');
     } finally {
       original.child.kill('SIGCONT');
     }
+    const docker = dockerClient(configFor({ SANDGATE_DATA_DIR: copy }));
+    const copyContainers = async () => (await docker.listContainers({ all: true, filters: { label: [`${LABEL_GATEWAY}=${gatewayIdFor(copy)}`] } })).map((c) => c.Id);
+    expect(await copyContainers()).toHaveLength(1);
     // Back, the original is a replica on its store that started before the copy: the copy asks it, and stops.
     expect(await Promise.race([cloned.exited, new Promise((r) => setTimeout(() => r('still running after 60 s'), 60_000))])).toBe(2);
-    expect(cloned.output()).toMatch(/this gateway stops: its workspaces folder is a copy of another gateway’s/);
+    expect(cloned.output()).toMatch(/this gateway stops at once, with its sandboxes: its workspaces folder is a copy of another gateway’s/);
+    // Its sandbox, on the copy, went with it: nothing is left running on the copied files.
+    expect(await copyContainers()).toEqual([]);
     expect(cloned.output()).toMatch(/workspaces folder has the workspace store id \([^)]+\) of the folder the gateway \S+ on \S+ uses, but it is another folder/);
     expect(fs.readdirSync(path.join(copy, 'workspaces')).filter((n) => n.startsWith('.store-probe-'))).toEqual([]);
     // The original goes on serving the user's files, never asked to stop.

@@ -198,7 +198,7 @@ export function internalHop(deps: InternalHopDeps): Record<string, RequestHandle
     // Only the asker's own probe: its id is the one the hop's credential was signed by.
     if (typeof v !== 'object' || v === null || v.replica !== (res.locals.hop as HopClaims).from || Object.keys(v).length !== 1) return bad(res, 'a store probe');
     const probe = deps.workspaces?.probes?.read(String(v.replica));
-    answer(req, res, { store: deps.workspaces?.storeId ?? null, probe: probe ?? null });
+    answer(req, res, { store: deps.workspaces?.storeId ?? null, probes: !!deps.workspaces?.probes, probe: probe ?? null });
   };
 
   return {

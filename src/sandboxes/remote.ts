@@ -397,35 +397,43 @@ export async function replicaKeyAgrees(others: readonly HopTarget[], o: AskOptio
 }
 
 /**
- * Whether the replicas `others`, on this one's workspace store by its id, see this
- * folder: each is asked for the probe `word` written for `selfId` (WorkspaceStore.probes),
- * read through its own folder, again and again for `withinMs` while a shared folder may
- * show a new file late. 'shared' when every one that answered found it; 'differs' when
- * one kept answering without it (or with another): the two folders are not one (copied
- * from the other host's); 'unknown' when none answered.
+ * Whether the replicas `others`, on this one's workspace store by its id (`store`), see
+ * this folder: each is asked for the probe `word` written for `selfId`
+ * (WorkspaceStore.probes), read through its own folder, again and again for `withinMs`
+ * while a shared folder may show a new file late. 'shared' when every one that answered
+ * found it; 'differs' when one kept answering without it (or with another): the two
+ * folders are not one (copied from the other host's); 'unknown' when none answered.
+ * `answered` names those whose word counted: one that did not answer, or answered for
+ * another store (it moved meanwhile) or without probes (it cannot tell), is not among them.
  */
-export async function storeShared(others: readonly HopTarget[], word: string, o: AskOptions & { withinMs?: number }): Promise<{ result: 'shared' | 'unknown' } | { result: 'differs'; replica: string }> {
+export async function storeShared(
+  others: readonly HopTarget[],
+  word: string,
+  o: AskOptions & { store: string; withinMs?: number },
+): Promise<{ result: 'shared' | 'unknown'; answered: string[] } | { result: 'differs'; replica: string }> {
   const end = Date.now() + (o.withinMs ?? 10_000);
   const found = new Set<string>();
   for (;;) {
-    let answered = 0;
+    const answered: string[] = [];
     let missing: string | undefined;
     for (const target of others) {
       if (found.has(target.id)) {
-        answered++;
+        answered.push(target.id);
         continue;
       }
       try {
-        const a = (await askReplica(target, HOP_STORE_PROBE_PATH, { replica: o.selfId }, { ...o, timeoutMs: o.timeoutMs ?? 3000 })) as { probe?: unknown };
-        answered++;
-        if (a?.probe === word) found.add(target.id);
+        const a = (await askReplica(target, HOP_STORE_PROBE_PATH, { replica: o.selfId }, { ...o, timeoutMs: o.timeoutMs ?? 3000 })) as { store?: unknown; probe?: unknown; probes?: unknown };
+        // Another store by now, or none that keeps probes: nothing to tell from this one.
+        if (a?.store !== o.store || a.probes === false) continue;
+        answered.push(target.id);
+        if (a.probe === word) found.add(target.id);
         else missing ??= target.id;
       } catch {
         /* no answer: nothing to tell from this one */
       }
     }
-    if (!answered) return { result: 'unknown' };
-    if (!missing) return { result: 'shared' };
+    if (!answered.length) return { result: 'unknown', answered };
+    if (!missing) return { result: 'shared', answered };
     if (Date.now() >= end) return { result: 'differs', replica: missing };
     await new Promise((r) => setTimeout(r, 500));
   }
