@@ -49,6 +49,14 @@ export class StoreNotForgotten extends GatewayError {
 
 const countBy = (rows: { store: string | null; n: number | string | bigint }[]) => new Map(rows.filter((r) => r.store !== null).map((r) => [r.store!, Number(r.n)]));
 
+/** How many copies of deleted users' workspaces each store holds (to remove when one of its gateways runs). */
+const deletedCopiesByStore = (db: Db) =>
+  db
+    .selectFrom('workspace_copies as c')
+    .innerJoin('workspace_deletions as d', 'd.workspace_id', 'c.workspace_id')
+    .select(['c.store as store', sql<number>`COUNT(*)`.as('n')])
+    .groupBy('c.store');
+
 /** Every workspace store the database knows of, by id. */
 export async function listWorkspaceStores(db: Db, t: StoreTimes): Promise<WorkspaceStoreRow[]> {
   const now = t.now ?? Date.now();
@@ -63,14 +71,7 @@ export async function listWorkspaceStores(db: Db, t: StoreTimes): Promise<Worksp
     .execute();
   const users = countBy(await db.selectFrom('sandbox_leases').select(['workspace_store as store', sql<number>`COUNT(*)`.as('n')]).groupBy('workspace_store').execute());
   const copies = countBy(await db.selectFrom('workspace_copies').select(['store', sql<number>`COUNT(*)`.as('n')]).groupBy('store').execute());
-  const deleted = countBy(
-    await db
-      .selectFrom('workspace_copies as c')
-      .innerJoin('workspace_deletions as d', 'd.workspace_id', 'c.workspace_id')
-      .select(['c.store as store', sql<number>`COUNT(*)`.as('n')])
-      .groupBy('c.store')
-      .execute(),
-  );
+  const deleted = countBy(await deletedCopiesByStore(db).execute());
   const ids = new Set([...seen.keys(), ...live.map((r) => r.workspace_store!), ...users.keys(), ...copies.keys()]);
   return [...ids].sort().map((id) => {
     const gateways = live.filter((r) => r.workspace_store === id).map((r) => ({ id: r.id, sandboxHost: r.sandbox_host, draining: r.draining_at !== null }));
@@ -96,9 +97,10 @@ export interface ForgottenStore {
  * the forgetting: a gateway starting on it meanwhile is never half forgotten.
  */
 export async function forgetWorkspaceStore(db: Db, id: string, t: StoreTimes): Promise<ForgottenStore> {
-  const now = t.now ?? Date.now();
   const lostMs = t.lostMs ?? STORE_LOST_MS;
   return serializable(db, async (tx) => {
+    // Read again by each attempt: one retried after a conflict judges by its own time.
+    const now = t.now ?? Date.now();
     const running = await tx.selectFrom('gateway_replicas').select(['id', 'sandbox_host']).where('workspace_store', '=', id).where('heartbeat_at', '>', now - t.leaseMs).executeTakeFirst();
     if (running) throw new StoreNotForgotten(`gateway ${running.id} on ${running.sandbox_host} is running on workspace store ${id}: a store is forgotten only when its host is retired and none of its gateways runs`);
     const seen = await tx.selectFrom('workspace_stores').select('seen_at').where('id', '=', id).executeTakeFirst();
@@ -108,16 +110,7 @@ export async function forgetWorkspaceStore(db: Db, id: string, t: StoreTimes): P
         `a gateway on workspace store ${id} was running ${ago} s ago: it may be restarting. A store is forgotten only once it is lost, ${Math.round(lostMs / 1000)} s (SANDGATE_HOST_LOST_SEC) after its last gateway stopped`,
       );
     }
-    const deletedCopies = Number(
-      (
-        await tx
-          .selectFrom('workspace_copies as c')
-          .innerJoin('workspace_deletions as d', 'd.workspace_id', 'c.workspace_id')
-          .select(sql<number>`COUNT(*)`.as('n'))
-          .where('c.store', '=', id)
-          .executeTakeFirstOrThrow()
-      ).n,
-    );
+    const deletedCopies = countBy(await deletedCopiesByStore(tx).where('c.store', '=', id).execute()).get(id) ?? 0;
     const copies = Number((await tx.deleteFrom('workspace_copies').where('store', '=', id).executeTakeFirst()).numDeletedRows);
     const users = Number((await tx.updateTable('sandbox_leases').set({ workspace_store: null }).where('workspace_store', '=', id).executeTakeFirst()).numUpdatedRows);
     const stores = Number((await tx.deleteFrom('workspace_stores').where('id', '=', id).executeTakeFirst()).numDeletedRows);

@@ -122,7 +122,7 @@ describe('what is done to a user as a whole', () => {
 
   it('a workspace that cannot be removed leaves the account in place (disabled, cut off), says so, and the delete can be tried again', async () => {
     await expect(deleteUser({ ...gatewayParts(), workspaces: busyWorkspaces }, alice, 'root')).rejects.toThrow(
-      /^alice is disabled and signed out everywhere, but their files could not be removed \(the user still has a sandbox running\), so nothing else of theirs was deleted\. Delete them again/,
+      /^alice is disabled and signed out everywhere, but the removal of their files did not complete \(the user still has a sandbox running\), so nothing else of theirs was deleted\. Delete them again/,
     );
     expect(calls).not.toContain('elsewhere');
     expect((await getUser(store.db, alice.id))?.disabledAt).not.toBeNull();

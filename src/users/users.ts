@@ -103,7 +103,7 @@ export async function deleteUser(parts: UserParts & { workspaces: Workspaces }, 
     // Left disabled: the admin meant them gone. Saying so, and what to do, is the admin's answer.
     const why = e instanceof Error ? e.message : String(e);
     throw new GatewayError(
-      `${user.name} is disabled and signed out everywhere, but their files could not be removed (${why}), so nothing else of theirs was deleted. Delete them again to try once more, or enable them to let them back in.`,
+      `${user.name} is disabled and signed out everywhere, but the removal of their files did not complete (${why}), so nothing else of theirs was deleted. Delete them again to try once more, or enable them to let them back in.`,
       { reason: 'workspace_unavailable', status: 503, cause: e },
     );
   }

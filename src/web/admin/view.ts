@@ -59,7 +59,7 @@ export const storesView = (stores: WorkspaceStoreRow[], now = Date.now()) =>
   stores.map((r) => ({
     ...r,
     stateText: r.state === 'live' ? 'running' : r.state === 'away' ? 'no gateway now (restarting?)' : 'lost',
-    seen: r.state === 'live' ? 'now' : `${ago(r.seenAt, now)} ago`,
+    seen: r.state === 'live' ? 'now' : r.seenAt == null ? 'never' : `${ago(r.seenAt, now)} ago`,
     gatewayText: r.gateways.map((g) => `${g.sandboxHost}${g.draining ? ' (stopping)' : ''}`).join(', ') || '–',
   }));
 
