@@ -26,6 +26,7 @@ import { deleteUserSessions } from '../auth/sessions.js';
 import { disableUser, enableUser, stillRefused } from '../users/users.js';
 import { utcText } from '../dates.js';
 import { GatewayError } from '../errors.js';
+import { configFor } from '../config.js';
 
 export interface CliContext {
   /** Opens the configured store; `migrate: false` opens it as it is (for a backup). */
@@ -264,7 +265,7 @@ export function buildProgram(ctx: CliContext, store: () => Promise<Store>): Comm
 
   // ---------------------------------------------------------------- workspace stores
   const stores = program.command('stores').description('Workspace stores: where users’ files are kept (one per host that keeps them on its own disk)');
-  const storeTimes = () => ({ leaseMs: ctx.replicaLeaseMs ?? 4000, lostMs: ctx.hostLostSec === undefined ? undefined : ctx.hostLostSec * 1000, now: now() });
+  const storeTimes = () => ({ leaseMs: ctx.replicaLeaseMs ?? configFor().replicaLeaseMs, lostMs: ctx.hostLostSec === undefined ? undefined : ctx.hostLostSec * 1000, now: now() });
   stores
     .command('list')
     .description('List the workspace stores the database knows of: their gateways, and what each holds')
