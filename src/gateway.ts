@@ -154,13 +154,21 @@ export async function createGateway(config: Config, logger: Logger, parts: Gatew
     await storeCopies?.atStart();
     // Registered before anything may take a sandbox (an adoption at start, the first run).
     await gateway.replica?.start();
-    // The users whose files are on this store's disk, where no store was named for them yet (an earlier release's rows).
-    if (gateway.replica && volumes.localIds) {
-      const owners = await ownersOfWorkspaces(store.db, await volumes.localIds());
-      // Every user's workspace on this store's disk, recorded as a copy here: deleting its user asks this store too.
-      await gateway.replica.noteCopies(owners.map((o) => o.workspaceId));
-      const claimed = await gateway.replica.claimFiles(owners.map((o) => o.userId));
-      if (claimed) logger.info({ users: claimed, store: volumes.storeId }, 'named this workspace store as where these users\' files are');
+    const replica = gateway.replica;
+    const localIds = volumes.localIds?.bind(volumes);
+    if (replica && localIds) {
+      // The users whose files are on this store's disk: every such workspace recorded as a
+      // copy here (deleting its user asks this store too), and this store named as where
+      // their files are where no store was named (an earlier release's rows, or a store
+      // forgotten while this gateway was silent: recorded again when it is back).
+      const recordStore = async () => {
+        const owners = await ownersOfWorkspaces(store.db, await localIds());
+        await replica.noteCopies(owners.map((o) => o.workspaceId));
+        const claimed = await replica.claimFiles(owners.map((o) => o.userId));
+        if (claimed) logger.info({ users: claimed, store: volumes.storeId }, 'named this workspace store as where these users\' files are');
+      };
+      await recordStore();
+      replica.onBack(() => void recordStore().catch((e: unknown) => logger.warn({ err: e }, 'recording this workspace store again after a silence failed: tried again after the next silence, and at the next start')));
     }
     return gateway;
   } catch (e) {

@@ -21,6 +21,7 @@ import { HOP_WORKSPACE_PATH } from '../src/sandboxes/remote-workspace.js';
 import { HOP_DELETIONS_PATH, HOP_STORE_PROBE_PATH } from '../src/sandboxes/remote.js';
 import { MAX_FILE_HOPS_PER_USER } from '../src/http/internal.js';
 import { openStore, type Store } from '../src/store/store.js';
+import { forgetWorkspaceStore } from '../src/replicas/stores.js';
 import { configFor } from '../src/config.js';
 import { LABEL_GATEWAY } from '../src/sandboxes/docker-driver.js';
 import { dockerClient, gatewayIdFor } from '../src/sandboxes/index.js';
@@ -72,6 +73,8 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     const row = await store!.db.selectFrom('sandbox_leases').select('workspace_store').where('user_id', '=', userId).executeTakeFirstOrThrow();
     return row.workspace_store === storeIdOf('a') ? 'a' : row.workspace_store === storeIdOf('b') ? 'b' : (`neither: ${row.workspace_store}` as never);
   };
+  /** The heartbeats of the gateways on host `h`'s store. */
+  const heartbeatsOn = async (h: 'a' | 'b') => (await store!.db.selectFrom('gateway_replicas').select('heartbeat_at').where('workspace_store', '=', storeIdOf(h)).execute()).map((r) => Number(r.heartbeat_at));
   const workspaceId = async () => (await store!.db.selectFrom('users').select('workspace_id').where('id', '=', userId).executeTakeFirstOrThrow()).workspace_id!;
   const run = (code: string) => execute(lb!.url, token, code);
 
@@ -238,12 +241,11 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     for (const f of fs.readdirSync(dirs[h]).filter((f) => f.endsWith('.key'))) fs.copyFileSync(path.join(dirs[h], f), path.join(copy, f));
     fs.mkdirSync(path.join(copy, 'workspaces'), { mode: 0o711 });
     fs.copyFileSync(path.join(dirs[h], 'workspaces', '.store-id'), path.join(copy, 'workspaces', '.store-id'));
-    const heartbeats = async () => (await store!.db.selectFrom('gateway_replicas').select('heartbeat_at').where('workspace_store', '=', storeIdOf(h)).execute()).map((r) => Number(r.heartbeat_at));
     // The original's gateway is paused (cut off, say) until no replica on its store counts as running.
     original.child.kill('SIGSTOP');
     let cloned: GatewayProcess | undefined;
     try {
-      await eventually(async () => (await heartbeats()).every((t) => t < Date.now() - LEASE_MS - 500), 20_000);
+      await eventually(async () => (await heartbeatsOn(h)).every((t) => t < Date.now() - LEASE_MS - 500), 20_000);
       // So the copy passes the check at start: no live replica has its store id.
       cloned = startGatewayProcess({ ...env(h), SANDGATE_DATA_DIR: copy, SANDGATE_PORT: String(await freePort()) });
       gateways.push(cloned);
@@ -276,6 +278,31 @@ describe.skipIf(!onPostgres)('gateways on two sandbox hosts, each with its own w
     expect(last).toContain('note 0');
     expect(await home()).toBe(h);
     await killAndClean([], copy);
+  }, 180_000);
+
+  it('a gateway silent past the lost time, whose store was forgotten meanwhile, records its store again once back: the user’s files are theirs again', async () => {
+    const h = await home();
+    const g = procs[h]!;
+    const mine = storeIdOf(h);
+    const ws = await workspaceId();
+    const copyHere = async () => !!(await store!.db.selectFrom('workspace_copies').select('store').where('workspace_id', '=', ws).where('store', '=', mine).executeTakeFirst());
+    expect(await copyHere()).toBe(true);
+    g.child.kill('SIGSTOP');
+    try {
+      await eventually(async () => (await heartbeatsOn(h)).every((t) => t < Date.now() - HOST_LOST_SEC * 1000 - 500), 30_000);
+      // Taken for retired: what `sandgate stores forget` does.
+      const forgotten = await forgetWorkspaceStore(store!.db, mine, { leaseMs: LEASE_MS, lostMs: HOST_LOST_SEC * 1000 });
+      expect(forgotten.users).toBeGreaterThanOrEqual(1);
+      expect(forgotten.copies).toBeGreaterThanOrEqual(1);
+      expect(await copyHere()).toBe(false);
+    } finally {
+      g.child.kill('SIGCONT');
+    }
+    // Back, it records its copies and its users again, though nobody used them since.
+    await eventually(async () => (await copyHere()) && (await home()) === h, 30_000);
+    const r = await run("print(open('/workspace/notes/n0.txt').read())");
+    expect(r.ok, r.text).toBe(true);
+    expect(r.text).toContain('note 0');
   }, 180_000);
 
   it('keeps the user’s files on their host while its gateway restarts: runs wait or are refused with "try again", then find everything', async () => {

@@ -184,6 +184,33 @@ describe('sandbox leases across replicas', () => {
     expect(a.holds(u.id)).toBe(true);
   });
 
+  it('says it is back after a beat that ends a silence (a lapse, or being taken for dead), and only then', async () => {
+    const { clock, replica } = cluster();
+    const a = await replica('a');
+    let back = 0;
+    a.onBack(() => back++);
+    clock.advance(LEASE_MS / 3);
+    await a.beat();
+    expect(back).toBe(0);
+    clock.advance(LEASE_MS); // a stall
+    await a.beat();
+    expect(back).toBe(1);
+    clock.advance(LEASE_MS / 3);
+    await a.beat();
+    expect(back).toBe(1);
+    await store.db.deleteFrom('gateway_replicas').where('id', '=', 'a').execute(); // as another replica removes a dead one
+    await a.beat();
+    expect(back).toBe(2);
+    // A beat that fails says nothing: the next one that works after the lapse does.
+    clock.advance(LEASE_MS);
+    await store.db.schema.alterTable('gateway_replicas').renameTo('gateway_replicas_away').execute();
+    await a.beat();
+    expect(back).toBe(2);
+    await store.db.schema.alterTable('gateway_replicas_away').renameTo('gateway_replicas').execute();
+    await a.beat();
+    expect(back).toBe(3);
+  });
+
   it('tells the manager when a lease is seen in other hands', async () => {
     const { clock, replica } = cluster();
     const a = await replica('a');

@@ -127,6 +127,7 @@ export class Replica {
   /** Releases that failed, by user id, with their epoch: tried again at each beat. */
   private readonly unreleased = new Map<number, number>();
   private readonly lostListeners: ((userId: number) => void)[] = [];
+  private readonly backListeners: (() => void)[] = [];
   private timer?: NodeJS.Timeout;
   private beating?: Promise<void>;
   private draining = false;
@@ -190,9 +191,10 @@ export class Replica {
     // The last beat is too old: another replica may be taking a lease right now, and a
     // renewal could land between its read and its write. Every lease is given up here (and
     // freed in the store below) and taken again through acquire, never renewed blindly.
-    if (!this.fresh()) {
+    const lapsed = !this.fresh();
+    if (lapsed) {
       this.lose([...this.held.keys()]);
-      // Its store may have been forgotten meanwhile (`sandgate stores forget`): copies are recorded again as they are used.
+      // Its store may have been forgotten meanwhile (`sandgate stores forget`): its copies are recorded again (`onBack`).
       this.copies.clear();
     }
     try {
@@ -212,6 +214,7 @@ export class Replica {
           .values({ id: this.id, internal_url: this.internalUrl, sandbox_host: this.opts.sandboxHost, started_at: this.startedAt, heartbeat_at: this.now(), draining_at: this.draining ? this.now() : null, workspace_store: this.opts.workspaceStore ?? null })
           .execute();
         this.beatStartedAt = started;
+        this.back();
         return;
       }
       await this.storeSeen(this.now());
@@ -223,6 +226,7 @@ export class Replica {
       const stray = rows.filter((r) => !this.held.has(r.user_id) && !this.releasing.has(r.user_id)).map((r) => r.user_id);
       if (stray.length) await this.db.updateTable('sandbox_leases').set({ replica_id: null }).where('replica_id', '=', this.id).where('user_id', 'in', stray).execute();
       this.beatStartedAt = started;
+      if (lapsed) this.back();
     } catch (e) {
       this.log?.warn({ err: (e as Error).message, replica: this.id }, 'heartbeat failed: leases run out unless the next one succeeds');
     }
@@ -240,6 +244,26 @@ export class Replica {
   /** Called with each user whose lease this replica finds it no longer holds (taken, or lapsed): their sandbox must be let go. */
   onLost(listener: (userId: number) => void): void {
     this.lostListeners.push(listener);
+  }
+
+  /**
+   * Called after a beat that ended a silence (a lapse, or a row removed by another replica
+   * that took this one for dead): meanwhile this replica's store may have been forgotten,
+   * so what it records of its store at start (the copies it has, the users whose files are
+   * on it) must be recorded again.
+   */
+  onBack(listener: () => void): void {
+    this.backListeners.push(listener);
+  }
+
+  private back(): void {
+    for (const l of this.backListeners) {
+      try {
+        l();
+      } catch (e) {
+        this.log?.warn({ err: (e as Error).message }, 'recording this replica\'s store again failed');
+      }
+    }
   }
 
   private lose(userIds: number[]): void {
