@@ -8,8 +8,8 @@
  * Requests are pipelined: written at once, answered in order. One that must start by a
  * deadline (another host's file operation, whose sender gives up after a while) is held
  * here instead, with every request after it, until those before it are answered: it is
- * written only while it can still start in time, and otherwise refused with nothing done.
- * What comes back is read
+ * written only while it can still start in time, and otherwise refused with nothing done,
+ * as soon as its time is up. What comes back is read
  * with the same suspicion as anything from a sandbox's side: a reply header longer than
  * MAX_REPLY_HEADER, a payload larger than asked for, or anything not in the wire format
  * ends the helper (pending requests fail with a clear error; the next one starts a fresh
@@ -73,6 +73,8 @@ interface Held extends Pending {
   data?: Buffer;
   /** Epoch ms after which it is not started (Infinity: no deadline). */
   startBy: number;
+  /** Refuses it at `startBy` if it is still held then. */
+  deadline?: NodeJS.Timeout;
 }
 
 /** What a request refused for its deadline says: nothing was done. */
@@ -111,20 +113,33 @@ export class WorkspaceHelper implements HelperRequests {
 
   /**
    * Sends one request (with `data` as its payload) and resolves with the reply. With
-   * `startBy` (epoch ms), it is refused with nothing done (a HelperError saying so) when
-   * the requests before it are answered only after that time.
+   * `startBy` (epoch ms), it is refused with nothing done (a HelperError saying so), at
+   * that time, when the requests before it are not answered by then.
    */
   request(header: Record<string, unknown>, data?: Buffer, startBy = Infinity): Promise<{ reply: HelperReply; data?: Buffer }> {
     if (this.closed) return Promise.reject(new HelperError('the workspace is being released'));
     clearTimeout(this.idle);
     return new Promise((resolve, reject) => {
       const r: Held = { header, data, startBy, resolve, reject };
-      if (this.held.length || (startBy !== Infinity && this.queue.length)) this.held.push(r);
-      else this.write(r);
+      if (!(this.held.length || (startBy !== Infinity && this.queue.length))) return this.write(r);
+      this.held.push(r);
+      // Refused when its time is up, not when the requests before it are answered: its
+      // sender gave up on it by then, and what it holds (a slot of its user's) is free again.
+      if (startBy !== Infinity) r.deadline = setTimeout(() => this.tooLate(r), Math.max(0, startBy - Date.now()) + 1).unref();
     });
   }
 
+  private tooLate(r: Held): void {
+    const i = this.held.indexOf(r);
+    if (i < 0) return;
+    this.held.splice(i, 1);
+    r.reject(new HelperError(TOO_LATE_MESSAGE));
+    // Those it held back may go now.
+    this.release();
+  }
+
   private write(r: Held): void {
+    clearTimeout(r.deadline);
     const child = this.child ?? this.start();
     this.queue.push({ resolve: r.resolve, reject: r.reject });
     if (this.queue.length === 1) this.armTimer();
@@ -139,6 +154,7 @@ export class WorkspaceHelper implements HelperRequests {
       const r = this.held[0]!;
       if (r.startBy !== Infinity && this.queue.length) return;
       this.held.shift();
+      clearTimeout(r.deadline);
       if (Date.now() > r.startBy) r.reject(new HelperError(TOO_LATE_MESSAGE));
       else this.write(r);
     }
@@ -294,6 +310,7 @@ export class WorkspaceHelper implements HelperRequests {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     const err = new HelperError(`The workspace could not be reached: ${why}. Try again.`);
     // Those held here were never written: nothing of them was done either.
+    for (const h of this.held) clearTimeout(h.deadline);
     for (const p of [...this.queue.splice(0), ...this.held.splice(0)]) p.reject(err);
   }
 }
