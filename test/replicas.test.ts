@@ -120,7 +120,7 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(fs.existsSync(path.join(hostWorkspace, 'forged.txt'))).toBe(false);
 
       // A run sent to A when A dies: B's caller hears that it was interrupted, not a result.
-      const long = execute(urlB, token, "import time\nprint('started', flush=True)\ntime.sleep(8)");
+      const long = execute(urlB, token, "import time\nprint('started', flush=True)\ntime.sleep(20)\nopen('/workspace/after-the-sleep.txt', 'w').write('x')");
       await new Promise((r) => setTimeout(r, 1500));
       // A dies without a word: its lease runs out, and B adopts the running container.
       a.child.kill('SIGKILL');
@@ -132,7 +132,7 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
 
       let after: { ok: boolean; text: string } = { ok: false, text: '' };
       while (Date.now() - killedAt < 4 * LEASE_MS + 10_000) {
-        after = await execute(urlB, token, "open('/workspace/kept.txt').read()");
+        after = await execute(urlB, token, "import os\nprint(os.path.exists('/workspace/after-the-sleep.txt'))\nopen('/workspace/kept.txt').read()");
         if (after.ok) break;
         expect(after.text).toMatch(/held by another gateway/);
         await new Promise((r) => setTimeout(r, 200));
@@ -140,6 +140,10 @@ describe.skipIf(!onPostgres)('gateway replicas on one Postgres', () => {
       expect(after.ok, after.text).toBe(true);
       expect(after.text).toContain('written through A');
       expect(b.output()).toContain('adopted sandbox an earlier holder left');
+      // The run A had in flight, whose caller was told it was interrupted, was cancelled when B
+      // adopted the sandbox: B's run did not wait behind it (it would have found its file).
+      expect(after.text).toContain('False');
+      expect(b.output()).toContain('cancelled the runs an earlier gateway left in an adopted sandbox');
       // The same container, adopted: no second sandbox on the workspace.
       expect((await onWorkspace()).map((c) => c.Id)).toEqual([container!.Id]);
 

@@ -24,7 +24,7 @@ import type { Held, PartDeps } from './held.js';
 import type { Idle } from './idle.js';
 import type { Live, UserSandbox } from './live.js';
 import { grants, type Permissions } from './permissions.js';
-import { claimOne, DENO_PACKAGES_DIR, denoRunFlags, EGRESS_PORT, egressEnv, egressSettings, keptRunsOf } from './run.js';
+import { claimOne, DENO_PACKAGES_DIR, denoRunFlags, EGRESS_PORT, egressEnv, egressSettings, runsOf } from './run.js';
 import { RunQueue } from './run-queue.js';
 import { reapIntervalMs, stopReason, type Stops } from './stops.js';
 import type { BridgeHandler, SandboxHandle, SandboxInfo, SandboxOwner } from './types.js';
@@ -158,6 +158,9 @@ export class Lifecycle implements SandboxLifecycle {
    * The kept runs (MCP tasks) an adopted sandbox's runner still holds, followed first, in
    * their order, before any run of this gateway's: a run sent meanwhile would wait in the
    * runner behind them while its time limit ran here. `resume` takes their outcomes.
+   * Every other run still in the runner is cancelled: its caller was told it was
+   * interrupted (the gateway it was sent through died, or let the sandbox go), nobody
+   * takes its result, and it would hold this gateway's runs up until it ended.
    */
   private followKept(sb: UserSandbox): UserSandbox {
     const { config, driver, idle, log } = this.deps;
@@ -168,7 +171,15 @@ export class Lifecycle implements SandboxLifecycle {
       .push(async () => {
         idle.wake(sb);
         try {
-          const list = await keptRunsOf(sb);
+          const runs = await runsOf(sb);
+          const orphans = runs?.execs.filter((id) => !runs.kept?.some((k) => k.id === id && !k.done)) ?? [];
+          try {
+            for (const target of orphans) sb.handle.send({ op: 'cancel', id: `c${target}`, target });
+          } catch {
+            /* the runner is gone: its runs ended with it */
+          }
+          if (orphans.length) log.info({ user: sb.owner.name, runs: orphans.length }, 'cancelled the runs an earlier gateway left in an adopted sandbox: their callers were told they were interrupted');
+          const list = runs?.kept;
           if (!list) return void (sb.kept = false);
           const kept = (sb.kept = new Map());
           known();

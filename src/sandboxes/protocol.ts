@@ -98,7 +98,7 @@ export type RunnerEvent =
   | { type: 'ready'; pid: number; versions: Record<string, string>; separated?: boolean }
   | { type: 'stdout' | 'stderr'; id: string; data: string }
   | ExecDone
-  | { type: 'pong'; id: string; separated?: boolean; kept?: KeptRun[] }
+  | { type: 'pong'; id: string; separated?: boolean; kept?: KeptRun[]; execs?: string[] }
   | { type: 'claimed'; id: string; target: string; state: 'done' | 'pending' | 'unknown' }
   | { type: 'preloaded'; id: string; modules: string[]; ms: number; error?: string }
   /** Code inside the sandbox asks the gateway for something (e.g. an upstream tool call). */
@@ -188,6 +188,11 @@ function keptRuns(list: unknown[]): KeptRun[] {
   return out;
 }
 
+/** The well-formed ids of a runner's list of executions running or queued (`pong.execs`), at most 64. */
+function execIds(list: unknown[]): string[] {
+  return list.slice(0, 64).filter((id): id is string => typeof id === 'string' && id.length > 0 && id.length <= 128);
+}
+
 /**
  * Checks one parsed line from a runner and returns it as a RunnerEvent, or undefined
  * when it is not one (wrong type, missing or mistyped fields). Everything a sandbox
@@ -203,7 +208,9 @@ export function parseRunnerEvent(v: unknown): RunnerEvent | undefined {
     case 'done':
       return id !== undefined ? checkedDone(v, id) : undefined;
     case 'pong':
-      return id !== undefined ? { type: 'pong', id, separated: v.separated === true, ...(Array.isArray(v.kept) ? { kept: keptRuns(v.kept) } : {}) } : undefined;
+      return id !== undefined
+        ? { type: 'pong', id, separated: v.separated === true, ...(Array.isArray(v.kept) ? { kept: keptRuns(v.kept) } : {}), ...(Array.isArray(v.execs) ? { execs: execIds(v.execs) } : {}) }
+        : undefined;
     case 'claimed':
       return id !== undefined && typeof v.target === 'string' && (v.state === 'done' || v.state === 'pending' || v.state === 'unknown')
         ? { type: 'claimed', id, target: v.target, state: v.state }

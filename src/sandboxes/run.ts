@@ -183,21 +183,26 @@ export async function runOne(sb: UserSandbox, opts: ExecuteOptions, perms: Permi
   }
 }
 
-/**
- * The kept runs the sandbox's runner holds (it says so in its `pong`); undefined when
- * it does not answer within 5 s, or keeps no runs (a runner of an older image).
- */
-export function keptRunsOf(sb: Pick<UserSandbox, 'handle'>): Promise<KeptRun[] | undefined> {
+/** What an adopted sandbox's runner still has of earlier gateways' runs (its `pong`). */
+export interface RunnerRuns {
+  /** The kept runs it holds; undefined from a runner that keeps none (an older image). */
+  kept?: KeptRun[];
+  /** The ids of the runs running or queued in it, kept or not (none from an older image). */
+  execs: string[];
+}
+
+/** What the sandbox's runner has of earlier runs; undefined when it does not answer within 5 s. */
+export function runsOf(sb: Pick<UserSandbox, 'handle'>): Promise<RunnerRuns | undefined> {
   const id = `kept-${crypto.randomBytes(4).toString('hex')}`;
   return new Promise((resolve) => {
-    const done = (v: KeptRun[] | undefined) => {
+    const done = (v: RunnerRuns | undefined) => {
       clearTimeout(timer);
       off();
       offExit();
       resolve(v);
     };
     const off = sb.handle.onEvent((e) => {
-      if (e.type === 'pong' && e.id === id) done(e.kept);
+      if (e.type === 'pong' && e.id === id) done({ kept: e.kept, execs: e.execs ?? [] });
     });
     const offExit = sb.handle.onExit(() => done(undefined));
     const timer = setTimeout(() => done(undefined), 5000);
@@ -304,7 +309,7 @@ async function follow(
       });
       const offExit = sb.handle.onExit((reason) => {
         if (sb.letGo) {
-          return finish({ ...died('This gateway let the sandbox go during the run (it is stopping, or handed the sandbox over); the run may go on in the sandbox.'), detached: true } as ExecDone);
+          return finish({ ...died('This gateway let the sandbox go during the run (it is stopping, or handed the sandbox over): the gateway that takes the sandbox over stops the run.'), detached: true } as ExecDone);
         }
         log.warn({ user: owner.name, reason }, 'sandbox died during an execution');
         finish(

@@ -128,4 +128,11 @@ describe('a lying runner about kept runs', () => {
     // A runner that says nothing of kept runs keeps none (an older image): no list, not an empty one.
     expect((parseRunnerEvent({ type: 'pong', id: 'p', separated: true }) as Extract<RunnerEvent, { type: 'pong' }>).kept).toBeUndefined();
   });
+
+  it('takes at most 64 well-formed ids from the list of runs a pong says it has', () => {
+    const execs = ['ok', '', 'x'.repeat(129), 7, { id: 'obj' }, ...Array.from({ length: 1000 }, (_, i) => `e${i}`)];
+    const pong = parseRunnerEvent({ type: 'pong', id: 'p', separated: true, execs }) as Extract<RunnerEvent, { type: 'pong' }>;
+    expect(pong.execs).toEqual(['ok', ...Array.from({ length: 59 }, (_, i) => `e${i}`)]);
+    expect((parseRunnerEvent({ type: 'pong', id: 'p', separated: true, execs: 'all' }) as Extract<RunnerEvent, { type: 'pong' }>).execs).toBeUndefined();
+  });
 });

@@ -192,7 +192,7 @@ export interface ExecuteResult extends Omit<ExecDone, 'type' | 'id'> {
   stdout: string;
   stderr: string;
   language: Language;
-  /** This gateway let the sandbox go during the run (it stops or hands the sandbox over): the run may go on there. */
+  /** This gateway let the sandbox go during the run (it stops or hands the sandbox over): a kept run goes on there, any other is cancelled by the gateway that takes the sandbox over. */
   detached?: boolean;
 }
 

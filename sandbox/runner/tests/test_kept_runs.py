@@ -57,6 +57,21 @@ class KeptRunsTest(RunnerCase):
         self.assertEqual(kept, [{'id': first, 'language': 'python', 'done': True}, {'id': second, 'language': 'python', 'done': False}])
         self.r.collect(second)
 
+    def test_ping_lists_the_executions_running_or_queued_kept_or_not(self):
+        self.r.send({'op': 'ping', 'id': 'p0'})
+        self.assertEqual(self.r.next(lambda e: e['type'] == 'pong')['execs'], [])
+        running = self.r.start_exec('import time\ntime.sleep(30)')
+        queued = self.r.start_exec('print(1)', keep=True)
+        time.sleep(0.3)
+        self.r.send({'op': 'ping', 'id': 'p1'})
+        self.assertEqual(self.r.next(lambda e: e['type'] == 'pong' and e['id'] == 'p1')['execs'], [running, queued])
+        # What a gateway that adopts the sandbox does with one whose caller is gone.
+        self.r.send({'op': 'cancel', 'id': 'c1', 'target': running})
+        self.assertTrue(self.r.collect(running, timeout=10)[2]['killed'])
+        self.r.collect(queued)
+        self.r.send({'op': 'ping', 'id': 'p2'})
+        self.assertEqual(self.r.next(lambda e: e['type'] == 'pong' and e['id'] == 'p2')['execs'], [])
+
     def test_runs_not_kept_are_not_recorded(self):
         _, _, done = self.r.run('print(1)')
         self.assertEqual(self.claim('e1')['state'], 'unknown')

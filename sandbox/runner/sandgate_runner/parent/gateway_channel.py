@@ -108,7 +108,7 @@ def dispatch(line, worker, bridge, emitter, versions, relay=None):
     op = req.get('op')
     if op == 'ping':
         emitter.emit({'type': 'pong', 'id': req.get('id'), 'versions': dict(versions), 'separated': SEPARATED,
-                      'kept': emitter.kept()})
+                      'kept': emitter.kept(), 'execs': worker.execs()})
     elif op in ('exec', 'preload'):
         if op == 'exec' and req.get('keep') is True and isinstance(req.get('id'), str):
             emitter.keep(req['id'], req.get('language'))

@@ -83,6 +83,13 @@ class Worker(Pump, KernelExecs, HostExecs, ProcessExecs):
             self.jobs.append(Job(kind, req))
             self.cond.notify()
 
+    def execs(self):
+        """The ids of the executions running or queued, in order: a gateway that adopts the
+        sandbox cancels those whose caller is gone (every one not kept)."""
+        with self.cond:
+            jobs = ([self.current] if self.current is not None else []) + list(self.jobs)
+            return [j.id for j in jobs if j.kind == 'exec']
+
     def cancel(self, target):
         with self.cond:
             if self.current is not None and self.current.id == target:
