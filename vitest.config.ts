@@ -26,6 +26,7 @@ export const POSTGRES_SUITES = [
   'src/users/**/*.test.ts',
   'src/replicas/**/*.test.ts',
   'src/sandboxes/shutdown-replicas.test.ts',
+  'src/sandboxes/lease-lapse.test.ts',
   'src/web/live/hub.test.ts',
   'test/api-store.test.ts',
   'test/db-copy.test.ts',

@@ -265,6 +265,11 @@ export class Execution implements SandboxExecution {
       // account is checked again there: a sandbox killed because its user was disabled
       // does not come back for the runs that were waiting on it.
       if (sb.handle.exited) return this.run(owner, opts, mayForward);
+      // The lease lapsed while the run waited (this process was paused, or cut off from the
+      // store): another replica may have adopted the sandbox, so nothing is sent to it from
+      // here. The run is asked for afresh (sent to the holder, or refused), never run twice:
+      // it was not sent. Checked in the tick that sends it (runOne sends before it awaits).
+      if (!this.deps.lifecycle.stillHolds(sb)) return this.run(owner, opts, mayForward);
       idle.wake(sb);
       const cpuBefore = cpuMsNow(sb.handle.id);
       const ts = Date.now();

@@ -36,7 +36,21 @@ export class Idle implements SandboxIdle {
   /** dockerd is not answering: nothing freezes until it does. */
   private daemonAway = false;
 
-  constructor(private readonly deps: { config: Config; log: Logger; held: Held; gatewayId: string }) {}
+  constructor(
+    private readonly deps: {
+      config: Config;
+      log: Logger;
+      held: Held;
+      gatewayId: string;
+      /**
+       * Whether this gateway may still act on `live` (it holds the lease on its user's
+       * sandbox, by its own clock): a replica paused past its lease that wakes with a freeze
+       * due must not freeze a container another replica adopted meanwhile. Checked in the
+       * tick of the freeze. Always, without replicas.
+       */
+      mayAct?: (live: Live) => boolean;
+    },
+  ) {}
 
   thawLeftFrozen(): number {
     const n = thawLeftFrozen(this.deps.gatewayId);
@@ -112,6 +126,7 @@ export class Idle implements SandboxIdle {
   private freezeNow(live: Live): void {
     const sb = live as Partial<UserSandbox>;
     if (this.deps.held.closed || this.daemonAway || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
+    if (sb.letGo || this.deps.mayAct?.(live) === false) return;
     live.frozen = true;
     void freeze(live.handle.id, { owner: this.deps.gatewayId }).then((ok) => {
       // Not frozen after all (no freezer here, or it did not settle): it stays awake.
@@ -141,6 +156,8 @@ export class Idle implements SandboxIdle {
   private async rewarm(live: Live): Promise<void> {
     live.rewarmTimer = undefined;
     if (this.deps.held.closed || !live.frozen || live.handle.exited) return;
+    // No longer this gateway's: whoever holds it now thaws it when it adopts it.
+    if ((live as Partial<UserSandbox>).letGo || this.deps.mayAct?.(live) === false) return;
     const claim = {};
     live.rewarming = claim;
     live.frozen = false;

@@ -371,6 +371,11 @@ export class Lifecycle implements SandboxLifecycle {
    * let go at once without touching the container: the stream to its runner is closed
    * (a run waiting on it ends as interrupted) and nothing more is sent to it.
    */
+  /** Whether this gateway may still act on `sb`: not let go, and its lease held (by this replica's clock); a sandbox found lost is let go. */
+  stillHolds(sb: UserSandbox): boolean {
+    return !sb.letGo && this.stillLeased(sb);
+  }
+
   private stillLeased(sb: UserSandbox): boolean {
     const { replica } = this.deps;
     if (!replica || replica.holds(sb.owner.userId)) return true;

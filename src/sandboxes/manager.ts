@@ -26,6 +26,7 @@ import { Held, type SandboxManagerDeps } from './held.js';
 import { Idle, type SandboxIdle } from './idle.js';
 import { Inspection, type EverywhereSummary, type Orphan, type PooledSummary, type SandboxInspection, type SandboxSummary } from './inspection.js';
 import { Lifecycle, type SandboxLifecycle } from './lifecycle.js';
+import type { Live, UserSandbox } from './live.js';
 import type { Permissions } from './permissions.js';
 import type { RuntimeLeftover } from './runtime-leftovers.js';
 import { Stops, type SandboxStops, type StopOptions } from './stops.js';
@@ -54,7 +55,12 @@ export class SandboxManager implements SandboxExecution, SandboxLifecycle, Sandb
     this.deps = deps;
     this.users = held.users;
     const executions = new ExecutionLog({ db: deps.db, log });
-    const idle = (this.idle = new Idle({ config: deps.config, log, held, gatewayId: gatewayIdFor(deps.config.dataDir) }));
+    // A user's sandbox is acted on only while this gateway holds its lease; a pooled one is its own.
+    const mayAct = (live: Live) => {
+      const owner = (live as Partial<UserSandbox>).owner;
+      return !owner || !deps.replica || deps.replica.holds(owner.userId);
+    };
+    const idle = (this.idle = new Idle({ config: deps.config, log, held, gatewayId: gatewayIdFor(deps.config.dataDir), mayAct }));
     const stops = (this.stops = new Stops({ ...part, held, idle }));
     const lifecycle = (this.lifecycle = new Lifecycle({ ...part, held, idle, stops, executions }));
     this.execution = new Execution({ ...part, held, idle, lifecycle, executions });
