@@ -126,7 +126,7 @@ export class Idle implements SandboxIdle {
   private freezeNow(live: Live): void {
     const sb = live as Partial<UserSandbox>;
     if (this.deps.held.closed || this.daemonAway || live.frozen || live.handle.exited || (sb.running ?? 0) > 0 || (sb.queue?.waiting ?? 0) > 0) return;
-    if (sb.letGo || this.deps.mayAct?.(live) === false) return;
+    if (!this.ours(live)) return;
     live.frozen = true;
     void freeze(live.handle.id, { owner: this.deps.gatewayId }).then((ok) => {
       // Not frozen after all (no freezer here, or it did not settle): it stays awake.
@@ -157,7 +157,7 @@ export class Idle implements SandboxIdle {
     live.rewarmTimer = undefined;
     if (this.deps.held.closed || !live.frozen || live.handle.exited) return;
     // No longer this gateway's: whoever holds it now thaws it when it adopts it.
-    if ((live as Partial<UserSandbox>).letGo || this.deps.mayAct?.(live) === false) return;
+    if (!this.ours(live)) return;
     const claim = {};
     live.rewarming = claim;
     live.frozen = false;
@@ -168,6 +168,11 @@ export class Idle implements SandboxIdle {
     if (live.rewarming !== claim) return;
     live.rewarming = undefined;
     this.freezeNow(live);
+  }
+
+  /** Whether this gateway may still act on `live`: not let go, and (with replicas) its lease held now. */
+  private ours(live: Live): boolean {
+    return !(live as Partial<UserSandbox>).letGo && this.deps.mayAct?.(live) !== false;
   }
 
   /** One empty round trip through the runner's worker and Python kernel; done when answered, gone or 5 s late. */

@@ -365,17 +365,17 @@ export class Lifecycle implements SandboxLifecycle {
     this.pool.fill();
   }
 
+  /** Whether this gateway may still act on `sb`: not let go, and its lease held (by this replica's clock); a sandbox found lost is let go. */
+  stillHolds(sb: UserSandbox): boolean {
+    return !sb.letGo && this.stillLeased(sb);
+  }
+
   /**
    * Whether this gateway still holds `sb`'s lease. One it lost (it could not reach the
    * store for a lease time, and another replica may have taken the sandbox since) is
    * let go at once without touching the container: the stream to its runner is closed
    * (a run waiting on it ends as interrupted) and nothing more is sent to it.
    */
-  /** Whether this gateway may still act on `sb`: not let go, and its lease held (by this replica's clock); a sandbox found lost is let go. */
-  stillHolds(sb: UserSandbox): boolean {
-    return !sb.letGo && this.stillLeased(sb);
-  }
-
   private stillLeased(sb: UserSandbox): boolean {
     const { replica } = this.deps;
     if (!replica || replica.holds(sb.owner.userId)) return true;
